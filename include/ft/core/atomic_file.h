@@ -1,0 +1,39 @@
+// atomic_file.h: crash-safe file writes (temp file, fsync, rename, fsync dir) and CRC32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace ft {
+
+// Streams bytes to `<path>.tmp.<pid>`; commit() fsyncs, renames over `path`
+// and fsyncs the directory. Destroying an uncommitted writer removes the temp
+// file, so a crash or exception never leaves a half-written `path`.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::filesystem::path path);  // throws IoError
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  void write(const void* data, size_t bytes);  // throws IoError
+  size_t bytes_written() const { return written_; }
+  void commit();  // throws IoError
+
+ private:
+  std::filesystem::path path_;
+  std::filesystem::path tmp_;
+  int fd_ = -1;
+  size_t written_ = 0;
+  bool committed_ = false;
+};
+
+void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
+std::string read_file(const std::filesystem::path& path);  // throws IoError
+
+// CRC-32 (zlib polynomial); pass the previous value to continue a running CRC.
+uint32_t crc32(const void* data, size_t bytes, uint32_t crc = 0);
+
+}  // namespace ft
