@@ -1,0 +1,64 @@
+// matmul.h: linear-layer GEMMs through oneDNN in fp32, bf16 (fp32 accumulate) or emulated fp16.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ft/core/allocator.h"
+#include "ft/trainer/precision.h"
+
+namespace ft::trainer {
+
+// Low-precision shadow of a weight matrix, as kept by the model:
+//   bf16: uint16 bf16 bits; fp16: fp32 values already rounded to fp16.
+// Null for fp32.
+using LowPrecisionWeight = const void*;
+
+// Cumulative GEMM counters (for the profiler and benchmarks).
+struct GemmStats {
+  uint64_t calls = 0;
+  double flops = 0;
+  uint64_t primitives_created = 0;
+};
+
+// Executes the three GEMMs of a linear layer. Primitives are created once per
+// shape and cached; operand conversion scratch and oneDNN's scratchpad come
+// from the caching allocator, so a steady-state step touches no fresh memory.
+//
+// fp16 on this CPU: oneDNN 2.6 has no f16 matmul on x86, so fp16 mode rounds
+// both operands to fp16 values (overflow becomes inf, as a real fp16 tensor
+// would) and multiplies them exactly in fp32 with fp32 accumulation. That is
+// numerically what an fp16 GEMM with fp32 accumulation computes; it is not
+// faster than fp32.
+class Gemm {
+ public:
+  explicit Gemm(CachingAllocator& alloc);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // out (N,OC) = inp (N,IC) @ weight (OC,IC)^T + bias (OC); bias may be null.
+  void forward(float* out, const float* inp, const float* weight, LowPrecisionWeight weight_lp,
+               const float* bias, int N, int IC, int OC, Precision p);
+
+  // dinp (N,IC) = dout (N,OC) @ weight (OC,IC), written; skipped when dinp is null.
+  // dweight (OC,IC) = dout^T @ inp, or += when accumulate_dweight.
+  // dbias (OC) += column sums of dout; skipped when null.
+  void backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                const float* weight, LowPrecisionWeight weight_lp, int N, int IC, int OC,
+                bool accumulate_dweight, Precision p);
+
+  const GemmStats& stats() const { return stats_; }
+  // The oneDNN implementation chosen for the last-created primitive (e.g. "brg:avx512_core_amx_bf16").
+  std::string last_impl() const;
+  // oneDNN's runtime version string and the maximum ISA it may dispatch to.
+  static std::string library_info();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  GemmStats stats_;
+};
+
+}  // namespace ft::trainer

@@ -1,0 +1,96 @@
+// model.h: the GPT-2 model on the CPU backend: parameters, activations, forward and backward.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ft/core/allocator.h"
+#include "ft/trainer/gpt_config.h"
+#include "ft/trainer/matmul.h"
+#include "ft/trainer/precision.h"
+
+namespace ft::trainer {
+
+enum class Checkpointing { kNone, kBlock };
+enum class AttentionImpl { kFlash, kMaterialized };
+
+Checkpointing parse_checkpointing(const std::string& s);  // "none" | "block"
+const char* checkpointing_name(Checkpointing c);
+AttentionImpl parse_attention(const std::string& s);  // "flash" | "naive"
+const char* attention_name(AttentionImpl a);
+
+struct ModelOptions {
+  Precision precision = Precision::kFp32;
+  Checkpointing checkpointing = Checkpointing::kNone;
+  AttentionImpl attention = AttentionImpl::kFlash;
+};
+
+// Bytes of saved activations for one micro-batch, by what keeps them.
+struct ActivationMemory {
+  size_t saved_bytes = 0;        // kept from forward to backward
+  size_t recompute_bytes = 0;    // per-block working set re-materialised in backward
+  size_t no_checkpoint_bytes = 0;  // what checkpointing=none would keep (for the saving)
+};
+
+class GptModel {
+ public:
+  GptModel(const GptConfig& config, CachingAllocator& alloc, const ModelOptions& options);
+  ~GptModel();
+  GptModel(const GptModel&) = delete;
+  GptModel& operator=(const GptModel&) = delete;
+
+  // GPT-2 initialisation: N(0, 0.02) matrices and embeddings, residual
+  // projections scaled by 1/sqrt(2L), LayerNorm weight 1, biases 0.
+  void init_weights(uint64_t seed);
+
+  const GptConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+  void set_options(const ModelOptions& o);
+  const ParamLayout& layout() const { return layout_; }
+  size_t num_params() const { return layout_.total; }
+  float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  const float* grads() const { return grads_.data(); }
+  float* param(int index) { return params_.data() + layout_.offsets[index]; }
+  float* grad(int index) { return grads_.data() + layout_.offsets[index]; }
+
+  // Re-derives the low-precision weight copies after params changed.
+  void refresh_low_precision();
+
+  // One micro-batch: forward, loss, backward. inputs/targets (B,T).
+  // Gradients are scaled by `dloss` (= loss_scale / (B*T*accum) for a mean
+  // loss) and, unless `first_micro`, accumulated into grads(). Returns the
+  // mean loss over the B*T positions (unscaled).
+  double forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                          float dloss_per_token, bool first_micro);
+
+  // Forward only; returns the mean loss. Leaves grads untouched.
+  double forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T);
+
+  ActivationMemory activation_memory(int B, int T) const;
+  Gemm& gemm() { return gemm_; }
+
+ private:
+  struct LayerActs;
+  struct Workspace;
+  void layer_forward(int l, const float* x, float* x_out, LayerActs& a, int B, int T);
+  void layer_backward(int l, const float* x, float* dres, LayerActs& a, Workspace& w, int B, int T,
+                      bool first_micro);
+  const void* lp_weight(int index, int layer);
+  double run_forward(const int32_t* inputs, int B, int T, Workspace& w, bool keep);
+
+  GptConfig config_;
+  CachingAllocator& alloc_;
+  ModelOptions options_;
+  ParamLayout layout_;
+  Buffer<float> params_;  // (num_params)
+  Buffer<float> grads_;   // (num_params)
+  Buffer<char> params_lp_;  // bf16 bits or fp16-rounded floats of the matmul weights
+  Gemm gemm_;
+};
+
+}  // namespace ft::trainer

@@ -1,0 +1,60 @@
+// train_config.h: every ft-train setting, its command-line/config-file parsing and JSON form.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/trainer/gpt_config.h"
+#include "ft/trainer/model.h"
+#include "ft/trainer/precision.h"
+
+namespace ft::trainer {
+
+struct TrainConfig {
+  GptConfig model;
+  int micro_batch = 8;     // B
+  int seq_len = 128;       // T
+  int grad_accum = 1;      // K; global batch = B * K sequences
+  int steps = 50;
+  float lr = 1e-3f;
+  float min_lr = 1e-4f;
+  int warmup = 10;
+  float weight_decay = 0.1f;
+  float clip = 1.0f;       // <= 0 disables clipping
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  ModelOptions options;
+  int threads = 0;         // 0 = all cores
+  size_t memory_limit = 0; // 0 = unlimited
+  bool allocator_caching = true;
+  std::string data = "kjv";
+  uint64_t seed = 1337;
+  std::string metrics;     // JSONL path
+  std::string save_dir;
+  int save_every = 0;      // 0: save at the end only (when save_dir is set)
+  std::string resume_dir;
+  std::string init_from;   // llm.c model file to load weights from
+  std::string export_llmc; // write an llm.c model file at the end
+  int val_every = 0;       // 0: validate at the end only
+  int val_batches = 8;
+  int warmup_steps_excluded = 2;  // steps excluded from the mean throughput
+  double peak_gflops = 0;  // 0: ft's stated default for the precision and threads
+  float loss_scale = 65536.0f;
+  int loss_scale_window = 1000;
+  bool quiet = false;      // no per-step table
+
+  void validate() const;  // throws ConfigError
+  nlohmann::json to_json() const;
+  // Writes the settings as an ft-train config file (key = value lines).
+  std::string to_config_file() const;
+};
+
+// Parses ft-train's command line (and any --config FILE it names).
+// Returns nullopt when --help was printed. Throws ConfigError on bad input.
+std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
+                                            const std::string& program = "ft-train");
+
+}  // namespace ft::trainer

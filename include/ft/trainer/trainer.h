@@ -1,0 +1,100 @@
+// trainer.h: the training loop: micro-batches, gradient accumulation, clipping, AdamW, loss scaling, checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/core/allocator.h"
+#include "ft/core/rng.h"
+#include "ft/trainer/communicator.h"
+#include "ft/trainer/data.h"
+#include "ft/trainer/model.h"
+#include "ft/trainer/schedule.h"
+#include "ft/trainer/train_config.h"
+
+namespace ft::trainer {
+
+struct StepMetrics {
+  int step = 0;             // 0-based optimizer step
+  double loss = 0;          // mean training loss over the global batch
+  float lr = 0;
+  double grad_norm = 0;     // before clipping (unscaled)
+  double step_ms = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;           // fraction of the stated peak
+  bool skipped = false;     // fp16 overflow: update skipped
+  float loss_scale = 1.0f;
+  size_t mem_allocated = 0, mem_reserved = 0, mem_peak = 0;
+  double data_ms = 0;       // time spent producing batches
+  nlohmann::json to_json() const;
+};
+
+struct TrainSummary {
+  int steps_run = 0;
+  double mean_tokens_per_s = 0;  // over steps after the excluded warm-up
+  double mean_step_ms = 0;
+  double mean_mfu = 0;
+  double final_loss = 0;
+  double val_loss = -1;          // < 0 when not measured
+  uint64_t skipped_steps = 0;
+  AllocatorStats memory;
+  ActivationMemory activations;
+  nlohmann::json to_json() const;
+};
+
+class Trainer {
+ public:
+  // Loads the data and builds the model (initialised, or restored from
+  // config.resume_dir / config.init_from). Throws ft::Error on bad input.
+  explicit Trainer(TrainConfig config, std::unique_ptr<Communicator> comm = nullptr);
+  ~Trainer();
+
+  // Runs one optimizer step (grad_accum micro-batches).
+  StepMetrics step();
+  // Mean validation loss over config.val_batches micro-batches from the start of the split.
+  double evaluate();
+  // Writes DIR/checkpoint.ft atomically.
+  void save(const std::string& dir);
+  // Restores model, optimizer, loss scaler, data position and RNG from DIR.
+  void load(const std::string& dir);
+
+  int next_step() const { return step_; }
+  bool done() const { return step_ >= config_.steps; }
+  const TrainConfig& config() const { return config_; }
+  GptModel& model() { return *model_; }
+  CachingAllocator& allocator() { return *alloc_; }
+  const data::TrainValSplit& data_split() const { return split_; }
+  double peak_gflops() const { return peak_gflops_; }
+  std::string peak_source() const { return peak_source_; }
+  const LossScaler& loss_scaler() const { return scaler_; }
+  uint64_t data_position() const;
+
+ private:
+  void apply_update(float lr, float grad_scale);
+
+  TrainConfig config_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<CachingAllocator> alloc_;
+  data::ByteTokenizer tokenizer_;
+  data::TrainValSplit split_;
+  std::unique_ptr<data::BatchLoader> train_loader_;
+  std::unique_ptr<GptModel> model_;
+  Buffer<float> adam_m_, adam_v_;  // (num_params)
+  Buffer<int32_t> inputs_, targets_;  // (B, T)
+  LossScaler scaler_;
+  Rng rng_;
+  int step_ = 0;
+  int adam_t_ = 0;
+  double peak_gflops_ = 0;
+  std::string peak_source_;
+};
+
+// ft's stated peak for MFU when --peak-gflops is not given: measured with
+// bench/fma_peak on this machine kind (see docs/benchmarks.md).
+double default_peak_gflops(Precision p, int threads);
+
+}  // namespace ft::trainer

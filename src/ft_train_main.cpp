@@ -1,0 +1,156 @@
+// ft_train_main.cpp: the ft-train command: trains the embedded GPT and prints a per-step table.
+#include <fmt/format.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "ft/core/allocator.h"
+#include "ft/core/env_info.h"
+#include "ft/core/error.h"
+#include "ft/trainer/checkpoint_io.h"
+#include "ft/trainer/matmul.h"
+#include "ft/trainer/trainer.h"
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+void on_signal(int) { g_interrupted = true; }
+
+using ft::trainer::StepMetrics;
+using ft::trainer::TrainConfig;
+using ft::trainer::Trainer;
+
+void print_header(const TrainConfig& c, Trainer& t) {
+  const ft::EnvInfo env = ft::collect_env_info();
+  const auto& g = c.model;
+  const auto act = t.model().activation_memory(c.micro_batch, c.seq_len);
+  fmt::print("ft-train  model {}  params {:.2f}M  flops/token {:.3g}\n", g.describe(),
+             t.model().num_params() / 1e6, ft::trainer::flops_per_token(g, c.seq_len));
+  fmt::print("  batch B={} T={} K={} (global {} tokens)  precision {}  checkpoint {}  attention {}\n",
+             c.micro_batch, c.seq_len, c.grad_accum,
+             static_cast<long>(c.micro_batch) * c.seq_len * c.grad_accum,
+             ft::trainer::precision_name(c.options.precision),
+             ft::trainer::checkpointing_name(c.options.checkpointing),
+             ft::trainer::attention_name(c.options.attention));
+  fmt::print("  activations saved {} (without checkpointing {}, saved {})\n",
+             ft::format_bytes(act.saved_bytes), ft::format_bytes(act.no_checkpoint_bytes),
+             ft::format_bytes(act.no_checkpoint_bytes - act.saved_bytes));
+  fmt::print("  data {}\n", t.data_split().description);
+  fmt::print("  GEMM {}  threads {}  CPU {} ({} logical, {})\n", ft::trainer::Gemm::library_info(),
+             c.threads, env.cpu_model, env.logical_cpus, env.vector_width());
+  const auto core = env.variables.count("OPENBLAS_CORETYPE") ? env.variables.at("OPENBLAS_CORETYPE")
+                                                             : std::string("unset");
+  fmt::print("  OPENBLAS_CORETYPE={} (ft's GEMMs use oneDNN and ignore it)  MFU peak {:.0f} GFLOP/s ({})\n",
+             core, t.peak_gflops(), t.peak_source());
+  if (c.memory_limit) fmt::print("  memory limit {}\n", ft::format_bytes(c.memory_limit));
+  fmt::print("{:>6} {:>8} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>10}\n", "step", "loss",
+             "lr", "gnorm", "ms", "tok/s", "MFU%", "mem", "reserved", "peak");
+}
+
+void print_step(const StepMetrics& m, double val_loss) {
+  fmt::print("{:>6} {:>8.4f} {:>9.2e} {:>9.3f} {:>9.1f} {:>10.0f} {:>6.1f} {:>10} {:>10} {:>10}{}{}\n",
+             m.step, m.loss, m.lr, m.grad_norm, m.step_ms, m.tokens_per_s, 100 * m.mfu,
+             ft::format_bytes(m.mem_allocated), ft::format_bytes(m.mem_reserved),
+             ft::format_bytes(m.mem_peak), m.skipped ? "  (skipped: fp16 overflow)" : "",
+             val_loss >= 0 ? fmt::format("  val {:.4f}", val_loss) : "");
+  std::fflush(stdout);
+}
+
+int run(int argc, char** argv) {
+  auto parsed = ft::trainer::parse_train_args(argc, argv);
+  if (!parsed) return 0;
+  TrainConfig c = *parsed;
+  Trainer t(c);
+  c = t.config();
+  std::ofstream metrics;
+  if (!c.metrics.empty()) {
+    metrics.open(c.metrics, std::ios::out | std::ios::trunc);
+    if (!metrics) throw ft::IoError("cannot open metrics file '" + c.metrics + "'");
+  }
+  if (!c.quiet) print_header(c, t);
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+
+  ft::trainer::TrainSummary sum;
+  double tok_sum = 0, ms_sum = 0, mfu_sum = 0;
+  int counted = 0;
+  double last_val = -1;
+  const int first = t.next_step();
+  while (!t.done() && !g_interrupted) {
+    StepMetrics m = t.step();
+    double val = -1;
+    const bool last = t.done();
+    if ((c.val_every > 0 && (m.step + 1) % c.val_every == 0) || last) {
+      val = t.evaluate();
+      last_val = val;
+    }
+    if (!c.quiet) print_step(m, val);
+    if (metrics) {
+      auto j = m.to_json();
+      if (val >= 0) j["val_loss"] = val;
+      metrics << j.dump() << "\n";
+      metrics.flush();
+    }
+    if (m.step - first >= c.warmup_steps_excluded || t.config().steps - first <= c.warmup_steps_excluded) {
+      tok_sum += m.tokens_per_s;
+      ms_sum += m.step_ms;
+      mfu_sum += m.mfu;
+      ++counted;
+    }
+    sum.final_loss = m.loss;
+    sum.skipped_steps += m.skipped;
+    ++sum.steps_run;
+    if (!c.save_dir.empty() && c.save_every > 0 && t.next_step() % c.save_every == 0) {
+      t.save(c.save_dir);
+    }
+  }
+  if (g_interrupted) fmt::print(stderr, "ft-train: interrupted after step {}\n", t.next_step() - 1);
+  if (!c.save_dir.empty()) t.save(c.save_dir);
+  if (!c.export_llmc.empty()) {
+    ft::trainer::write_llmc_model(c.export_llmc, c.model, t.model().params());
+  }
+  if (counted) {
+    sum.mean_tokens_per_s = tok_sum / counted;
+    sum.mean_step_ms = ms_sum / counted;
+    sum.mean_mfu = mfu_sum / counted;
+  }
+  sum.val_loss = last_val;
+  sum.memory = t.allocator().stats();
+  sum.activations = t.model().activation_memory(c.micro_batch, c.seq_len);
+  if (metrics) metrics << nlohmann::json{{"summary", sum.to_json()}}.dump() << "\n";
+  if (!c.quiet || true) {
+    fmt::print(
+        "summary: {} steps, mean {:.0f} tok/s ({:.1f} ms/step, MFU {:.1f}%) after {} warm-up "
+        "steps, final loss {:.4f}, val loss {}, peak memory {} (reserved {}, fragmentation "
+        "{:.1f}%)\n",
+        sum.steps_run, sum.mean_tokens_per_s, sum.mean_step_ms, 100 * sum.mean_mfu,
+        c.warmup_steps_excluded, sum.final_loss,
+        sum.val_loss >= 0 ? fmt::format("{:.4f}", sum.val_loss) : std::string("n/a"),
+        ft::format_bytes(sum.memory.peak_allocated), ft::format_bytes(sum.memory.peak_reserved),
+        100 * sum.memory.fragmentation());
+  }
+  return g_interrupted ? 130 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const ft::ConfigError& e) {
+    fmt::print(stderr, "ft-train: error: {}\n", e.what());
+    return 2;
+  } catch (const ft::OutOfMemoryError& e) {
+    fmt::print(stderr, "ft-train: {}\n", e.what());
+    return 3;
+  } catch (const ft::Error& e) {
+    fmt::print(stderr, "ft-train: error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "ft-train: internal error: {}\n", e.what());
+    return 1;
+  }
+}

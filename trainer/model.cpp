@@ -1,0 +1,333 @@
+// model.cpp: GPT-2 forward and backward over the CPU ops, with optional block recompute.
+#include "ft/trainer/model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "ft/core/annotate.h"
+#include "ft/core/error.h"
+#include "ft/core/rng.h"
+#include "ft/trainer/ops.h"
+
+namespace ft::trainer {
+
+Checkpointing parse_checkpointing(const std::string& s) {
+  if (s == "none") return Checkpointing::kNone;
+  if (s == "block") return Checkpointing::kBlock;
+  throw ConfigError("unknown --checkpoint '" + s + "' (expected none or block)");
+}
+const char* checkpointing_name(Checkpointing c) {
+  return c == Checkpointing::kBlock ? "block" : "none";
+}
+AttentionImpl parse_attention(const std::string& s) {
+  if (s == "flash" || s == "tiled") return AttentionImpl::kFlash;
+  if (s == "naive" || s == "materialized") return AttentionImpl::kMaterialized;
+  throw ConfigError("unknown --attention '" + s + "' (expected flash or naive)");
+}
+const char* attention_name(AttentionImpl a) {
+  return a == AttentionImpl::kFlash ? "flash" : "naive";
+}
+
+// Activations one block keeps for its backward pass.
+struct GptModel::LayerActs {
+  Buffer<float> ln1;       // (B, T, C)
+  Buffer<float> ln1_mean;  // (B, T)
+  Buffer<float> ln1_rstd;  // (B, T)
+  Buffer<float> qkv;       // (B, T, 3C)
+  Buffer<float> atty;      // (B, T, C)
+  Buffer<float> att;       // (B, NH, T, T) materialised probs, or (B, NH, T) lse for flash
+  Buffer<float> res2;      // (B, T, C) residual after attention
+  Buffer<float> ln2;       // (B, T, C)
+  Buffer<float> ln2_mean;  // (B, T)
+  Buffer<float> ln2_rstd;  // (B, T)
+  Buffer<float> fch;       // (B, T, 4C) pre-GELU
+  Buffer<float> fch_gelu;  // (B, T, 4C)
+
+  static size_t bytes(int B, int T, int C, int NH, AttentionImpl attn) {
+    const size_t BT = static_cast<size_t>(B) * T;
+    const size_t att = attn == AttentionImpl::kFlash ? static_cast<size_t>(B) * NH * T
+                                                     : static_cast<size_t>(B) * NH * T * T;
+    return sizeof(float) * (BT * C * 5 + BT * 3 * C + BT * 4 * C * 2 + BT * 4 + att);
+  }
+  void allocate(CachingAllocator& a, int B, int T, int C, int NH, AttentionImpl attn) {
+    const size_t BT = static_cast<size_t>(B) * T;
+    ln1 = Buffer<float>(a, BT * C, "act.ln1");
+    ln1_mean = Buffer<float>(a, BT, "act.ln1_mean");
+    ln1_rstd = Buffer<float>(a, BT, "act.ln1_rstd");
+    qkv = Buffer<float>(a, BT * 3 * C, "act.qkv");
+    atty = Buffer<float>(a, BT * C, "act.atty");
+    att = attn == AttentionImpl::kFlash
+              ? Buffer<float>(a, static_cast<size_t>(B) * NH * T, "act.lse")
+              : Buffer<float>(a, static_cast<size_t>(B) * NH * T * T, "act.att");
+    res2 = Buffer<float>(a, BT * C, "act.res2");
+    ln2 = Buffer<float>(a, BT * C, "act.ln2");
+    ln2_mean = Buffer<float>(a, BT, "act.ln2_mean");
+    ln2_rstd = Buffer<float>(a, BT, "act.ln2_rstd");
+    fch = Buffer<float>(a, BT * 4 * C, "act.fch");
+    fch_gelu = Buffer<float>(a, BT * 4 * C, "act.fch_gelu");
+  }
+};
+
+// Everything one micro-batch needs between forward and backward.
+struct GptModel::Workspace {
+  std::vector<Buffer<float>> xs;  // L+1 of (B, T, C): the residual stream at each block input
+  std::vector<LayerActs> acts;    // L (checkpointing none) or 1 (block recompute / eval)
+  Buffer<float> lnf;              // (B, T, C)
+  Buffer<float> lnf_mean;         // (B, T)
+  Buffer<float> lnf_rstd;         // (B, T)
+  Buffer<float> logits;           // (B, T, Vp); becomes dlogits in backward
+  Buffer<float> losses;           // (B, T)
+};
+
+GptModel::GptModel(const GptConfig& config, CachingAllocator& alloc, const ModelOptions& options)
+    : config_(config), alloc_(alloc), options_(options), gemm_(alloc) {
+  config_.validate();
+  layout_ = ParamLayout::make(config_);
+  params_ = Buffer<float>(alloc_, layout_.total, "params");
+  grads_ = Buffer<float>(alloc_, layout_.total, "grads");
+  std::memset(params_.data(), 0, layout_.total * sizeof(float));
+  std::memset(grads_.data(), 0, layout_.total * sizeof(float));
+  set_options(options);
+}
+
+GptModel::~GptModel() = default;
+
+void GptModel::set_options(const ModelOptions& o) {
+  options_ = o;
+  const size_t elem = o.precision == Precision::kBf16 ? 2 : 4;
+  params_lp_.reset();
+  if (o.precision != Precision::kFp32) {
+    params_lp_ = Buffer<char>(alloc_, layout_.total * elem, "params_lp");
+    refresh_low_precision();
+  }
+}
+
+namespace {
+constexpr int kMatmulWeights[] = {kWte, kQkvw, kAttprojw, kFcw, kFcprojw};
+}
+
+void GptModel::refresh_low_precision() {
+  if (options_.precision == Precision::kFp32) return;
+  for (int idx : kMatmulWeights) {
+    const size_t off = layout_.offsets[idx], n = layout_.sizes[idx];
+    if (options_.precision == Precision::kBf16) {
+      fp32_to_bf16(reinterpret_cast<uint16_t*>(params_lp_.data()) + off, params_.data() + off, n);
+    } else {
+      round_through_fp16(reinterpret_cast<float*>(params_lp_.data()) + off, params_.data() + off, n);
+    }
+  }
+}
+
+const void* GptModel::lp_weight(int index, int layer) {
+  if (options_.precision == Precision::kFp32) return nullptr;
+  const size_t per = index == kWte ? layout_.sizes[index] : layout_.sizes[index] / config_.num_layers;
+  const size_t off = layout_.offsets[index] + per * static_cast<size_t>(layer);
+  const size_t elem = options_.precision == Precision::kBf16 ? 2 : 4;
+  return params_lp_.data() + off * elem;
+}
+
+void GptModel::init_weights(uint64_t seed) {
+  Rng rng(seed);
+  const int L = config_.num_layers;
+  const double kStd = 0.02, kProjStd = 0.02 / std::sqrt(2.0 * L);
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    float* p = param(i);
+    const size_t n = layout_.sizes[i];
+    if (i == kLn1w || i == kLn2w || i == kLnfw) {
+      for (size_t j = 0; j < n; ++j) p[j] = 1.0f;
+    } else if (i == kWte || i == kWpe || i == kQkvw || i == kFcw || i == kAttprojw ||
+               i == kFcprojw) {
+      const double std = (i == kAttprojw || i == kFcprojw) ? kProjStd : kStd;
+      size_t limit = n;
+      if (i == kWte) limit = static_cast<size_t>(config_.vocab_size) * config_.channels;
+      for (size_t j = 0; j < limit; ++j) p[j] = static_cast<float>(rng.normal() * std);
+      for (size_t j = limit; j < n; ++j) p[j] = 0.0f;  // padded vocabulary rows
+    } else {
+      for (size_t j = 0; j < n; ++j) p[j] = 0.0f;
+    }
+  }
+  refresh_low_precision();
+}
+
+void GptModel::layer_forward(int l, const float* x, float* x_out, LayerActs& a, int B, int T) {
+  FT_RANGE("fwd.block", RangeKind::kCompute, l);
+  const int C = config_.channels, NH = config_.num_heads, N = B * T;
+  const Precision prec = options_.precision;
+  const size_t C_ = C;
+  ops::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x,
+                         param(kLn1w) + l * C_, param(kLn1b) + l * C_, N, C);
+  gemm_.forward(a.qkv.data(), a.ln1.data(), param(kQkvw) + l * 3 * C_ * C, lp_weight(kQkvw, l),
+                param(kQkvb) + l * 3 * C_, N, C, 3 * C, prec);
+  if (options_.attention == AttentionImpl::kFlash) {
+    ops::attention_flash_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH);
+  } else {
+    ops::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH);
+  }
+  gemm_.forward(a.res2.data(), a.atty.data(), param(kAttprojw) + l * C_ * C,
+                lp_weight(kAttprojw, l), param(kAttprojb) + l * C_, N, C, C, prec);
+  ops::residual_forward(a.res2.data(), a.res2.data(), x, static_cast<size_t>(N) * C);
+  ops::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
+                         param(kLn2w) + l * C_, param(kLn2b) + l * C_, N, C);
+  gemm_.forward(a.fch.data(), a.ln2.data(), param(kFcw) + l * 4 * C_ * C, lp_weight(kFcw, l),
+                param(kFcb) + l * 4 * C_, N, C, 4 * C, prec);
+  ops::gelu_forward(a.fch_gelu.data(), a.fch.data(), static_cast<size_t>(N) * 4 * C);
+  gemm_.forward(x_out, a.fch_gelu.data(), param(kFcprojw) + l * C_ * 4 * C, lp_weight(kFcprojw, l),
+                param(kFcprojb) + l * C_, N, 4 * C, C, prec);
+  ops::residual_forward(x_out, x_out, a.res2.data(), static_cast<size_t>(N) * C);
+}
+
+void GptModel::layer_backward(int l, const float* x, float* dres, LayerActs& a, Workspace& w,
+                              int B, int T, bool first_micro) {
+  FT_RANGE("bwd.block", RangeKind::kCompute, l);
+  (void)w;
+  const int C = config_.channels, NH = config_.num_heads, N = B * T;
+  const size_t C_ = C, BT = static_cast<size_t>(N);
+  const Precision prec = options_.precision;
+  const bool acc = !first_micro;
+  Buffer<float> dbt(alloc_, BT * C, "grad.dbt");     // (B, T, C) scratch
+  Buffer<float> dbig(alloc_, BT * 4 * C, "grad.dbig");  // (B, T, 4C) scratch, also dqkv (B, T, 3C)
+  // MLP: x_out = res2 + fch_gelu @ fcprojw^T + b
+  gemm_.backward(dbig.data(), grad(kFcprojw) + l * C_ * 4 * C, grad(kFcprojb) + l * C_, dres,
+                 a.fch_gelu.data(), param(kFcprojw) + l * C_ * 4 * C, lp_weight(kFcprojw, l), N,
+                 4 * C, C, acc, prec);
+  ops::gelu_backward(dbig.data(), a.fch.data(), dbig.data(), BT * 4 * C);
+  gemm_.backward(dbt.data(), grad(kFcw) + l * 4 * C_ * C, grad(kFcb) + l * 4 * C_, dbig.data(),
+                 a.ln2.data(), param(kFcw) + l * 4 * C_ * C, lp_weight(kFcw, l), N, C, 4 * C, acc,
+                 prec);
+  ops::layernorm_backward(dres, grad(kLn2w) + l * C_, grad(kLn2b) + l * C_, dbt.data(),
+                          a.res2.data(), param(kLn2w) + l * C_, a.ln2_mean.data(),
+                          a.ln2_rstd.data(), N, C);
+  // Attention: res2 = x + atty @ attprojw^T + b
+  gemm_.backward(dbt.data(), grad(kAttprojw) + l * C_ * C, grad(kAttprojb) + l * C_, dres,
+                 a.atty.data(), param(kAttprojw) + l * C_ * C, lp_weight(kAttprojw, l), N, C, C,
+                 acc, prec);
+  float* dqkv = dbig.data();  // (B, T, 3C)
+  if (options_.attention == AttentionImpl::kFlash) {
+    ops::attention_flash_backward(dqkv, dbt.data(), a.qkv.data(), a.atty.data(), a.att.data(), B,
+                                  T, C, NH);
+  } else {
+    Buffer<float> datt(alloc_, static_cast<size_t>(B) * NH * T * T, "grad.datt");  // (B, NH, T, T)
+    ops::attention_backward(dqkv, datt.data(), dbt.data(), a.qkv.data(), a.att.data(), B, T, C, NH);
+  }
+  gemm_.backward(dbt.data(), grad(kQkvw) + l * 3 * C_ * C, grad(kQkvb) + l * 3 * C_, dqkv,
+                 a.ln1.data(), param(kQkvw) + l * 3 * C_ * C, lp_weight(kQkvw, l), N, C, 3 * C,
+                 acc, prec);
+  ops::layernorm_backward(dres, grad(kLn1w) + l * C_, grad(kLn1b) + l * C_, dbt.data(), x,
+                          param(kLn1w) + l * C_, a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+}
+
+double GptModel::run_forward(const int32_t* inputs, int B, int T, Workspace& w, bool keep) {
+  const int C = config_.channels, NH = config_.num_heads, L = config_.num_layers;
+  const int Vp = config_.padded_vocab, N = B * T;
+  if (T > config_.max_seq_len) {
+    throw ConfigError("sequence length " + std::to_string(T) + " exceeds the model's maximum " +
+                      std::to_string(config_.max_seq_len));
+  }
+  const size_t BT = static_cast<size_t>(N);
+  const bool per_layer = keep && options_.checkpointing == Checkpointing::kNone;
+  // Keep every block input when training; ping-pong two buffers for eval.
+  const int nx = keep ? L + 1 : 2;
+  w.xs.clear();
+  for (int i = 0; i < nx; ++i) w.xs.emplace_back(alloc_, BT * C, "act.residual");
+  w.acts.clear();
+  w.acts.resize(per_layer ? L : 1);
+  for (auto& a : w.acts) a.allocate(alloc_, B, T, C, NH, options_.attention);
+  {
+    FT_RANGE("fwd.encoder", RangeKind::kCompute);
+    ops::encoder_forward(w.xs[0].data(), inputs, param(kWte), param(kWpe), B, T, C);
+  }
+  for (int l = 0; l < L; ++l) {
+    const float* x = w.xs[keep ? l : l % 2].data();
+    float* x_out = w.xs[keep ? l + 1 : (l + 1) % 2].data();
+    layer_forward(l, x, x_out, w.acts[per_layer ? l : 0], B, T);
+  }
+  const float* x_last = w.xs[keep ? L : L % 2].data();
+  FT_RANGE("fwd.head", RangeKind::kCompute);
+  w.lnf = Buffer<float>(alloc_, BT * C, "act.lnf");
+  w.lnf_mean = Buffer<float>(alloc_, BT, "act.lnf_mean");
+  w.lnf_rstd = Buffer<float>(alloc_, BT, "act.lnf_rstd");
+  ops::layernorm_forward(w.lnf.data(), w.lnf_mean.data(), w.lnf_rstd.data(), x_last, param(kLnfw),
+                         param(kLnfb), N, C);
+  w.logits = Buffer<float>(alloc_, BT * Vp, "act.logits");
+  gemm_.forward(w.logits.data(), w.lnf.data(), param(kWte), lp_weight(kWte, 0), nullptr, N, C, Vp,
+                options_.precision);
+  w.losses = Buffer<float>(alloc_, BT, "act.losses");
+  return 0.0;
+}
+
+double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                  float dloss_per_token, bool first_micro) {
+  const int C = config_.channels, L = config_.num_layers, V = config_.vocab_size;
+  const int Vp = config_.padded_vocab, N = B * T;
+  const size_t BT = static_cast<size_t>(N);
+  Workspace w;
+  run_forward(inputs, B, T, w, /*keep=*/true);
+  double loss_sum;
+  {
+    FT_RANGE("loss", RangeKind::kCompute);
+    loss_sum = ops::crossentropy_forward_backward(w.logits.data(), w.losses.data(), targets, N, V,
+                                                  Vp, dloss_per_token);
+  }
+  if (first_micro) {
+    // Gradients that are only ever accumulated (+=) start from zero; the
+    // matmul weight gradients are overwritten by their first GEMM instead.
+    for (int i : {kWpe, kLn1w, kLn1b, kQkvb, kAttprojb, kLn2w, kLn2b, kFcb, kFcprojb, kLnfw, kLnfb}) {
+      std::memset(grad(i), 0, layout_.sizes[i] * sizeof(float));
+    }
+  }
+  Buffer<float> dres(alloc_, BT * C, "grad.dres");  // (B, T, C) gradient of the residual stream
+  {
+    FT_RANGE("bwd.head", RangeKind::kCompute);
+    Buffer<float> dlnf(alloc_, BT * C, "grad.dlnf");  // (B, T, C)
+    gemm_.backward(dlnf.data(), grad(kWte), nullptr, w.logits.data(), w.lnf.data(), param(kWte),
+                   lp_weight(kWte, 0), N, C, Vp, !first_micro, options_.precision);
+    w.logits.reset();
+    std::memset(dres.data(), 0, BT * C * sizeof(float));
+    ops::layernorm_backward(dres.data(), grad(kLnfw), grad(kLnfb), dlnf.data(), w.xs[L].data(),
+                            param(kLnfw), w.lnf_mean.data(), w.lnf_rstd.data(), N, C);
+  }
+  const bool recompute = options_.checkpointing == Checkpointing::kBlock;
+  for (int l = L - 1; l >= 0; --l) {
+    LayerActs& a = w.acts[recompute ? 0 : l];
+    // The last block's activations are still in the shared set from forward.
+    if (recompute && l != L - 1) {
+      FT_RANGE("recompute.block", RangeKind::kCompute, l);
+      Buffer<float> scratch(alloc_, BT * C, "act.recompute_out");
+      layer_forward(l, w.xs[l].data(), scratch.data(), a, B, T);
+    }
+    layer_backward(l, w.xs[l].data(), dres.data(), a, w, B, T, first_micro);
+  }
+  {
+    FT_RANGE("bwd.encoder", RangeKind::kCompute);
+    ops::encoder_backward(grad(kWte), grad(kWpe), dres.data(), inputs, B, T, C);
+  }
+  return loss_sum / N;
+}
+
+double GptModel::forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T) {
+  Workspace w;
+  run_forward(inputs, B, T, w, /*keep=*/false);
+  const int N = B * T;
+  return ops::crossentropy_forward(w.logits.data(), w.losses.data(), targets, N,
+                                   config_.vocab_size, config_.padded_vocab) /
+         N;
+}
+
+ActivationMemory GptModel::activation_memory(int B, int T) const {
+  const int C = config_.channels, NH = config_.num_heads, L = config_.num_layers;
+  const size_t BT = static_cast<size_t>(B) * T;
+  const size_t layer = LayerActs::bytes(B, T, C, NH, options_.attention);
+  const size_t stream = (L + 1) * BT * C * sizeof(float);
+  const size_t head = BT * C * sizeof(float) + 3 * BT * sizeof(float);
+  ActivationMemory m;
+  m.no_checkpoint_bytes = stream + L * layer + head;
+  if (options_.checkpointing == Checkpointing::kBlock) {
+    m.saved_bytes = stream + head;
+    m.recompute_bytes = layer;
+  } else {
+    m.saved_bytes = m.no_checkpoint_bytes;
+  }
+  return m;
+}
+
+}  // namespace ft::trainer

@@ -1,0 +1,208 @@
+// matmul.cpp: oneDNN-backed linear-layer GEMMs (kernels: oneDNN brgemm; launchers below).
+#include "ft/trainer/matmul.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <unordered_map>
+
+#include "ft/core/annotate.h"
+#include "ft/core/error.h"
+
+namespace ft::trainer {
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+// A GEMM C (M,N) [+]= A (M,K) @ B (K,N) with explicit strides on A and B.
+struct GemmKey {
+  int64_t M, K, N;
+  int64_t a_rs, a_cs, b_rs, b_cs;  // row/column strides in elements
+  dt type;                         // of A and B (f32 or bf16); C is always f32
+  bool accumulate;
+  bool bias;
+  bool operator==(const GemmKey& o) const { return std::memcmp(this, &o, sizeof(GemmKey)) == 0; }
+};
+
+struct GemmKeyHash {
+  size_t operator()(const GemmKey& k) const {
+    const auto* p = reinterpret_cast<const unsigned char*>(&k);
+    size_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof(GemmKey); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+  }
+};
+
+struct CachedPrimitive {
+  dnnl::matmul prim;
+  dnnl::memory::desc a, b, c, bias, scratch;
+  std::string impl;
+};
+
+}  // namespace
+
+struct Gemm::Impl {
+  explicit Impl(CachingAllocator& a) : alloc(a), eng(dnnl::engine::kind::cpu, 0), strm(eng) {}
+  CachingAllocator& alloc;
+  dnnl::engine eng;
+  dnnl::stream strm;
+  std::unordered_map<GemmKey, CachedPrimitive, GemmKeyHash> cache;
+  std::string last_impl;
+
+  CachedPrimitive& get(const GemmKey& k, uint64_t& created) {
+    auto it = cache.find(k);
+    if (it != cache.end()) return it->second;
+    CachedPrimitive cp;
+    cp.a = dnnl::memory::desc({k.M, k.K}, k.type, dnnl::memory::dims{k.a_rs, k.a_cs});
+    cp.b = dnnl::memory::desc({k.K, k.N}, k.type, dnnl::memory::dims{k.b_rs, k.b_cs});
+    cp.c = dnnl::memory::desc({k.M, k.N}, dt::f32, dnnl::memory::dims{k.N, 1});
+    if (k.bias) cp.bias = dnnl::memory::desc({1, k.N}, dt::f32, dnnl::memory::dims{k.N, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (k.accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+    }
+    try {
+      auto d = k.bias ? dnnl::matmul::desc(cp.a, cp.b, cp.bias, cp.c)
+                      : dnnl::matmul::desc(cp.a, cp.b, cp.c);
+      dnnl::matmul::primitive_desc pd(d, attr, eng);
+      cp.scratch = pd.scratchpad_desc();
+      cp.impl = pd.impl_info_str();
+      cp.prim = dnnl::matmul(pd);
+    } catch (const dnnl::error& e) {
+      throw Error(fmt::format("oneDNN cannot create a matmul M={} K={} N={}: {}", k.M, k.K, k.N,
+                              e.what()));
+    }
+    ++created;
+    last_impl = cp.impl;
+    return cache.emplace(k, std::move(cp)).first->second;
+  }
+
+  // C (M,N) [+]= A @ B (+ bias).
+  void run(const GemmKey& k, const void* A, const void* B, float* C, const float* bias,
+           uint64_t& created) {
+    CachedPrimitive& cp = get(k, created);
+    size_t scratch_bytes = cp.scratch.get_size();
+    Buffer<char> scratch;
+    if (scratch_bytes) scratch = Buffer<char>(alloc, scratch_bytes, "onednn_scratchpad");
+    dnnl::memory ma(cp.a, eng, const_cast<void*>(A));
+    dnnl::memory mb(cp.b, eng, const_cast<void*>(B));
+    dnnl::memory mc(cp.c, eng, C);
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    if (k.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(cp.bias, eng, const_cast<float*>(bias)));
+    if (scratch_bytes) args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(cp.scratch, eng, scratch.data()));
+    cp.prim.execute(strm, args);
+    strm.wait();
+  }
+};
+
+Gemm::Gemm(CachingAllocator& alloc) : impl_(std::make_unique<Impl>(alloc)) {}
+Gemm::~Gemm() = default;
+
+std::string Gemm::last_impl() const { return impl_->last_impl; }
+
+std::string Gemm::library_info() {
+  const dnnl_version_t* v = dnnl::version();
+  const char* isa = "unknown";
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx: isa = "avx512_core_amx"; break;
+    case dnnl::cpu_isa::avx512_core_bf16: isa = "avx512_core_bf16"; break;
+    case dnnl::cpu_isa::avx512_core_vnni: isa = "avx512_core_vnni"; break;
+    case dnnl::cpu_isa::avx512_core: isa = "avx512_core"; break;
+    case dnnl::cpu_isa::avx2_vnni: isa = "avx2_vnni"; break;
+    case dnnl::cpu_isa::avx2: isa = "avx2"; break;
+    default: break;
+  }
+  return fmt::format("oneDNN {}.{}.{} (max ISA {})", v->major, v->minor, v->patch, isa);
+}
+
+namespace {
+
+// Prepares an activation operand for precision p: returns a pointer to the
+// bf16 bits (bf16), fp16-rounded floats (fp16) or the input itself (fp32).
+const void* prepare(Buffer<char>& scratch, CachingAllocator& alloc, const float* x, size_t n,
+                    Precision p, const char* tag) {
+  if (p == Precision::kFp32) return x;
+  if (p == Precision::kBf16) {
+    scratch = Buffer<char>(alloc, n * sizeof(uint16_t), tag);
+    fp32_to_bf16(reinterpret_cast<uint16_t*>(scratch.data()), x, n);
+    return scratch.data();
+  }
+  scratch = Buffer<char>(alloc, n * sizeof(float), tag);
+  round_through_fp16(reinterpret_cast<float*>(scratch.data()), x, n);
+  return scratch.data();
+}
+
+dt operand_type(Precision p) { return p == Precision::kBf16 ? dt::bf16 : dt::f32; }
+
+const void* weight_operand(const float* w, LowPrecisionWeight w_lp, Precision p) {
+  if (p == Precision::kFp32) return w;
+  if (!w_lp) throw Error("matmul: low-precision weight copy missing for non-fp32 precision");
+  return w_lp;
+}
+
+// dbias (OC) += sum over rows of dout (N,OC). Deterministic: each column is
+// summed in row order by one thread.
+void bias_backward(float* dbias, const float* dout, int N, int OC) {
+  constexpr int kBlock = 64;
+  const int blocks = (OC + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int bi = 0; bi < blocks; ++bi) {
+    const int o0 = bi * kBlock, o1 = std::min(OC, o0 + kBlock);
+    float acc[kBlock] = {};
+    for (int n = 0; n < N; ++n) {
+      const float* row = dout + static_cast<size_t>(n) * OC;
+#pragma omp simd
+      for (int o = o0; o < o1; ++o) acc[o - o0] += row[o];
+    }
+    for (int o = o0; o < o1; ++o) dbias[o] += acc[o - o0];
+  }
+}
+
+}  // namespace
+
+void Gemm::forward(float* out, const float* inp, const float* weight, LowPrecisionWeight weight_lp,
+                   const float* bias, int N, int IC, int OC, Precision p) {
+  FT_RANGE("matmul.fwd", RangeKind::kCompute, OC);
+  Buffer<char> a_scratch;
+  const void* A = prepare(a_scratch, impl_->alloc, inp, static_cast<size_t>(N) * IC, p, "gemm_a");
+  const void* B = weight_operand(weight, weight_lp, p);
+  // A = inp (N,IC) row-major; B = weight^T (IC,OC): element (k,n) at weight[n*IC + k].
+  GemmKey k{N, IC, OC, IC, 1, 1, IC, operand_type(p), false, bias != nullptr};
+  impl_->run(k, A, B, out, bias, stats_.primitives_created);
+  ++stats_.calls;
+  stats_.flops += 2.0 * N * IC * OC;
+}
+
+void Gemm::backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                    const float* weight, LowPrecisionWeight weight_lp, int N, int IC, int OC,
+                    bool accumulate_dweight, Precision p) {
+  FT_RANGE("matmul.bwd", RangeKind::kCompute, OC);
+  Buffer<char> d_scratch, a_scratch;
+  const void* D = prepare(d_scratch, impl_->alloc, dout, static_cast<size_t>(N) * OC, p, "gemm_dout");
+  const dt type = operand_type(p);
+  if (dinp) {
+    // dinp (N,IC) = dout (N,OC) @ weight (OC,IC).
+    const void* W = weight_operand(weight, weight_lp, p);
+    GemmKey k{N, OC, IC, OC, 1, IC, 1, type, false, false};
+    impl_->run(k, D, W, dinp, nullptr, stats_.primitives_created);
+    ++stats_.calls;
+    stats_.flops += 2.0 * N * IC * OC;
+  }
+  if (dweight) {
+    // dweight (OC,IC) [+]= dout^T (OC,N) @ inp (N,IC); dout^T(m,k) = dout[k*OC + m].
+    const void* X = prepare(a_scratch, impl_->alloc, inp, static_cast<size_t>(N) * IC, p, "gemm_a");
+    GemmKey k{OC, N, IC, 1, OC, IC, 1, type, accumulate_dweight, false};
+    impl_->run(k, D, X, dweight, nullptr, stats_.primitives_created);
+    ++stats_.calls;
+    stats_.flops += 2.0 * N * IC * OC;
+  }
+  if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+}  // namespace ft::trainer

@@ -1,0 +1,153 @@
+// train_config.cpp: ft-train's options through Boost.Program_options, flags and config file alike.
+#include "ft/trainer/train_config.h"
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "ft/core/allocator.h"
+#include "ft/core/error.h"
+
+namespace ft::trainer {
+
+namespace po = boost::program_options;
+
+void TrainConfig::validate() const {
+  model.validate();
+  auto need = [](bool ok, const std::string& msg) {
+    if (!ok) throw ConfigError(msg);
+  };
+  need(micro_batch > 0, "--micro-batch must be > 0");
+  need(seq_len > 0 && seq_len <= model.max_seq_len,
+       fmt::format("--seq-len {} must be in [1, {}]", seq_len, model.max_seq_len));
+  need(grad_accum > 0, "--grad-accum must be > 0");
+  need(steps > 0, "--steps must be > 0");
+  need(lr > 0 && std::isfinite(lr), "--lr must be a positive number");
+  need(min_lr >= 0 && min_lr <= lr, "--min-lr must be in [0, lr]");
+  need(warmup >= 0, "--warmup must be >= 0");
+  need(weight_decay >= 0, "--weight-decay must be >= 0");
+  need(threads >= 0, "--threads must be >= 0");
+  need(val_batches >= 0, "--val-batches must be >= 0");
+  need(loss_scale > 0, "--loss-scale must be > 0");
+  need(loss_scale_window > 0, "--loss-scale-window must be > 0");
+}
+
+nlohmann::json TrainConfig::to_json() const {
+  return {
+      {"layers", model.num_layers}, {"heads", model.num_heads}, {"channels", model.channels},
+      {"vocab", model.vocab_size}, {"padded_vocab", model.padded_vocab},
+      {"max_seq_len", model.max_seq_len}, {"micro_batch", micro_batch}, {"seq_len", seq_len},
+      {"grad_accum", grad_accum}, {"steps", steps}, {"lr", lr}, {"min_lr", min_lr},
+      {"warmup", warmup}, {"weight_decay", weight_decay}, {"clip", clip},
+      {"precision", precision_name(options.precision)},
+      {"checkpoint", checkpointing_name(options.checkpointing)},
+      {"attention", attention_name(options.attention)}, {"threads", threads},
+      {"memory_limit", memory_limit}, {"allocator_caching", allocator_caching}, {"data", data},
+      {"seed", seed}, {"loss_scale", loss_scale}, {"loss_scale_window", loss_scale_window}};
+}
+
+std::string TrainConfig::to_config_file() const {
+  std::ostringstream o;
+  o << "# ft-train configuration\n";
+  o << "layers = " << model.num_layers << "\nheads = " << model.num_heads
+    << "\nchannels = " << model.channels << "\nvocab = " << model.vocab_size
+    << "\nmax-seq-len = " << model.max_seq_len << "\nseq-len = " << seq_len
+    << "\nmicro-batch = " << micro_batch << "\ngrad-accum = " << grad_accum
+    << "\nsteps = " << steps << "\nlr = " << lr << "\nmin-lr = " << min_lr
+    << "\nwarmup = " << warmup << "\nweight-decay = " << weight_decay << "\nclip = " << clip
+    << "\nprecision = " << precision_name(options.precision)
+    << "\ncheckpoint = " << checkpointing_name(options.checkpointing)
+    << "\nattention = " << attention_name(options.attention) << "\nthreads = " << threads
+    << "\nmemory-limit = " << memory_limit
+    << "\nallocator-caching = " << (allocator_caching ? "true" : "false") << "\ndata = " << data
+    << "\nseed = " << seed << "\n";
+  return o.str();
+}
+
+std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
+                                            const std::string& program) {
+  TrainConfig c;
+  std::string precision = "fp32", checkpoint = "none", attention = "flash", memory_limit = "0";
+  std::string config_file;
+  int max_seq_len = 0, padded_vocab = 0;
+  bool caching = true;
+  po::options_description cli(fmt::format("{} options", program));
+  // clang-format off
+  cli.add_options()
+    ("help,h", "show this help")
+    ("config", po::value(&config_file), "read options from FILE (key = value lines; flags win)");
+  po::options_description opts("training");
+  opts.add_options()
+    ("layers", po::value(&c.model.num_layers)->default_value(4), "transformer blocks L")
+    ("heads", po::value(&c.model.num_heads)->default_value(4), "attention heads NH")
+    ("channels", po::value(&c.model.channels)->default_value(128), "model width C")
+    ("vocab", po::value(&c.model.vocab_size)->default_value(256), "vocabulary V (>= 256 for byte data)")
+    ("padded-vocab", po::value(&padded_vocab)->default_value(0), "rows of wte (0: V rounded up to 64)")
+    ("max-seq-len", po::value(&max_seq_len)->default_value(0), "rows of wpe (0: = --seq-len)")
+    ("seq-len", po::value(&c.seq_len)->default_value(128), "sequence length T")
+    ("micro-batch", po::value(&c.micro_batch)->default_value(8), "micro-batch B")
+    ("grad-accum", po::value(&c.grad_accum)->default_value(1), "micro-batches per step K")
+    ("steps", po::value(&c.steps)->default_value(50), "optimizer steps")
+    ("lr", po::value(&c.lr)->default_value(1e-3f, "1e-3"), "peak learning rate")
+    ("min-lr", po::value(&c.min_lr)->default_value(1e-4f, "1e-4"), "cosine floor")
+    ("warmup", po::value(&c.warmup)->default_value(10), "linear warmup steps")
+    ("weight-decay", po::value(&c.weight_decay)->default_value(0.1f, "0.1"), "AdamW decoupled decay (matrices only)")
+    ("clip", po::value(&c.clip)->default_value(1.0f, "1.0"), "global grad-norm clip (<= 0: off)")
+    ("beta1", po::value(&c.beta1)->default_value(0.9f, "0.9"), "AdamW beta1")
+    ("beta2", po::value(&c.beta2)->default_value(0.95f, "0.95"), "AdamW beta2")
+    ("precision", po::value(&precision)->default_value("fp32"), "fp32 | bf16 | fp16")
+    ("checkpoint", po::value(&checkpoint)->default_value("none"), "activation checkpointing: none | block")
+    ("attention", po::value(&attention)->default_value("flash"), "flash (tiled, O(T) memory) | naive")
+    ("threads", po::value(&c.threads)->default_value(0), "worker threads (0: all cores)")
+    ("memory-limit", po::value(&memory_limit)->default_value("0"), "allocator budget, e.g. 2G (0: none)")
+    ("allocator-caching", po::value(&caching)->default_value(true), "false: return memory to the OS on every free")
+    ("data", po::value(&c.data)->default_value("kjv"), "kjv | text file | llm.c shard | shard directory")
+    ("seed", po::value(&c.seed)->default_value(1337), "random seed")
+    ("metrics", po::value(&c.metrics), "write per-step metrics as JSONL to FILE")
+    ("save", po::value(&c.save_dir), "checkpoint directory")
+    ("save-every", po::value(&c.save_every)->default_value(0), "checkpoint every N steps (0: at the end)")
+    ("resume", po::value(&c.resume_dir), "resume from the checkpoint in DIR")
+    ("init-from", po::value(&c.init_from), "initialise weights from an llm.c model file")
+    ("export-llmc", po::value(&c.export_llmc), "write the final weights as an llm.c model file")
+    ("val-every", po::value(&c.val_every)->default_value(0), "validate every N steps (0: at the end)")
+    ("val-batches", po::value(&c.val_batches)->default_value(8), "micro-batches per validation")
+    ("warmup-excluded", po::value(&c.warmup_steps_excluded)->default_value(2), "steps excluded from mean tokens/s")
+    ("peak-gflops", po::value(&c.peak_gflops)->default_value(0), "peak for MFU (0: ft's stated default)")
+    ("loss-scale", po::value(&c.loss_scale)->default_value(65536.0f, "65536"), "fp16 initial loss scale")
+    ("loss-scale-window", po::value(&c.loss_scale_window)->default_value(1000), "fp16: clean steps before the scale doubles")
+    ("quiet,q", po::bool_switch(&c.quiet), "no per-step table");
+  // clang-format on
+  cli.add(opts);
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, cli), vm);
+    if (vm.count("help")) {
+      std::cout << "usage: " << program << " [options]\n" << cli << "\n";
+      return std::nullopt;
+    }
+    if (vm.count("config")) {
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream in(path);
+      if (!in) throw ConfigError("cannot open config file '" + path + "'");
+      po::store(po::parse_config_file(in, opts), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw ConfigError(fmt::format("{}: {}", program, e.what()));
+  }
+  c.options.precision = parse_precision(precision);
+  c.options.checkpointing = parse_checkpointing(checkpoint);
+  c.options.attention = parse_attention(attention);
+  c.memory_limit = parse_bytes(memory_limit);
+  c.allocator_caching = caching;
+  c.model.max_seq_len = max_seq_len > 0 ? max_seq_len : c.seq_len;
+  c.model.padded_vocab = padded_vocab > 0 ? padded_vocab : GptConfig::pad_vocab(c.model.vocab_size);
+  c.validate();
+  return c;
+}
+
+}  // namespace ft::trainer

@@ -1,0 +1,307 @@
+// trainer.cpp: one optimizer step = K micro-batches, clip, AdamW; plus validation and checkpoints.
+#include "ft/trainer/trainer.h"
+
+#include <omp.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "ft/core/annotate.h"
+#include "ft/core/error.h"
+#include "ft/trainer/checkpoint_io.h"
+#include "ft/trainer/ops.h"
+
+namespace ft::trainer {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+constexpr const char* kCheckpointFile = "checkpoint.ft";
+constexpr int kCheckpointVersion = 1;
+}  // namespace
+
+double default_peak_gflops(Precision p, int threads) {
+  // Per-core peaks measured with bench/fma_peak (AVX-512 FMA; vdpbf16ps for bf16).
+  constexpr double kFp32PerCore = 200.0;
+  constexpr double kBf16PerCore = 400.0;
+  return (p == Precision::kBf16 ? kBf16PerCore : kFp32PerCore) * threads;
+}
+
+nlohmann::json StepMetrics::to_json() const {
+  return {{"step", step},
+          {"loss", loss},
+          {"lr", lr},
+          {"grad_norm", grad_norm},
+          {"step_ms", step_ms},
+          {"data_ms", data_ms},
+          {"tokens_per_s", tokens_per_s},
+          {"mfu", mfu},
+          {"skipped", skipped},
+          {"loss_scale", loss_scale},
+          {"mem_allocated", mem_allocated},
+          {"mem_reserved", mem_reserved},
+          {"mem_peak", mem_peak}};
+}
+
+nlohmann::json TrainSummary::to_json() const {
+  nlohmann::json j = {{"steps", steps_run},
+                      {"mean_tokens_per_s", mean_tokens_per_s},
+                      {"mean_step_ms", mean_step_ms},
+                      {"mean_mfu", mean_mfu},
+                      {"final_loss", final_loss},
+                      {"skipped_steps", skipped_steps},
+                      {"mem_peak", memory.peak_allocated},
+                      {"mem_reserved_peak", memory.peak_reserved},
+                      {"fragmentation", memory.fragmentation()},
+                      {"alloc_retries", memory.cache_flush_retries},
+                      {"ooms", memory.ooms},
+                      {"activation_bytes", activations.saved_bytes},
+                      {"activation_bytes_without_checkpointing", activations.no_checkpoint_bytes}};
+  j["val_loss"] = val_loss >= 0 ? nlohmann::json(val_loss) : nlohmann::json(nullptr);
+  return j;
+}
+
+Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm)
+    : config_(std::move(config)), comm_(comm ? std::move(comm) : make_local_communicator()) {
+  config_.validate();
+  const int threads = config_.threads > 0 ? config_.threads : omp_get_num_procs();
+  omp_set_num_threads(threads);
+  config_.threads = threads;
+  if (config_.peak_gflops > 0) {
+    peak_gflops_ = config_.peak_gflops;
+    peak_source_ = "--peak-gflops";
+  } else {
+    peak_gflops_ = default_peak_gflops(config_.options.precision, threads);
+    peak_source_ = fmt::format("ft default for {} on {} threads (bench/fma_peak)",
+                               precision_name(config_.options.precision), threads);
+  }
+  AllocatorOptions ao;
+  ao.memory_limit = config_.memory_limit;
+  ao.caching = config_.allocator_caching;
+  alloc_ = std::make_unique<CachingAllocator>(ao);
+
+  split_ = data::load_data(config_.data, tokenizer_);
+  const int max_token = std::max(split_.train->max_token(), split_.val->max_token());
+  if (max_token >= config_.model.vocab_size) {
+    throw ConfigError(fmt::format("data '{}' has token id {} but --vocab is {}", config_.data,
+                                  max_token, config_.model.vocab_size));
+  }
+  train_loader_ = std::make_unique<data::BatchLoader>(split_.train, config_.micro_batch,
+                                                      config_.seq_len);
+  const size_t BT = static_cast<size_t>(config_.micro_batch) * config_.seq_len;
+  inputs_ = Buffer<int32_t>(*alloc_, BT, "batch.inputs");
+  targets_ = Buffer<int32_t>(*alloc_, BT, "batch.targets");
+
+  model_ = std::make_unique<GptModel>(config_.model, *alloc_, config_.options);
+  model_->init_weights(config_.seed);
+  rng_.reseed(config_.seed ^ 0x5eedull);
+  const size_t n = model_->num_params();
+  adam_m_ = Buffer<float>(*alloc_, n, "adam.m");
+  adam_v_ = Buffer<float>(*alloc_, n, "adam.v");
+  std::memset(adam_m_.data(), 0, n * sizeof(float));
+  std::memset(adam_v_.data(), 0, n * sizeof(float));
+  scaler_.scale = config_.options.precision == Precision::kFp16 ? config_.loss_scale : 1.0f;
+  scaler_.growth_interval = config_.loss_scale_window;
+
+  if (!config_.init_from.empty()) {
+    LlmcModel m = read_llmc_model(config_.init_from);
+    const GptConfig& a = m.config;
+    const GptConfig& b = config_.model;
+    if (a.num_layers != b.num_layers || a.num_heads != b.num_heads || a.channels != b.channels ||
+        a.vocab_size != b.vocab_size || a.padded_vocab != b.padded_vocab ||
+        a.max_seq_len < b.max_seq_len) {
+      throw ConfigError(fmt::format("--init-from '{}' holds {} but the run is configured as {}",
+                                    config_.init_from, a.describe(), b.describe()));
+    }
+    // wpe rows beyond our max_seq_len are dropped; the layout is otherwise identical.
+    ParamLayout src = ParamLayout::make(a);
+    const ParamLayout& dst = model_->layout();
+    for (int i = 0; i < kNumParamTensors; ++i) {
+      std::memcpy(model_->params() + dst.offsets[i], m.params.data() + src.offsets[i],
+                  dst.sizes[i] * sizeof(float));
+    }
+    model_->refresh_low_precision();
+  }
+  if (comm_->world_size() > 1) {
+    comm_->broadcast(model_->params(), n, 0);
+    model_->refresh_low_precision();
+  }
+  if (!config_.resume_dir.empty()) load(config_.resume_dir);
+}
+
+Trainer::~Trainer() = default;
+
+uint64_t Trainer::data_position() const { return train_loader_->position(); }
+
+StepMetrics Trainer::step() {
+  FT_RANGE("step", RangeKind::kStep, step_);
+  const auto t0 = Clock::now();
+  const int B = config_.micro_batch, T = config_.seq_len, K = config_.grad_accum;
+  const float loss_scale = scaler_.scale;
+  const float dloss = loss_scale / (static_cast<float>(B) * T * K * comm_->world_size());
+  double loss_sum = 0, data_ms = 0;
+  for (int k = 0; k < K; ++k) {
+    {
+      FT_RANGE("data.next", RangeKind::kData, k);
+      const auto td = Clock::now();
+      train_loader_->next(inputs_.data(), targets_.data());
+      data_ms += ms_since(td);
+    }
+    loss_sum += model_->forward_backward(inputs_.data(), targets_.data(), B, T, dloss, k == 0);
+  }
+  double loss = loss_sum / K;
+  const size_t n = model_->num_params();
+  if (comm_->world_size() > 1) {
+    FT_RANGE("comm.grads", RangeKind::kComm);
+    comm_->all_reduce_sum(model_->grads(), n);
+    comm_->all_reduce_sum(&loss, 1);
+    loss /= comm_->world_size();
+  }
+  StepMetrics m;
+  m.step = step_;
+  m.loss = loss;
+  m.lr = learning_rate(step_, config_.steps, config_.warmup, config_.lr, config_.min_lr);
+  m.loss_scale = loss_scale;
+  {
+    FT_RANGE("optimizer", RangeKind::kOptimizer);
+    // One pass: a non-finite sum of squares means an fp16 overflow (or a real blow-up).
+    const double sq = ops::sum_squares(model_->grads(), n);
+    const double norm = std::sqrt(sq) / loss_scale;
+    m.grad_norm = norm;
+    bool skip = false;
+    if (config_.options.precision == Precision::kFp16) {
+      skip = scaler_.update(!std::isfinite(norm));
+    }
+    m.skipped = skip;
+    if (!skip) {
+      float clip_factor = 1.0f;
+      if (config_.clip > 0 && std::isfinite(norm) && norm > config_.clip) {
+        clip_factor = static_cast<float>(config_.clip / (norm + 1e-6));
+      }
+      apply_update(m.lr, clip_factor / loss_scale);
+    }
+  }
+  m.data_ms = data_ms;
+  m.step_ms = ms_since(t0);
+  const double tokens = static_cast<double>(B) * T * K * comm_->world_size();
+  m.tokens_per_s = tokens / (m.step_ms / 1000.0);
+  m.mfu = flops_per_token(config_.model, T) * m.tokens_per_s / (peak_gflops_ * 1e9) /
+          comm_->world_size();
+  const AllocatorStats s = alloc_->stats();
+  m.mem_allocated = s.allocated;
+  m.mem_reserved = s.reserved;
+  m.mem_peak = s.peak_allocated;
+  ++step_;
+  return m;
+}
+
+void Trainer::apply_update(float lr, float grad_scale) {
+  ++adam_t_;
+  const ParamLayout& L = model_->layout();
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    const size_t off = L.offsets[i];
+    const float wd = ParamLayout::decays(i) ? config_.weight_decay : 0.0f;
+    ops::adamw_update(model_->params() + off, model_->grads() + off, adam_m_.data() + off,
+                      adam_v_.data() + off, L.sizes[i], lr, config_.beta1, config_.beta2,
+                      config_.eps, wd, grad_scale, adam_t_);
+  }
+  model_->refresh_low_precision();
+}
+
+double Trainer::evaluate() {
+  FT_RANGE("validate", RangeKind::kCompute);
+  const int B = config_.micro_batch, T = config_.seq_len;
+  if (config_.val_batches == 0) return -1;
+  data::BatchLoader loader(split_.val, B, T);
+  const size_t available = loader.batches_per_epoch();
+  const int nb = static_cast<int>(std::min<size_t>(config_.val_batches, std::max<size_t>(available, 1)));
+  double sum = 0;
+  for (int i = 0; i < nb; ++i) {
+    loader.next(inputs_.data(), targets_.data());
+    sum += model_->forward_loss(inputs_.data(), targets_.data(), B, T);
+  }
+  return sum / nb;
+}
+
+void Trainer::save(const std::string& dir) {
+  FT_RANGE("checkpoint.save", RangeKind::kHost);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw IoError(fmt::format("cannot create checkpoint directory '{}': {}", dir, ec.message()));
+  const auto rs = rng_.state();
+  nlohmann::json meta = {
+      {"format", "ft-checkpoint"},
+      {"version", kCheckpointVersion},
+      {"next_step", step_},
+      {"adam_t", adam_t_},
+      {"config", config_.to_json()},
+      {"loss_scale", scaler_.scale},
+      {"loss_scale_clean_steps", scaler_.clean_steps},
+      {"loss_scale_overflows", scaler_.overflows},
+      {"data_position", train_loader_->position()},
+      {"data_epoch", train_loader_->epoch()},
+      {"rng", {rs[0], rs[1], rs[2], rs[3]}},
+      {"num_params", model_->num_params()}};
+  CheckpointWriter w;
+  w.set_meta(meta);
+  const size_t bytes = model_->num_params() * sizeof(float);
+  w.add_section("params", model_->params(), bytes);
+  w.add_section("adam_m", adam_m_.data(), bytes);
+  w.add_section("adam_v", adam_v_.data(), bytes);
+  w.commit(std::filesystem::path(dir) / kCheckpointFile);
+}
+
+void Trainer::load(const std::string& dir) {
+  const auto path = std::filesystem::path(dir) / kCheckpointFile;
+  if (!std::filesystem::exists(path)) {
+    throw IoError(fmt::format("no checkpoint at '{}'", path.string()));
+  }
+  CheckpointReader r(path);
+  const nlohmann::json& meta = r.meta();
+  try {
+    if (meta.at("format") != "ft-checkpoint" || meta.at("version").get<int>() != kCheckpointVersion) {
+      throw FormatError(fmt::format("'{}' is not a version-{} ft checkpoint", path.string(),
+                                    kCheckpointVersion));
+    }
+    const nlohmann::json& c = meta.at("config");
+    const GptConfig& g = config_.model;
+    if (c.at("layers") != g.num_layers || c.at("heads") != g.num_heads ||
+        c.at("channels") != g.channels || c.at("vocab") != g.vocab_size ||
+        c.at("padded_vocab") != g.padded_vocab || c.at("max_seq_len") != g.max_seq_len) {
+      throw ConfigError(fmt::format(
+          "checkpoint '{}' holds a model L{} NH{} C{} V{} Tmax{}, but the run is configured as {}",
+          path.string(), c.at("layers").get<int>(), c.at("heads").get<int>(),
+          c.at("channels").get<int>(), c.at("vocab").get<int>(), c.at("max_seq_len").get<int>(),
+          g.describe()));
+    }
+    if (meta.at("num_params").get<size_t>() != model_->num_params()) {
+      throw FormatError(fmt::format("checkpoint '{}' has {} parameters, expected {}", path.string(),
+                                    meta.at("num_params").get<size_t>(), model_->num_params()));
+    }
+    const size_t bytes = model_->num_params() * sizeof(float);
+    r.read("params", model_->params(), bytes);
+    r.read("adam_m", adam_m_.data(), bytes);
+    r.read("adam_v", adam_v_.data(), bytes);
+    step_ = meta.at("next_step").get<int>();
+    adam_t_ = meta.at("adam_t").get<int>();
+    scaler_.scale = meta.at("loss_scale").get<float>();
+    scaler_.clean_steps = meta.at("loss_scale_clean_steps").get<int>();
+    scaler_.overflows = meta.at("loss_scale_overflows").get<uint64_t>();
+    train_loader_->set_position(meta.at("data_position").get<uint64_t>());
+    train_loader_->set_epoch(meta.at("data_epoch").get<uint64_t>());
+    const auto& rs = meta.at("rng");
+    rng_.set_state({rs.at(0).get<uint64_t>(), rs.at(1).get<uint64_t>(), rs.at(2).get<uint64_t>(),
+                    rs.at(3).get<uint64_t>()});
+  } catch (const nlohmann::json::exception& e) {
+    throw FormatError(fmt::format("checkpoint '{}' metadata is malformed: {}", path.string(), e.what()));
+  }
+  model_->refresh_low_precision();
+}
+
+}  // namespace ft::trainer
