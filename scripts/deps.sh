@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# deps.sh: installs the Debian packages ft needs that are missing (or prints the apt-get line when not root).
+# Usage: scripts/deps.sh [core|all]   core = build + tests; all = also benchmarks' peers (PyTorch, OpenBLAS, jemalloc).
+set -euo pipefail
+set_name="${1:-core}"
+core=(build-essential cmake pkg-config git libdnnl-dev libfmt-dev libboost-program-options-dev
+      nlohmann-json3-dev zlib1g-dev libgtest-dev googletest bible-kjv)
+extra=(python3 python3-torch python3-numpy libopenblas0-openmp libopenblas-dev libjemalloc2 hyperfine)
+pkgs=("${core[@]}")
+if [[ "$set_name" == "all" ]]; then pkgs+=("${extra[@]}"); fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+line="apt-get install -y --no-install-recommends ${missing[*]}"
+if [[ $(id -u) -ne 0 ]]; then
+  echo "ft: missing Debian packages. Run as root:" >&2
+  echo "  apt-get update && $line" >&2
+  exit 1
+fi
+echo "ft: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
