@@ -1,0 +1,28 @@
+// device.h: the backend/device seam: which devices exist and which backend a run uses.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ft::trainer {
+
+enum class DeviceKind { kCpu, kCuda };
+
+DeviceKind parse_device(const std::string& s);  // "cpu" | "cuda"; throws ConfigError
+const char* device_name(DeviceKind d);
+
+struct CudaDeviceInfo {
+  int index = 0;
+  std::string name;
+  int sm_major = 0, sm_minor = 0;
+  size_t total_memory = 0;
+};
+
+// CUDA devices visible to this process. Empty when ft was built without CUDA
+// or when the runtime reports any error (no driver, no device: treated alike).
+std::vector<CudaDeviceInfo> cuda_devices();
+// Why there are no CUDA devices ("built without FT_WITH_CUDA", "cudaGetDeviceCount: error 35 ..."), or "".
+std::string cuda_unavailable_reason();
+bool built_with_cuda();
+
+}  // namespace ft::trainer
