@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -11,7 +12,7 @@ namespace ft {
 
 // Allocator statistics, in bytes unless noted.
 struct AllocatorStats {
-  size_t allocated = 0;        // bytes handed out to live blocks (rounded sizes)
+  size_t allocated = 0;        // bytes held by live blocks (rounded sizes, plus any unsplit tail)
   size_t requested = 0;        // bytes asked for by live blocks (unrounded)
   size_t reserved = 0;         // bytes held from the OS in segments
   size_t peak_allocated = 0;   // high-water mark of `allocated`
@@ -60,22 +61,26 @@ class CachingAllocator {
   AllocatorStats stats() const;
   void reset_peak();
   const AllocatorOptions& options() const { return options_; }
+  // Sets the budget on reserved bytes (0 = unlimited). Lowering it below
+  // `reserved` releases wholly free cached segments; live blocks are untouched.
   void set_memory_limit(size_t bytes);
 
  private:
   struct Block;
   struct Segment;
-  Block* find_free_block(size_t size);
-  Block* map_segment(size_t size);
+  struct Impl;  // free-block indices and the live-pointer map, defined in the .cpp
+  Block* find_free_block(size_t size, bool large);
+  Block* map_segment(size_t size, bool large, size_t requested, const char* tag);
   void unmap_segment(Segment* seg);
   size_t release_cached_locked();
   void update_largest_free_locked() const;
+  [[noreturn]] void throw_oom_locked(size_t requested, const char* tag, const std::string& why);
 
   AllocatorOptions options_;
   mutable std::mutex mu_;
   std::vector<Segment*> segments_;
   mutable AllocatorStats stats_;
-  void* impl_ = nullptr;  // free-block index, owned by the .cpp
+  std::unique_ptr<Impl> impl_;
 };
 
 // The process-wide allocator used by the engine.
