@@ -106,6 +106,10 @@ TEST(AttentionGrad, OneTile) { run_case({1, 20, 12, 2, 1.5f, 0}, 200); }  // HS 
 TEST(AttentionGrad, ExactTile) { run_case({1, ops::kFlashTile, 8, 2, 1.0f, 300}, 300); }
 TEST(AttentionGrad, T70) { run_case({2, 70, 16, 2, 2.0f, 400}, 400); }
 TEST(AttentionGrad, T130) { run_case({1, 130, 24, 3, 2.0f, 400}, 500); }
+// Head sizes that hit the vectorised (16-wide) small-GEMM paths, with and without a tail.
+TEST(AttentionGrad, HS16) { run_case({2, 33, 32, 2, 1.0f, 300}, 600); }
+TEST(AttentionGrad, HS64T70) { run_case({1, 70, 128, 2, 1.0f, 150}, 700); }
+TEST(AttentionGrad, HS24T130) { run_case({1, 130, 48, 2, 1.5f, 150}, 800); }
 
 TEST(AttentionGrad, FlashDeterministicAcrossThreads) {
   const int B = 2, T = 100, C = 32, NH = 4;
