@@ -17,6 +17,8 @@ class Tokenizer {
   virtual int vocab_size() const = 0;
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   virtual std::string decode(const int32_t* tokens, size_t n) const = 0;
+  // Short name for descriptions, e.g. "byte".
+  virtual std::string name() const { return "tokenizer"; }
 };
 
 // One token per byte; vocabulary 256.
@@ -24,7 +26,9 @@ class ByteTokenizer : public Tokenizer {
  public:
   int vocab_size() const override { return 256; }
   std::vector<int32_t> encode(std::string_view text) const override;
+  // Ids outside [0, 256) decode to U+FFFD.
   std::string decode(const int32_t* tokens, size_t n) const override;
+  std::string name() const override { return "byte"; }
 };
 
 // A read-only sequence of token ids.
@@ -38,6 +42,11 @@ class TokenSource {
 };
 
 std::shared_ptr<TokenSource> make_vector_source(std::vector<int32_t> tokens);
+// The parts back to back, in order (e.g. several shards as one stream).
+std::shared_ptr<TokenSource> make_concat_source(std::vector<std::shared_ptr<TokenSource>> parts);
+// Tokens [begin, begin+n) of `base`; throws ConfigError if out of range.
+std::shared_ptr<TokenSource> make_slice_source(std::shared_ptr<TokenSource> base, size_t begin,
+                                               size_t n);
 
 // An llm.c token shard: header of 256 int32 {20240520, version, num_tokens},
 // then num_tokens ids, uint16 for version 1 and uint32 for version 7.
@@ -47,10 +56,14 @@ std::shared_ptr<TokenSource> open_llmc_shard(const std::filesystem::path& path);
 void write_llmc_shard(const std::filesystem::path& path, const std::vector<int32_t>& tokens,
                       int version = 1);  // atomic
 
-// The King James Bible from Debian's bible-kjv, verse references stripped.
-// Cached at $FT_CACHE_DIR or ~/.cache/ft/kjv.txt, generated atomically on
-// first use with `bible -f "Gen1:1-Rev22:21"`. Throws IoError if `bible` is
-// missing (naming the package to install).
+// ft's cache directory: $FT_CACHE_DIR, else $XDG_CACHE_HOME/ft, else
+// $HOME/.cache/ft (created if missing; throws IoError if none is set).
+std::filesystem::path cache_dir();
+
+// The King James Bible from Debian's bible-kjv, verse references stripped, one
+// verse per line and a blank line between chapters. Cached as cache_dir()/kjv.txt,
+// generated atomically on first use with `bible -f "Gen1:1-Rev22:21"`. Throws
+// IoError if `bible` is missing (naming the package to install).
 std::filesystem::path kjv_text_path();
 
 struct TrainValSplit {
@@ -61,7 +74,10 @@ struct TrainValSplit {
 
 // Resolves --data: "kjv", a text file (byte-tokenized), one .bin shard (split
 // 95/5 by position), or a directory of shards (files containing "val" are
-// validation). Text is split by chapters/paragraphs, every 20th to validation.
+// validation; with none, the last 5% of the concatenation). Text is split into
+// chapters/paragraphs at blank lines, every 20th (index % 20 == 19) to
+// validation; text with fewer than 20 paragraphs is split 95/5 by position.
+// Throws ConfigError for a missing path or empty data.
 TrainValSplit load_data(const std::string& spec, const Tokenizer& tokenizer);
 
 // Sequential (B,T) batches over a TokenSource: each batch reads B*T+1

@@ -1,0 +1,128 @@
+// atomic_file_test.cpp: atomic replacement, cleanup of uncommitted writes, read_file and CRC32.
+#include "ft/core/atomic_file.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "ft/core/error.h"
+
+namespace ft {
+namespace {
+
+namespace fs = std::filesystem;
+
+class AtomicFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ft_atomic_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  size_t count_files() const {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir_)) ++n;
+    return n;
+  }
+  fs::path dir_;
+};
+
+TEST_F(AtomicFileTest, CommitCreatesFile) {
+  const fs::path p = dir_ / "a.txt";
+  write_file_atomic(p, "hello");
+  EXPECT_EQ(read_file(p), "hello");
+  EXPECT_EQ(count_files(), 1u);  // no temp left behind
+}
+
+TEST_F(AtomicFileTest, CommitReplacesOnlyAtCommit) {
+  const fs::path p = dir_ / "a.txt";
+  write_file_atomic(p, "old contents");
+  {
+    AtomicFileWriter w(p);
+    w.write("new", 3);
+    w.write(" contents!", 10);
+    EXPECT_EQ(w.bytes_written(), 13u);
+    // Until commit the old file is intact and the temp sits beside it.
+    EXPECT_EQ(read_file(p), "old contents");
+    EXPECT_EQ(count_files(), 2u);
+    w.commit();
+  }
+  EXPECT_EQ(read_file(p), "new contents!");
+  EXPECT_EQ(count_files(), 1u);
+}
+
+TEST_F(AtomicFileTest, UncommittedWriterLeavesNoFileAndNoTemp) {
+  const fs::path p = dir_ / "never.bin";
+  {
+    AtomicFileWriter w(p);
+    w.write("partial", 7);
+  }
+  EXPECT_FALSE(fs::exists(p));
+  EXPECT_EQ(count_files(), 0u);
+}
+
+TEST_F(AtomicFileTest, UncommittedWriterKeepsOldFile) {
+  const fs::path p = dir_ / "keep.txt";
+  write_file_atomic(p, "keep me");
+  try {
+    AtomicFileWriter w(p);
+    w.write("garbage", 7);
+    throw std::runtime_error("simulated failure");
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_EQ(read_file(p), "keep me");
+  EXPECT_EQ(count_files(), 1u);
+}
+
+TEST_F(AtomicFileTest, LargeWrite) {
+  std::string big(5 << 20, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 + 7);
+  const fs::path p = dir_ / "big.bin";
+  write_file_atomic(p, big);
+  EXPECT_EQ(read_file(p), big);
+}
+
+TEST_F(AtomicFileTest, EmptyFile) {
+  const fs::path p = dir_ / "empty";
+  write_file_atomic(p, "");
+  EXPECT_TRUE(fs::exists(p));
+  EXPECT_EQ(read_file(p), "");
+}
+
+TEST_F(AtomicFileTest, MissingDirectoryThrowsIoErrorWithPath) {
+  const fs::path p = dir_ / "no" / "such" / "dir" / "x.txt";
+  try {
+    AtomicFileWriter w(p);
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("x.txt"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("No such file"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(AtomicFileTest, ReadMissingFileThrowsIoError) {
+  EXPECT_THROW(read_file(dir_ / "missing"), IoError);
+}
+
+TEST(Crc32Test, KnownVector) {
+  EXPECT_EQ(crc32("123456789", 9), 0xCBF43926u);
+  EXPECT_EQ(crc32("", 0), 0u);
+}
+
+TEST(Crc32Test, RunningCrcMatchesOneShot) {
+  const std::string s = "The quick brown fox jumps over the lazy dog";
+  const uint32_t whole = crc32(s.data(), s.size());
+  EXPECT_EQ(whole, 0x414FA339u);
+  uint32_t c = crc32(s.data(), 10);
+  c = crc32(s.data() + 10, s.size() - 10, c);
+  EXPECT_EQ(c, whole);
+}
+
+}  // namespace
+}  // namespace ft
