@@ -1,12 +1,11 @@
 // atomic_file_test.cpp: atomic replacement, cleanup of uncommitted writes, read_file and CRC32.
 #include "ft/core/atomic_file.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "ft/core/error.h"
 

@@ -1,6 +1,7 @@
 // checkpoint_io_test.cpp: ft checkpoint roundtrip and corruption detection; llm.c model files.
 #include "ft/trainer/checkpoint_io.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -9,8 +10,6 @@
 #include <numeric>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
@@ -220,8 +219,8 @@ TEST_F(CheckpointTest, WrongMagic) {
   std::string bytes = read_file(write_standard());
   bytes.replace(0, 8, "GGUFxxxx");
   expect_format_error(bytes, "bad magic", "wrong magic");
-  expect_format_error("not a checkpoint at all, just some text that is long enough",
-                      "bad magic", "text file");
+  expect_format_error("not a checkpoint at all, just some text that is long enough", "bad magic",
+                      "text file");
 }
 
 TEST_F(CheckpointTest, SectionOutOfBounds) {

@@ -1,6 +1,7 @@
 // data_test.cpp: tokenizer, llm.c shards, token sources, BatchLoader, load_data and the KJV corpus.
 #include "ft/trainer/data.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -9,8 +10,6 @@
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
@@ -242,8 +241,9 @@ TEST_F(DataTest, LoadTextSplitsEveryTwentiethParagraphToVal) {
   EXPECT_EQ(read_all(*a.train), read_all(*b.train));  // deterministic
   EXPECT_EQ(read_all(*a.val), read_all(*b.val));
   const std::string val = tok.decode(read_all(*a.val).data(), a.val->size());
-  EXPECT_EQ(val, "Chapter 19 line one.\nAnd line two of chapter 19.\n\n"
-                 "Chapter 39 line one.\nAnd line two of chapter 39.\n\n");
+  EXPECT_EQ(val,
+            "Chapter 19 line one.\nAnd line two of chapter 19.\n\n"
+            "Chapter 39 line one.\nAnd line two of chapter 39.\n\n");
   const std::string train = tok.decode(read_all(*a.train).data(), a.train->size());
   EXPECT_EQ(train.rfind("Chapter 0 line one.\n", 0), 0u);
   EXPECT_EQ(train.find("Chapter 19 "), std::string::npos);

@@ -2,6 +2,7 @@
 #include "ft/trainer/checkpoint_io.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,8 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <set>
-
-#include <fmt/format.h>
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
@@ -135,8 +134,8 @@ CheckpointReader::CheckpointReader(const std::filesystem::path& path) : path_(pa
   }
   const size_t min_size = kPrefixBytes + hlen + kTrailerBytes;
   if (size < min_size) {
-    format_error(path, fmt::format("truncated at byte {} of at least {} (header is {} bytes)",
-                                   size, min_size, hlen));
+    format_error(path, fmt::format("truncated at byte {} of at least {} (header is {} bytes)", size,
+                                   min_size, hlen));
   }
   const char* hdr = blob_.data() + kPrefixBytes;
   const char* trailer = blob_.data() + size - kTrailerBytes;
@@ -160,8 +159,8 @@ CheckpointReader::CheckpointReader(const std::filesystem::path& path) : path_(pa
     }
     if (parsed && h.is_object() && h.contains("file_bytes") &&
         h["file_bytes"].is_number_unsigned() && h["file_bytes"].get<uint64_t>() > size) {
-      format_error(path, fmt::format("truncated at byte {} of {}", size,
-                                     h["file_bytes"].get<uint64_t>()));
+      format_error(
+          path, fmt::format("truncated at byte {} of {}", size, h["file_bytes"].get<uint64_t>()));
     }
     format_error(path, fmt::format("missing end magic \"FTCKEND1\" at byte {} (truncated or "
                                    "corrupt)",
@@ -256,12 +255,11 @@ namespace {
   throw FormatError(fmt::format("llm.c model '{}': {}", path.string(), what));
 }
 
-void pread_all(int fd, void* out, size_t bytes, size_t offset,
-               const std::filesystem::path& path) {
+void pread_all(int fd, void* out, size_t bytes, size_t offset, const std::filesystem::path& path) {
   char* p = static_cast<char*>(out);
   while (bytes > 0) {
-    const ssize_t n = ::pread(fd, p, std::min<size_t>(bytes, size_t{1} << 30),
-                              static_cast<off_t>(offset));
+    const ssize_t n =
+        ::pread(fd, p, std::min<size_t>(bytes, size_t{1} << 30), static_cast<off_t>(offset));
     if (n < 0) {
       if (errno == EINTR) continue;
       throw IoError(fmt::format("cannot read '{}': {}", path.string(), std::strerror(errno)));
@@ -293,8 +291,8 @@ LlmcModel read_llmc_model(const std::filesystem::path& path) {
   }
   const size_t size = static_cast<size_t>(st.st_size);
   if (size < kLlmcHeaderBytes) {
-    llmc_error(path, fmt::format("truncated at byte {} of at least {} (header)", size,
-                                 kLlmcHeaderBytes));
+    llmc_error(path,
+               fmt::format("truncated at byte {} of at least {} (header)", size, kLlmcHeaderBytes));
   }
   int32_t header[kLlmcHeaderInts];
   pread_all(f.fd, header, sizeof(header), 0, path);
@@ -302,12 +300,13 @@ LlmcModel read_llmc_model(const std::filesystem::path& path) {
     llmc_error(path, fmt::format("bad magic {} (expected {})", header[0], kLlmcModelMagic));
   }
   if (header[1] == kLlmcBf16Version) {
-    llmc_error(path, "version 5 (bf16 parameters) is not supported; only fp32 version 3 "
-                     "files can be read (export with llm.c's fp32 writer)");
+    llmc_error(path,
+               "version 5 (bf16 parameters) is not supported; only fp32 version 3 "
+               "files can be read (export with llm.c's fp32 writer)");
   }
   if (header[1] != kLlmcFp32Version) {
-    llmc_error(path, fmt::format("unsupported version {}; only fp32 version 3 is supported",
-                                 header[1]));
+    llmc_error(path,
+               fmt::format("unsupported version {}; only fp32 version 3 is supported", header[1]));
   }
   LlmcModel m;
   GptConfig& c = m.config;
@@ -324,10 +323,10 @@ LlmcModel read_llmc_model(const std::filesystem::path& path) {
   }
   // Check the size in floating point first so absurd headers cannot overflow size_t.
   const long double C = c.channels, L = c.num_layers;
-  const long double approx = kLlmcHeaderBytes +
-                             4.0L * (static_cast<long double>(c.padded_vocab) * C +
-                                     static_cast<long double>(c.max_seq_len) * C +
-                                     L * (12.0L * C * C + 13.0L * C) + 2.0L * C);
+  const long double approx =
+      kLlmcHeaderBytes + 4.0L * (static_cast<long double>(c.padded_vocab) * C +
+                                 static_cast<long double>(c.max_seq_len) * C +
+                                 L * (12.0L * C * C + 13.0L * C) + 2.0L * C);
   if (approx > static_cast<long double>(size) + 1.0L) {
     llmc_error(path, fmt::format("truncated at byte {} of {:.0f} ({})", size,
                                  static_cast<double>(approx), c.describe()));
@@ -335,8 +334,7 @@ LlmcModel read_llmc_model(const std::filesystem::path& path) {
   const ParamLayout layout = ParamLayout::make(c);
   const size_t expected = kLlmcHeaderBytes + layout.total * sizeof(float);
   if (size < expected) {
-    llmc_error(path, fmt::format("truncated at byte {} of {} ({})", size, expected,
-                                 c.describe()));
+    llmc_error(path, fmt::format("truncated at byte {} of {} ({})", size, expected, c.describe()));
   }
   if (size > expected) {
     llmc_error(path, fmt::format("{} extra trailing bytes: expected {} for {}, file has {}",

@@ -2,6 +2,7 @@
 #include "ft/core/atomic_file.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -11,15 +12,12 @@
 #include <cstring>
 #include <limits>
 
-#include <fmt/format.h>
-
 #include "ft/core/error.h"
 
 namespace ft {
 namespace {
 
-[[noreturn]] void throw_io(const std::string& what, const std::filesystem::path& path,
-                           int err) {
+[[noreturn]] void throw_io(const std::string& what, const std::filesystem::path& path, int err) {
   throw IoError(fmt::format("{} '{}': {}", what, path.string(), std::strerror(err)));
 }
 
@@ -60,8 +58,8 @@ AtomicFileWriter::~AtomicFileWriter() {
 
 void AtomicFileWriter::write(const void* data, size_t bytes) {
   if (fd_ < 0) {
-    throw IoError(fmt::format("cannot write '{}': writer is already committed or failed",
-                              tmp_.string()));
+    throw IoError(
+        fmt::format("cannot write '{}': writer is already committed or failed", tmp_.string()));
   }
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {

@@ -1,7 +1,7 @@
 // batch_loader.cpp: sequential (B,T) next-token batches over a TokenSource, wrapping at the end.
-#include <cstring>
-
 #include <fmt/format.h>
+
+#include <cstring>
 
 #include "ft/core/error.h"
 #include "ft/trainer/data.h"
@@ -12,8 +12,8 @@ BatchLoader::BatchLoader(std::shared_ptr<TokenSource> source, int B, int T)
     : source_(std::move(source)), B_(B), T_(T) {
   if (!source_) throw ConfigError("BatchLoader: no token source");
   if (B <= 0 || T <= 0) {
-    throw ConfigError(fmt::format("batch size and sequence length must be > 0 (got B={}, T={})",
-                                  B, T));
+    throw ConfigError(
+        fmt::format("batch size and sequence length must be > 0 (got B={}, T={})", B, T));
   }
   const size_t need = static_cast<size_t>(B) * static_cast<size_t>(T) + 1;
   if (source_->size() < need) {
@@ -42,10 +42,11 @@ void BatchLoader::next(int32_t* inputs, int32_t* targets) {
 void BatchLoader::set_position(uint64_t pos) {
   const size_t bt = static_cast<size_t>(B_) * static_cast<size_t>(T_);
   if (pos > source_->size() || bt + 1 > source_->size() - pos) {
-    throw ConfigError(fmt::format("data position {} is out of range: a batch needs {} tokens "
-                                  "and the data has {} (was the data set changed since the "
-                                  "checkpoint?)",
-                                  pos, bt + 1, source_->size()));
+    throw ConfigError(
+        fmt::format("data position {} is out of range: a batch needs {} tokens "
+                    "and the data has {} (was the data set changed since the "
+                    "checkpoint?)",
+                    pos, bt + 1, source_->size()));
   }
   position_ = pos;
 }

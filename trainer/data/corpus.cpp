@@ -1,4 +1,5 @@
 // corpus.cpp: the cached KJV corpus and --data resolution (text, one shard, a shard directory).
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,8 +10,6 @@
 #include <cstring>
 #include <string>
 #include <system_error>
-
-#include <fmt/format.h>
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
@@ -102,8 +101,8 @@ std::string run_bible() {
   while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) raw.append(buf, n);
   const int status = ::pclose(pipe);
   if (raw.empty()) {
-    throw IoError(fmt::format("`{}` produced no output (exit status {}); {}", cmd, status,
-                              install));
+    throw IoError(
+        fmt::format("`{}` produced no output (exit status {}); {}", cmd, status, install));
   }
   return raw;
 }
@@ -195,9 +194,10 @@ TrainValSplit load_shard_dir(const fs::path& dir) {
   std::sort(train_files.begin(), train_files.end());
   std::sort(val_files.begin(), val_files.end());
   if (train_files.empty()) {
-    throw ConfigError(fmt::format("--data '{}': no training shards (*.bin without 'val' in the "
-                                  "name)",
-                                  dir.string()));
+    throw ConfigError(
+        fmt::format("--data '{}': no training shards (*.bin without 'val' in the "
+                    "name)",
+                    dir.string()));
   }
   auto open_all = [](const std::vector<fs::path>& files) {
     std::vector<std::shared_ptr<TokenSource>> parts;
@@ -235,8 +235,8 @@ fs::path cache_dir() {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
-    throw IoError(fmt::format("cannot create cache directory '{}': {}", dir.string(),
-                              ec.message()));
+    throw IoError(
+        fmt::format("cannot create cache directory '{}': {}", dir.string(), ec.message()));
   }
   return dir;
 }
@@ -268,9 +268,10 @@ TrainValSplit load_data(const std::string& spec, const Tokenizer& tokenizer) {
     }
     return load_text(path, path.filename().string(), tokenizer);
   }
-  throw ConfigError(fmt::format("--data '{}': no such file or directory (expected 'kjv', a text "
-                                "file, an llm.c .bin shard or a directory of shards)",
-                                spec));
+  throw ConfigError(
+      fmt::format("--data '{}': no such file or directory (expected 'kjv', a text "
+                  "file, an llm.c .bin shard or a directory of shards)",
+                  spec));
 }
 
 }  // namespace ft::trainer::data

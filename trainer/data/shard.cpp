@@ -1,5 +1,6 @@
 // shard.cpp: memory-mapped llm.c token shards (magic 20240520; v1 uint16, v7 uint32) and writer.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
-
-#include <fmt/format.h>
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
@@ -43,8 +42,8 @@ class MappedShard : public TokenSource {
     const size_t size = static_cast<size_t>(st.st_size);
     if (size < kHeaderBytes) {
       ::close(fd);
-      shard_error(path, fmt::format("truncated: {} bytes, the header alone needs {}", size,
-                                    kHeaderBytes));
+      shard_error(
+          path, fmt::format("truncated: {} bytes, the header alone needs {}", size, kHeaderBytes));
     }
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     const int err = errno;
@@ -62,9 +61,7 @@ class MappedShard : public TokenSource {
     }
     ::madvise(p, size, MADV_SEQUENTIAL);
   }
-  ~MappedShard() override {
-    ::munmap(const_cast<unsigned char*>(base_), map_bytes_);
-  }
+  ~MappedShard() override { ::munmap(const_cast<unsigned char*>(base_), map_bytes_); }
   MappedShard(const MappedShard&) = delete;
   MappedShard& operator=(const MappedShard&) = delete;
 
@@ -72,8 +69,8 @@ class MappedShard : public TokenSource {
 
   void read(size_t pos, size_t n, int32_t* out) const override {
     if (pos > n_ || n > n_ - pos) {
-      throw Error(fmt::format("token read [{}, {}) past the end of '{}' ({} tokens)", pos,
-                              pos + n, path_.string(), n_));
+      throw Error(fmt::format("token read [{}, {}) past the end of '{}' ({} tokens)", pos, pos + n,
+                              path_.string(), n_));
     }
     const unsigned char* src = base_ + kHeaderBytes + pos * width_;
     if (width_ == 4) {
@@ -119,8 +116,8 @@ class MappedShard : public TokenSource {
     } else if (header[1] == 7) {
       width_ = 4;
     } else {
-      shard_error(path_, fmt::format("unsupported version {} (1 = uint16 tokens, 7 = uint32)",
-                                     header[1]));
+      shard_error(path_,
+                  fmt::format("unsupported version {} (1 = uint16 tokens, 7 = uint32)", header[1]));
     }
     if (header[2] < 0) shard_error(path_, fmt::format("negative token count {}", header[2]));
     n_ = static_cast<size_t>(header[2]);
@@ -150,8 +147,8 @@ std::shared_ptr<TokenSource> open_llmc_shard(const std::filesystem::path& path) 
 void write_llmc_shard(const std::filesystem::path& path, const std::vector<int32_t>& tokens,
                       int version) {
   if (version != 1 && version != 7) {
-    throw ConfigError(fmt::format("llm.c shard version must be 1 (uint16) or 7 (uint32), got {}",
-                                  version));
+    throw ConfigError(
+        fmt::format("llm.c shard version must be 1 (uint16) or 7 (uint32), got {}", version));
   }
   if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     throw ConfigError(fmt::format("{} tokens do not fit one llm.c shard", tokens.size()));

@@ -1,8 +1,8 @@
 // token_source.cpp: in-memory, concatenated and sliced TokenSources.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "ft/core/error.h"
 #include "ft/trainer/data.h"
@@ -18,8 +18,8 @@ class VectorSource : public TokenSource {
   size_t size() const override { return tokens_.size(); }
   void read(size_t pos, size_t n, int32_t* out) const override {
     if (pos > tokens_.size() || n > tokens_.size() - pos) {
-      throw Error(fmt::format("token read [{}, {}) past the end ({})", pos, pos + n,
-                              tokens_.size()));
+      throw Error(
+          fmt::format("token read [{}, {}) past the end ({})", pos, pos + n, tokens_.size()));
     }
     if (n != 0) std::memcpy(out, tokens_.data() + pos, n * sizeof(int32_t));
   }
@@ -51,7 +51,8 @@ class ConcatSource : public TokenSource {
     }
     // The first part whose range contains pos.
     size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), pos) -
-                                   starts_.begin()) - 1;
+                                   starts_.begin()) -
+               1;
     while (n > 0) {
       const size_t local = pos - starts_[i];
       const size_t take = std::min(n, parts_[i]->size() - local);
@@ -95,8 +96,7 @@ std::shared_ptr<TokenSource> make_vector_source(std::vector<int32_t> tokens) {
   return std::make_shared<VectorSource>(std::move(tokens));
 }
 
-std::shared_ptr<TokenSource> make_concat_source(
-    std::vector<std::shared_ptr<TokenSource>> parts) {
+std::shared_ptr<TokenSource> make_concat_source(std::vector<std::shared_ptr<TokenSource>> parts) {
   return std::make_shared<ConcatSource>(std::move(parts));
 }
 
