@@ -164,7 +164,9 @@ TEST(Trainer, Fp16DynamicLossScalingSkipsOverflowsAndRecovers) {
     last_loss = m.loss;
     skipped += m.skipped;
     const float next = t.loss_scaler().scale;
-    if (m.skipped) EXPECT_EQ(next, m.loss_scale / 2) << "overflow must halve the scale";
+    if (m.skipped) {
+      EXPECT_EQ(next, m.loss_scale / 2) << "overflow must halve the scale";
+    }
     if (next > prev_scale) ++grew;
     prev_scale = next;
   }
