@@ -82,7 +82,8 @@ int run(int argc, char** argv) {
   while (!t.done() && !g_interrupted) {
     StepMetrics m = t.step();
     double val = -1;
-    const bool last = t.done();
+    const bool stopping = c.stop_after > 0 && t.next_step() - first >= c.stop_after;
+    const bool last = t.done() || stopping;
     if ((c.val_every > 0 && (m.step + 1) % c.val_every == 0) || last) {
       val = t.evaluate();
       last_val = val;
@@ -106,6 +107,7 @@ int run(int argc, char** argv) {
     if (!c.save_dir.empty() && c.save_every > 0 && t.next_step() % c.save_every == 0) {
       t.save(c.save_dir);
     }
+    if (stopping) break;
   }
   if (g_interrupted) fmt::print(stderr, "ft-train: interrupted after step {}\n", t.next_step() - 1);
   if (!c.save_dir.empty()) t.save(c.save_dir);

@@ -1,0 +1,152 @@
+// cli_test.cpp: ft-train end to end: per-step JSONL metrics, config files, llm.c export/import, clear errors.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/core/atomic_file.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(FT_BINARY_DIR) + "/ft-train " + args + " 2>&1";
+  Result r{0, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("ft_cli_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+fs::path corpus(const fs::path& dir) {
+  std::string text;
+  for (int i = 0; i < 400; ++i) text += "In the beginning God created the heaven and the earth. " + std::to_string(i % 7) + "\n\n";
+  ft::write_file_atomic(dir / "c.txt", text);
+  return dir / "c.txt";
+}
+
+const std::string kSmall = " --layers 2 --heads 2 --channels 32 --seq-len 32 --micro-batch 4 --threads 2 --val-batches 2 ";
+
+TEST(Cli, MetricsJsonlHasEveryStepAndASummary) {
+  const fs::path d = temp_dir("metrics");
+  Result r = run("--data " + corpus(d).string() + kSmall + "--steps 5 --metrics " + (d / "m.jsonl").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("oneDNN"), std::string::npos) << "header names the GEMM library";
+  EXPECT_NE(r.out.find("OPENBLAS_CORETYPE"), std::string::npos) << "header names the core type";
+  EXPECT_NE(r.out.find("threads 2"), std::string::npos);
+  std::ifstream in(d / "m.jsonl");
+  std::string line;
+  std::vector<nlohmann::json> lines;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 6u);
+  for (int i = 0; i < 5; ++i) {
+    for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "mfu", "mem_allocated", "mem_reserved", "mem_peak"}) {
+      EXPECT_TRUE(lines[i].contains(k)) << "line " << i << " lacks " << k;
+    }
+    EXPECT_EQ(lines[i]["step"], i);
+    EXPECT_GT(lines[i]["tokens_per_s"].get<double>(), 0);
+  }
+  const auto& s = lines[5]["summary"];
+  EXPECT_GT(s["mean_tokens_per_s"].get<double>(), 0);
+  EXPECT_TRUE(s["val_loss"].is_number());
+  fs::remove_all(d);
+}
+
+TEST(Cli, ConfigFileAndFlagsCombine) {
+  const fs::path d = temp_dir("config");
+  ft::write_file_atomic(d / "run.cfg", "layers = 1\nheads = 2\nchannels = 32\nseq-len = 16\nsteps = 2\n");
+  Result r = run("--config " + (d / "run.cfg").string() + " --data " + corpus(d).string() + " --micro-batch 2 --threads 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("L1 NH2 C32"), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
+TEST(Cli, BadInputIsAClearErrorWithExitCode) {
+  Result r = run("--precision fp8");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("unknown precision 'fp8'"), std::string::npos) << r.out;
+  r = run("--heads 3 --channels 32");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("multiple of heads"), std::string::npos) << r.out;
+  r = run("--no-such-flag");
+  EXPECT_EQ(r.status, 2);
+  r = run("--data /nonexistent/path.txt --steps 1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("/nonexistent/path.txt"), std::string::npos) << r.out;
+  r = run("--config /nonexistent.cfg");
+  EXPECT_EQ(r.status, 2);
+}
+
+TEST(Cli, LlmcExportThenImportReproducesTheModel) {
+  const fs::path d = temp_dir("llmc");
+  const std::string data = " --data " + corpus(d).string();
+  Result a = run(data + kSmall + "--steps 3 --export-llmc " + (d / "model.bin").string() + " --metrics " + (d / "a.jsonl").string());
+  ASSERT_EQ(a.status, 0) << a.out;
+  // Zero learning rate: the imported weights are evaluated unchanged.
+  Result b = run(data + kSmall + "--steps 1 --lr 1e-30 --min-lr 0 --weight-decay 0 --init-from " + (d / "model.bin").string() +
+                 " --metrics " + (d / "b.jsonl").string());
+  ASSERT_EQ(b.status, 0) << b.out;
+  auto summary = [](const fs::path& p) {
+    std::ifstream in(p);
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    return nlohmann::json::parse(last)["summary"];
+  };
+  const double va = summary(d / "a.jsonl")["val_loss"], vb = summary(d / "b.jsonl")["val_loss"];
+  std::printf("val loss after export %.7f, after import %.7f\n", va, vb);
+  EXPECT_NEAR(va, vb, 1e-5);
+  // A model of another shape is refused.
+  Result c = run(data + " --layers 3 --heads 2 --channels 32 --seq-len 32 --steps 1 --init-from " + (d / "model.bin").string());
+  EXPECT_EQ(c.status, 2) << c.out;
+  fs::remove_all(d);
+}
+
+TEST(Cli, StopSaveAndResumeReproduceTheFullRun) {
+  const fs::path d = temp_dir("resume");
+  const std::string base = " --data " + corpus(d).string() + kSmall + "--steps 6 ";
+  auto losses = [](const fs::path& p) {
+    std::ifstream in(p);
+    std::string line;
+    std::vector<double> out;
+    while (std::getline(in, line)) {
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("loss")) out.push_back(j["loss"]);
+    }
+    return out;
+  };
+  Result full = run(base + "--metrics " + (d / "full.jsonl").string());
+  ASSERT_EQ(full.status, 0) << full.out;
+  Result part = run(base + "--stop-after 3 --save " + (d / "ck").string() + " --metrics " + (d / "a.jsonl").string());
+  ASSERT_EQ(part.status, 0) << part.out;
+  Result rest = run(base + "--resume " + (d / "ck").string() + " --metrics " + (d / "b.jsonl").string());
+  ASSERT_EQ(rest.status, 0) << rest.out;
+  auto f = losses(d / "full.jsonl"), a = losses(d / "a.jsonl"), b = losses(d / "b.jsonl");
+  ASSERT_EQ(f.size(), 6u);
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  a.insert(a.end(), b.begin(), b.end());
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(f[i], a[i]) << "step " << i;  // bitwise
+  fs::remove_all(d);
+}
+
+}  // namespace
