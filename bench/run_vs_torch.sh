@@ -128,9 +128,10 @@ config_args() {  # prints the shared model/batch flags for config $1
 # Appends one record: mean step_ms / tokens/s over per-step JSONL lines with step >= WARMUP.
 record() {  # impl config precision round metrics_file rc log_file
   "$PYTHON" - "$@" "$WARMUP" >> "$RECORDS" <<'PYEOF'
-import json, sys
+import json, os, sys
 impl, cfg, prec, rnd, metrics, rc, log, warm = sys.argv[1:9]
-rec = {"impl": impl, "config": cfg, "precision": prec, "round": int(rnd), "rc": int(rc)}
+rec = {"impl": impl, "config": cfg, "precision": prec, "round": int(rnd), "rc": int(rc),
+       "loadavg_after": os.getloadavg()}
 steps, summary = [], None
 try:
     for ln in open(metrics):
@@ -150,6 +151,8 @@ if timed:
     tps = sum(s["tokens_per_s"] for s in timed) / len(timed)
     rec.update(mean_step_ms=ms, tokens_per_s=tps, steps_timed=len(timed),
                final_loss=steps[-1]["loss"])
+    if all("cpu_ms" in s for s in timed):
+        rec["mean_cpu_ms"] = sum(s["cpu_ms"] for s in timed) / len(timed)
 if summary:
     rec["summary"] = summary
 if int(rc) != 0 or not timed:
@@ -196,7 +199,7 @@ import json, sys
 for l in sys.stdin:
     d = json.loads(l)
     print("  %-5s %s %-4s round %d: %s" % (d["impl"], d["config"], d["precision"], d["round"],
-          "%.1f ms/step, %.0f tok/s, loss %.3f" % (d["mean_step_ms"], d["tokens_per_s"], d["final_loss"])
+          "%.1f ms/step, %.0f tok/s, loss %.3f, load %.1f" % (d["mean_step_ms"], d["tokens_per_s"], d["final_loss"], d["loadavg_after"][0])
           if "mean_step_ms" in d else "FAILED " + d.get("error", "")[:300]), file=sys.stderr)'
     done
   done

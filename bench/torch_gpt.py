@@ -215,9 +215,10 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
 
     metrics = open(args.metrics, "w") if args.metrics else None
-    step_ms, losses = [], []
+    step_ms, cpu_ms, losses = [], [], []
     for step in range(args.steps):
         t0 = time.perf_counter()
+        c0 = time.process_time()
         lr = lr_at(step, args)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -232,11 +233,13 @@ def main():
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         opt.step()
         dt = (time.perf_counter() - t0) * 1e3
+        dc = (time.process_time() - c0) * 1e3  # CPU time of all threads: shows contention
         step_ms.append(dt)
+        cpu_ms.append(dc)
         losses.append(loss_acc)
         if metrics:
             metrics.write(json.dumps({"step": step, "loss": loss_acc, "lr": lr,
-                                      "grad_norm": float(norm), "step_ms": dt,
+                                      "grad_norm": float(norm), "step_ms": dt, "cpu_ms": dc,
                                       "tokens_per_s": tokens_per_step / dt * 1e3}) + "\n")
         print("step %3d loss %.4f lr %.2e norm %.3f %.1f ms" % (step, loss_acc, lr, float(norm), dt),
               file=sys.stderr)
@@ -248,6 +251,7 @@ def main():
 
     timed = step_ms[args.warmup_steps:] or step_ms
     mean_ms = sum(timed) / len(timed)
+    timed_cpu = cpu_ms[args.warmup_steps:] or cpu_ms
     blas_lines, loaded = blas_info()
     out = {
         "impl": "torch",
@@ -260,6 +264,8 @@ def main():
                    "data": args.data, "params": n_params},
         "mean_step_ms": mean_ms,
         "min_step_ms": min(timed),
+        "mean_cpu_ms": sum(timed_cpu) / len(timed_cpu),
+        "loadavg_end": os.getloadavg(),
         "tokens_per_s": tokens_per_step / mean_ms * 1e3,
         "final_loss": losses[-1],
         "val_loss": val_loss,
