@@ -43,6 +43,7 @@ struct Options {
   int warmup = 2;
   int64_t layers = 4, channels = 256, vocab = 50257, tokens = 2048;  // config (B): B=8, T=256.
   bool dnnl_fp32 = true, dnnl_bf16 = true, openblas = true;
+  bool weights_in_out = false;  // store W as (in, out) instead of PyTorch's (out, in).
 };
 
 struct Row {
@@ -52,24 +53,31 @@ struct Row {
   double median_ms, min_ms, gflops;
 };
 
-// Shapes for a linear layer with `in` inputs and `out` outputs over `tokens` rows; the weight is
-// stored (out, in) row-major like PyTorch: forward Y = X W^T, dX = dY W, dW = dY^T X.
+// Shapes for a linear layer with `in` inputs and `out` outputs over `tokens` rows. With the
+// weight stored (out, in) row-major like PyTorch: forward Y = X W^T, dX = dY W, dW = dY^T X.
+// With it stored (in, out): forward Y = X W, dX = dY W^T, dW = X^T dY.
 void AddLinear(std::vector<Shape>& v, const std::string& name, int64_t tokens, int64_t in,
-               int64_t out, int count) {
-  v.push_back({name + ".fwd", tokens, out, in, false, true, count});
-  v.push_back({name + ".dX", tokens, in, out, false, false, count});
-  v.push_back({name + ".dW", out, in, tokens, true, false, count});
+               int64_t out, int count, bool weights_in_out) {
+  if (weights_in_out) {
+    v.push_back({name + ".fwd", tokens, out, in, false, false, count});
+    v.push_back({name + ".dX", tokens, in, out, false, true, count});
+    v.push_back({name + ".dW", in, out, tokens, true, false, count});
+  } else {
+    v.push_back({name + ".fwd", tokens, out, in, false, true, count});
+    v.push_back({name + ".dX", tokens, in, out, false, false, count});
+    v.push_back({name + ".dW", out, in, tokens, true, false, count});
+  }
 }
 
 std::vector<Shape> StepShapes(const Options& o) {
   std::vector<Shape> v;
   const int64_t c = o.channels;
   const int l = static_cast<int>(o.layers);
-  AddLinear(v, "qkv", o.tokens, c, 3 * c, l);
-  AddLinear(v, "attn_proj", o.tokens, c, c, l);
-  AddLinear(v, "fc", o.tokens, c, 4 * c, l);
-  AddLinear(v, "fc_proj", o.tokens, 4 * c, c, l);
-  AddLinear(v, "lm_head", o.tokens, c, o.vocab, 1);
+  AddLinear(v, "qkv", o.tokens, c, 3 * c, l, o.weights_in_out);
+  AddLinear(v, "attn_proj", o.tokens, c, c, l, o.weights_in_out);
+  AddLinear(v, "fc", o.tokens, c, 4 * c, l, o.weights_in_out);
+  AddLinear(v, "fc_proj", o.tokens, 4 * c, c, l, o.weights_in_out);
+  AddLinear(v, "lm_head", o.tokens, c, o.vocab, 1, o.weights_in_out);
   return v;
 }
 
@@ -181,6 +189,7 @@ void Usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--threads N] [--reps N] [--warmup N] [--layers L] [--channels C]\n"
                "          [--vocab V] [--tokens N] [--no-fp32] [--no-bf16] [--no-openblas]\n"
+               "          [--weights-in-out]  (store W as (in, out); default (out, in))\n"
                "Default shapes: config (B) L4 C256 V50257, N = B*T = 8*256 = 2048 rows.\n",
                argv0);
   std::exit(2);
@@ -204,6 +213,7 @@ Options Parse(int argc, char** argv) {
     else if (arg == "--no-fp32") o.dnnl_fp32 = false;
     else if (arg == "--no-bf16") o.dnnl_bf16 = false;
     else if (arg == "--no-openblas") o.openblas = false;
+    else if (arg == "--weights-in-out") o.weights_in_out = true;
     else Usage(argv[0]);
   }
   if (o.threads < 1 || o.reps < 1 || o.warmup < 0 || o.layers < 1 || o.channels < 1 ||
@@ -258,6 +268,7 @@ int main(int argc, char** argv) {
   std::printf("\"config\":{\"layers\":%lld,\"channels\":%lld,\"vocab\":%lld,\"tokens\":%lld},",
               static_cast<long long>(o.layers), static_cast<long long>(o.channels),
               static_cast<long long>(o.vocab), static_cast<long long>(o.tokens));
+  std::printf("\"weight_layout\":\"%s\",", o.weights_in_out ? "in_out" : "out_in");
   std::printf("\"onednn_version\":\"%d.%d.%d\",\"onednn_effective_isa\":\"%s\",", v->major,
               v->minor, v->patch, IsaName(dnnl::get_effective_cpu_isa()));
 #if FT_BENCH_OPENBLAS
