@@ -125,7 +125,7 @@ config_args() {  # prints the shared model/batch flags for config $1
   esac
 }
 
-# Appends one record: mean step_ms / tokens/s over per-step JSONL lines with step >= WARMUP.
+# Appends one record: mean step_ms / tokens/s over the per-step JSONL lines after the first WARMUP.
 record() {  # impl config precision round metrics_file rc log_file
   "$PYTHON" - "$@" "$WARMUP" >> "$RECORDS" <<'PYEOF'
 import json, os, sys
@@ -145,7 +145,8 @@ try:
             steps.append(d)
 except (OSError, ValueError) as e:
     rec["error"] = "metrics: %s" % e
-timed = [s for s in steps if s["step"] >= int(warm)] or steps
+steps.sort(key=lambda s: s["step"])
+timed = steps[int(warm):] or steps  # by position: works whether ft counts steps from 0 or 1
 if timed:
     ms = sum(s["step_ms"] for s in timed) / len(timed)
     tps = sum(s["tokens_per_s"] for s in timed) / len(timed)
