@@ -157,7 +157,11 @@ if timed:
 if summary:
     rec["summary"] = summary
 if int(rc) != 0 or not timed:
-    rec.setdefault("error", "exit %s; log tail: %s" % (rc, open(log, errors="replace").read()[-400:]))
+    try:
+        tail = open(log, errors="replace").read()[-400:]
+    except OSError:
+        tail = "(no log)"
+    rec["error"] = "exit %s; %s; log tail: %s" % (rc, rec.get("error", "no timed steps"), tail)
 print(json.dumps(rec))
 PYEOF
 }
