@@ -149,7 +149,8 @@ steps.sort(key=lambda s: s["step"])
 timed = steps[int(warm):] or steps  # by position: works whether ft counts steps from 0 or 1
 if timed:
     ms = sum(s["step_ms"] for s in timed) / len(timed)
-    tps = sum(s["tokens_per_s"] for s in timed) / len(timed)
+    # tokens / time over the timed steps (not a mean of per-step rates, which outliers skew).
+    tps = sum(s["tokens_per_s"] * s["step_ms"] for s in timed) / sum(s["step_ms"] for s in timed)
     rec.update(mean_step_ms=ms, tokens_per_s=tps, steps_timed=len(timed),
                final_loss=steps[-1]["loss"])
     if all("cpu_ms" in s for s in timed):
