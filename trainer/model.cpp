@@ -75,7 +75,8 @@ struct GptModel::Workspace {
   Buffer<float> lnf;              // (B, T, C)
   Buffer<float> lnf_mean;         // (B, T)
   Buffer<float> lnf_rstd;         // (B, T)
-  Buffer<float> logits;           // (B, T, Vp); becomes dlogits in backward
+  Buffer<float> logits;           // (B, T, Vp); becomes dlogits in backward (fp32/fp16)
+  Buffer<uint16_t> logits_bf16;   // (B, T, Vp) bf16 bits instead, in bf16 mode
   Buffer<float> losses;           // (B, T)
 };
 
@@ -248,9 +249,15 @@ double GptModel::run_forward(const int32_t* inputs, int B, int T, Workspace& w, 
   w.lnf_rstd = Buffer<float>(alloc_, BT, "act.lnf_rstd");
   ops::layernorm_forward(w.lnf.data(), w.lnf_mean.data(), w.lnf_rstd.data(), x_last, param(kLnfw),
                          param(kLnfb), N, C);
-  w.logits = Buffer<float>(alloc_, BT * Vp, "act.logits");
-  gemm_.forward(w.logits.data(), w.lnf.data(), param(kWte), lp_weight(kWte, 0), nullptr, N, C, Vp,
-                options_.precision);
+  if (options_.precision == Precision::kBf16) {
+    // bf16 logits, as PyTorch autocast: half the bytes of the step's largest tensor.
+    w.logits_bf16 = Buffer<uint16_t>(alloc_, BT * Vp, "act.logits_bf16");
+    gemm_.forward_bf16_out(w.logits_bf16.data(), w.lnf.data(), lp_weight(kWte, 0), N, C, Vp);
+  } else {
+    w.logits = Buffer<float>(alloc_, BT * Vp, "act.logits");
+    gemm_.forward(w.logits.data(), w.lnf.data(), param(kWte), lp_weight(kWte, 0), nullptr, N, C,
+                  Vp, options_.precision);
+  }
   w.losses = Buffer<float>(alloc_, BT, "act.losses");
   return 0.0;
 }
@@ -265,8 +272,11 @@ double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets,
   double loss_sum;
   {
     FT_RANGE("loss", RangeKind::kCompute);
-    loss_sum = ops::crossentropy_forward_backward(w.logits.data(), w.losses.data(), targets, N, V,
-                                                  Vp, dloss_per_token);
+    loss_sum = options_.precision == Precision::kBf16
+                   ? ops::crossentropy_forward_backward_bf16(w.logits_bf16.data(), w.losses.data(),
+                                                             targets, N, V, Vp, dloss_per_token)
+                   : ops::crossentropy_forward_backward(w.logits.data(), w.losses.data(), targets,
+                                                        N, V, Vp, dloss_per_token);
   }
   if (first_micro) {
     // Gradients that are only ever accumulated (+=) start from zero; the
@@ -279,9 +289,15 @@ double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets,
   {
     FT_RANGE("bwd.head", RangeKind::kCompute);
     Buffer<float> dlnf(alloc_, BT * C, "grad.dlnf");  // (B, T, C)
-    gemm_.backward(dlnf.data(), grad(kWte), nullptr, w.logits.data(), w.lnf.data(), param(kWte),
-                   lp_weight(kWte, 0), N, C, Vp, !first_micro, options_.precision);
+    if (options_.precision == Precision::kBf16) {
+      gemm_.backward_bf16_dout(dlnf.data(), grad(kWte), w.logits_bf16.data(), w.lnf.data(),
+                               lp_weight(kWte, 0), N, C, Vp, !first_micro);
+    } else {
+      gemm_.backward(dlnf.data(), grad(kWte), nullptr, w.logits.data(), w.lnf.data(),
+                     param(kWte), lp_weight(kWte, 0), N, C, Vp, !first_micro, options_.precision);
+    }
     w.logits.reset();
+    w.logits_bf16.reset();
     std::memset(dres.data(), 0, BT * C * sizeof(float));
     ops::layernorm_backward(dres.data(), grad(kLnfw), grad(kLnfb), dlnf.data(), w.xs[L].data(),
                             param(kLnfw), w.lnf_mean.data(), w.lnf_rstd.data(), N, C);
@@ -308,6 +324,11 @@ double GptModel::forward_loss(const int32_t* inputs, const int32_t* targets, int
   Workspace w;
   run_forward(inputs, B, T, w, /*keep=*/false);
   const int N = B * T;
+  if (options_.precision == Precision::kBf16) {
+    return ops::crossentropy_forward_bf16(w.logits_bf16.data(), w.losses.data(), targets, N,
+                                          config_.vocab_size, config_.padded_vocab) /
+           N;
+  }
   return ops::crossentropy_forward(w.logits.data(), w.losses.data(), targets, N,
                                    config_.vocab_size, config_.padded_vocab) /
          N;

@@ -20,17 +20,24 @@ using dt = dnnl::memory::data_type;
 struct GemmKey {
   int64_t M, K, N;
   int64_t a_rs, a_cs, b_rs, b_cs;  // row/column strides in elements
-  dt type;                         // of A and B (f32 or bf16); C is always f32
+  dt type;                         // of A and B (f32 or bf16)
   bool accumulate;
   bool bias;
-  bool operator==(const GemmKey& o) const { return std::memcmp(this, &o, sizeof(GemmKey)) == 0; }
+  dt c_type = dt::f32;             // of C
+  bool operator==(const GemmKey& o) const {
+    return M == o.M && K == o.K && N == o.N && a_rs == o.a_rs && a_cs == o.a_cs &&
+           b_rs == o.b_rs && b_cs == o.b_cs && type == o.type && accumulate == o.accumulate &&
+           bias == o.bias && c_type == o.c_type;
+  }
 };
 
 struct GemmKeyHash {
   size_t operator()(const GemmKey& k) const {
-    const auto* p = reinterpret_cast<const unsigned char*>(&k);
+    const int64_t v[] = {k.M, k.K, k.N, k.a_rs, k.a_cs, k.b_rs, k.b_cs,
+                         static_cast<int64_t>(k.type), k.accumulate, k.bias,
+                         static_cast<int64_t>(k.c_type)};
     size_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < sizeof(GemmKey); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    for (int64_t x : v) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
     return h;
   }
 };
@@ -57,7 +64,7 @@ struct Gemm::Impl {
     CachedPrimitive cp;
     cp.a = dnnl::memory::desc({k.M, k.K}, k.type, dnnl::memory::dims{k.a_rs, k.a_cs});
     cp.b = dnnl::memory::desc({k.K, k.N}, k.type, dnnl::memory::dims{k.b_rs, k.b_cs});
-    cp.c = dnnl::memory::desc({k.M, k.N}, dt::f32, dnnl::memory::dims{k.N, 1});
+    cp.c = dnnl::memory::desc({k.M, k.N}, k.c_type, dnnl::memory::dims{k.N, 1});
     if (k.bias) cp.bias = dnnl::memory::desc({1, k.N}, dt::f32, dnnl::memory::dims{k.N, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -83,7 +90,7 @@ struct Gemm::Impl {
   }
 
   // C (M,N) [+]= A @ B (+ bias).
-  void run(const GemmKey& k, const void* A, const void* B, float* C, const float* bias,
+  void run(const GemmKey& k, const void* A, const void* B, void* C, const float* bias,
            uint64_t& created) {
     CachedPrimitive& cp = get(k, created);
     size_t scratch_bytes = cp.scratch.get_size();
@@ -203,6 +210,41 @@ void Gemm::backward(float* dinp, float* dweight, float* dbias, const float* dout
     stats_.flops += 2.0 * N * IC * OC;
   }
   if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+void Gemm::forward_bf16_out(uint16_t* out, const float* inp, LowPrecisionWeight weight_lp, int N,
+                            int IC, int OC) {
+  FT_RANGE("matmul.fwd", RangeKind::kCompute, OC);
+  Buffer<char> a_scratch;
+  const void* A = prepare(a_scratch, impl_->alloc, inp, static_cast<size_t>(N) * IC,
+                          Precision::kBf16, "gemm_a");
+  const void* B = weight_operand(nullptr, weight_lp, Precision::kBf16);
+  GemmKey k{N, IC, OC, IC, 1, 1, IC, dt::bf16, false, false, dt::bf16};
+  impl_->run(k, A, B, out, nullptr, stats_.primitives_created);
+  ++stats_.calls;
+  stats_.flops += 2.0 * N * IC * OC;
+}
+
+void Gemm::backward_bf16_dout(float* dinp, float* dweight, const uint16_t* dout, const float* inp,
+                              LowPrecisionWeight weight_lp, int N, int IC, int OC,
+                              bool accumulate_dweight) {
+  FT_RANGE("matmul.bwd", RangeKind::kCompute, OC);
+  if (dinp) {
+    const void* W = weight_operand(nullptr, weight_lp, Precision::kBf16);
+    GemmKey k{N, OC, IC, OC, 1, IC, 1, dt::bf16, false, false};
+    impl_->run(k, dout, W, dinp, nullptr, stats_.primitives_created);
+    ++stats_.calls;
+    stats_.flops += 2.0 * N * IC * OC;
+  }
+  if (dweight) {
+    Buffer<char> a_scratch;
+    const void* X = prepare(a_scratch, impl_->alloc, inp, static_cast<size_t>(N) * IC,
+                            Precision::kBf16, "gemm_a");
+    GemmKey k{OC, N, IC, 1, OC, IC, 1, dt::bf16, accumulate_dweight, false};
+    impl_->run(k, dout, X, dweight, nullptr, stats_.primitives_created);
+    ++stats_.calls;
+    stats_.flops += 2.0 * N * IC * OC;
+  }
 }
 
 }  // namespace ft::trainer

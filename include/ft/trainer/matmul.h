@@ -49,6 +49,15 @@ class Gemm {
                 const float* weight, LowPrecisionWeight weight_lp, int N, int IC, int OC,
                 bool accumulate_dweight, Precision p);
 
+  // bf16 only: out (N,OC) as bf16 bits = inp (N,IC) @ weight^T, no bias. Used for
+  // the LM head, whose (N,Vp) logits are the largest tensor of a step.
+  void forward_bf16_out(uint16_t* out, const float* inp, LowPrecisionWeight weight_lp, int N,
+                        int IC, int OC);
+  // bf16 only: backward with dout (N,OC) already in bf16 bits.
+  void backward_bf16_dout(float* dinp, float* dweight, const uint16_t* dout, const float* inp,
+                          LowPrecisionWeight weight_lp, int N, int IC, int OC,
+                          bool accumulate_dweight);
+
   const GemmStats& stats() const { return stats_; }
   // The oneDNN implementation chosen for the last-created primitive (e.g. "brg:avx512_core_amx_bf16").
   std::string last_impl() const;

@@ -71,6 +71,15 @@ double crossentropy_forward_backward(float* logits, float* losses, const int32_t
 double crossentropy_forward(const float* logits, float* losses, const int32_t* targets, int N,
                             int V, int Vp);
 
+// bf16 variants for the bf16 LM head (as PyTorch autocast, logits are bf16; the
+// softmax and loss are computed in fp32): logits (N,Vp) are bf16 bits and are
+// overwritten in place with bf16 dlogits. Same contract as above otherwise.
+double crossentropy_forward_backward_bf16(uint16_t* logits, float* losses,
+                                          const int32_t* targets, int N, int V, int Vp,
+                                          float dloss);
+double crossentropy_forward_bf16(const uint16_t* logits, float* losses, const int32_t* targets,
+                                 int N, int V, int Vp);
+
 // ---- AdamW --------------------------------------------------------------------------
 // One fused pass over a flat parameter range. params, grads, m, v (n).
 // grad_scale multiplies grads first (e.g. 1/loss_scale times clip factor).
