@@ -1,6 +1,8 @@
-// fma_peak: measures the CPU's fp32 AVX-512 FMA and bf16 VDPBF16PS peak GFLOP/s on N OpenMP threads.
+// fma_peak: measures the CPU's fp32 AVX-512 FMA, bf16 VDPBF16PS and AMX TDPBF16PS peak GFLOP/s on N OpenMP threads.
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -54,6 +56,54 @@ __attribute__((noinline)) float DpBf16Loop(int64_t iters, float seed) {
   __m512 sum = acc[0];
   for (int i = 1; i < kChains; ++i) sum = _mm512_add_ps(sum, acc[i]);
   return HorizontalSum(sum);
+}
+#endif
+
+#if defined(__AMX_BF16__) && defined(__AMX_TILE__)
+// AMX: 4 independent 16x16 fp32 accumulator tiles, each TDPBF16PS does
+// C (16x16) += A (16x32 bf16) . B (32x16 bf16) = 16*16*32*2 = 16384 flops.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+bool AmxPermitted() {
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+// kChains is counted as 4 tiles x 4 unrolled = 16 instructions per iteration.
+__attribute__((noinline)) float AmxLoop(int64_t iters, float seed) {
+  TileConfig cfg;
+  for (int t = 0; t < 6; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  _tile_loadconfig(&cfg);
+  alignas(64) uint16_t ab[16 * 32];
+  for (auto& x : ab) x = 0x3a83;  // ~1e-3 in bf16
+  alignas(64) float c[16 * 16];
+  for (auto& x : c) x = seed;
+  _tile_loadd(0, c, 64);
+  _tile_loadd(1, c, 64);
+  _tile_loadd(2, c, 64);
+  _tile_loadd(3, c, 64);
+  _tile_loadd(4, ab, 64);
+  _tile_loadd(5, ab, 64);
+  for (int64_t it = 0; it < iters; ++it) {
+    for (int u = 0; u < 4; ++u) {
+      _tile_dpbf16ps(0, 4, 5);
+      _tile_dpbf16ps(1, 4, 5);
+      _tile_dpbf16ps(2, 4, 5);
+      _tile_dpbf16ps(3, 4, 5);
+    }
+  }
+  _tile_stored(0, c, 64);
+  float s = 0;
+  for (float x : c) s += x;
+  _tile_release();
+  return s;
 }
 #endif
 
@@ -138,6 +188,18 @@ int main(int argc, char** argv) {
   sink += bf16.sink;
 #else
   std::printf("\"bf16_dp_gflops\":null,\"bf16_note\":\"built without AVX512_BF16\",");
+#endif
+#if defined(__AMX_BF16__) && defined(__AMX_TILE__)
+  if (AmxPermitted()) {
+    const Result amx = Measure(AmxLoop, threads, iters / 16, reps, 16384.0);
+    std::printf("\"amx_bf16_gflops\":%.1f,\"amx_bf16_gflops_median\":%.1f,", amx.best_gflops,
+                amx.median_gflops);
+    sink += amx.sink;
+  } else {
+    std::printf("\"amx_bf16_gflops\":null,\"amx_note\":\"kernel refused AMX tile data\",");
+  }
+#else
+  std::printf("\"amx_bf16_gflops\":null,\"amx_note\":\"built without AMX\",");
 #endif
   std::printf("\"per_thread_fp32_gflops\":%.1f,\"sink\":%g}\n", fp32.best_gflops / threads,
               sink);

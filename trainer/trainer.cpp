@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "ft/core/annotate.h"
+#include "ft/core/env_info.h"
 #include "ft/core/error.h"
 #include "ft/trainer/checkpoint_io.h"
 #include "ft/trainer/ops.h"
@@ -27,10 +28,16 @@ constexpr int kCheckpointVersion = 1;
 }  // namespace
 
 double default_peak_gflops(Precision p, int threads) {
-  // Per-core peaks measured with bench/fma_peak (AVX-512 FMA; vdpbf16ps for bf16).
-  constexpr double kFp32PerCore = 200.0;
-  constexpr double kBf16PerCore = 400.0;
-  return (p == Precision::kBf16 ? kBf16PerCore : kFp32PerCore) * threads;
+  // Per-core peaks measured with bench/fma_peak on this machine kind (see
+  // docs/benchmarks.md): AVX-512 FMA for fp32 (and for fp16, which runs fp32
+  // GEMMs on fp16-rounded operands); for bf16 the AMX tile peak where the CPU
+  // has AMX (oneDNN dispatches bf16 GEMMs to it), else VDPBF16PS.
+  constexpr double kFp32PerCore = 178.0;
+  constexpr double kAmxBf16PerCore = 2300.0;
+  constexpr double kDpBf16PerCore = 87.0;
+  if (p != Precision::kBf16) return kFp32PerCore * threads;
+  static const bool amx = collect_env_info().amx_bf16;
+  return (amx ? kAmxBf16PerCore : kDpBf16PerCore) * threads;
 }
 
 nlohmann::json StepMetrics::to_json() const {
@@ -78,8 +85,12 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm)
     peak_source_ = "--peak-gflops";
   } else {
     peak_gflops_ = default_peak_gflops(config_.options.precision, threads);
-    peak_source_ = fmt::format("ft default for {} on {} threads (bench/fma_peak)",
-                               precision_name(config_.options.precision), threads);
+    const bool amx = config_.options.precision == Precision::kBf16 && collect_env_info().amx_bf16;
+    peak_source_ = fmt::format("{} peak x {} threads, measured by bench/fma_peak",
+                               config_.options.precision == Precision::kBf16
+                                   ? (amx ? "AMX bf16 tile" : "AVX512-BF16 dot-product")
+                                   : "AVX-512 fp32 FMA",
+                               threads);
   }
   AllocatorOptions ao;
   ao.memory_limit = config_.memory_limit;
