@@ -123,16 +123,16 @@ int run(int argc, char** argv) {
   sum.memory = t.allocator().stats();
   sum.activations = t.model().activation_memory(c.micro_batch, c.seq_len);
   if (metrics) metrics << nlohmann::json{{"summary", sum.to_json()}}.dump() << "\n";
-  if (!c.quiet || true) {
+  {
     fmt::print(
         "summary: {} steps, mean {:.0f} tok/s ({:.1f} ms/step, MFU {:.1f}%) after {} warm-up "
-        "steps, final loss {:.4f}, val loss {}, peak memory {} (reserved {}, fragmentation "
-        "{:.1f}%)\n",
+        "steps, final loss {:.4f}, val loss {}, peak memory {} (reserved {}, {:.1f}% of it unused at peak; "
+        "cache fragmentation {:.1f}%)\n",
         sum.steps_run, sum.mean_tokens_per_s, sum.mean_step_ms, 100 * sum.mean_mfu,
         c.warmup_steps_excluded, sum.final_loss,
         sum.val_loss >= 0 ? fmt::format("{:.4f}", sum.val_loss) : std::string("n/a"),
         ft::format_bytes(sum.memory.peak_allocated), ft::format_bytes(sum.memory.peak_reserved),
-        100 * sum.memory.fragmentation());
+        100 * sum.reserved_unused_at_peak(), 100 * sum.memory.fragmentation());
   }
   return g_interrupted ? 130 : 0;
 }

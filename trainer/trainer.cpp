@@ -66,6 +66,8 @@ nlohmann::json TrainSummary::to_json() const {
                       {"mem_peak", memory.peak_allocated},
                       {"mem_reserved_peak", memory.peak_reserved},
                       {"fragmentation", memory.fragmentation()},
+                      {"reserved_unused_at_peak", reserved_unused_at_peak()},
+                      {"slow_path_allocs", memory.slow_path_allocs},
                       {"alloc_retries", memory.cache_flush_retries},
                       {"ooms", memory.ooms},
                       {"activation_bytes", activations.saved_bytes},

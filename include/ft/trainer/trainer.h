@@ -43,6 +43,10 @@ struct TrainSummary {
   uint64_t skipped_steps = 0;
   AllocatorStats memory;
   ActivationMemory activations;
+  // 1 - peak allocated / peak reserved: memory the allocator held but never used.
+  double reserved_unused_at_peak() const {
+    return memory.peak_reserved ? 1.0 - static_cast<double>(memory.peak_allocated) / memory.peak_reserved : 0.0;
+  }
   nlohmann::json to_json() const;
 };
 
