@@ -1,6 +1,7 @@
 // model.cpp: GPT-2 forward and backward over the CPU ops, with optional block recompute.
 #include "ft/trainer/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -115,6 +116,20 @@ void GptModel::refresh_low_precision() {
       fp32_to_bf16(reinterpret_cast<uint16_t*>(params_lp_.data()) + off, params_.data() + off, n);
     } else {
       round_through_fp16(reinterpret_cast<float*>(params_lp_.data()) + off, params_.data() + off, n);
+    }
+  }
+}
+
+void GptModel::refresh_low_precision(size_t offset, size_t n) {
+  if (options_.precision == Precision::kFp32) return;
+  for (int idx : kMatmulWeights) {
+    const size_t lo = std::max(offset, layout_.offsets[idx]);
+    const size_t hi = std::min(offset + n, layout_.offsets[idx] + layout_.sizes[idx]);
+    if (lo >= hi) continue;
+    if (options_.precision == Precision::kBf16) {
+      fp32_to_bf16(reinterpret_cast<uint16_t*>(params_lp_.data()) + lo, params_.data() + lo, hi - lo);
+    } else {
+      round_through_fp16(reinterpret_cast<float*>(params_lp_.data()) + lo, params_.data() + lo, hi - lo);
     }
   }
 }

@@ -217,14 +217,19 @@ StepMetrics Trainer::step() {
 void Trainer::apply_update(float lr, float grad_scale) {
   ++adam_t_;
   const ParamLayout& L = model_->layout();
+  // Chunks of 1 MiB of parameters: the low-precision copy of each chunk is made
+  // right after its update, while it is still in cache.
+  constexpr size_t kChunk = 256 * 1024;
   for (int i = 0; i < kNumParamTensors; ++i) {
-    const size_t off = L.offsets[i];
     const float wd = ParamLayout::decays(i) ? config_.weight_decay : 0.0f;
-    ops::adamw_update(model_->params() + off, model_->grads() + off, adam_m_.data() + off,
-                      adam_v_.data() + off, L.sizes[i], lr, config_.beta1, config_.beta2,
-                      config_.eps, wd, grad_scale, adam_t_);
+    for (size_t off = L.offsets[i], end = off + L.sizes[i]; off < end; off += kChunk) {
+      const size_t n = std::min(kChunk, end - off);
+      ops::adamw_update(model_->params() + off, model_->grads() + off, adam_m_.data() + off,
+                        adam_v_.data() + off, n, lr, config_.beta1, config_.beta2, config_.eps,
+                        wd, grad_scale, adam_t_);
+      model_->refresh_low_precision(off, n);
+    }
   }
-  model_->refresh_low_precision();
 }
 
 double Trainer::evaluate() {

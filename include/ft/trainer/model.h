@@ -60,6 +60,9 @@ class GptModel {
 
   // Re-derives the low-precision weight copies after params changed.
   void refresh_low_precision();
+  // Same for elements [offset, offset + n) of the flat parameters only (lets the
+  // optimizer convert each chunk while it is still in cache).
+  void refresh_low_precision(size_t offset, size_t n);
 
   // One micro-batch: forward, loss, backward. inputs/targets (B,T).
   // Gradients are scaled by `dloss` (= loss_scale / (B*T*accum) for a mean
