@@ -72,6 +72,19 @@ nlohmann::json TrainSummary::to_json() const {
                       {"ooms", memory.ooms},
                       {"activation_bytes", activations.saved_bytes},
                       {"activation_bytes_without_checkpointing", activations.no_checkpoint_bytes}};
+  j["allocator"] = {{"allocated", memory.allocated},
+                    {"reserved", memory.reserved},
+                    {"peak_allocated", memory.peak_allocated},
+                    {"peak_reserved", memory.peak_reserved},
+                    {"segments", memory.segments},
+                    {"largest_free_block", memory.largest_free_block},
+                    {"num_allocs", memory.num_allocs},
+                    {"slow_path_allocs", memory.slow_path_allocs},
+                    {"cache_flush_retries", memory.cache_flush_retries},
+                    {"ooms", memory.ooms},
+                    {"segment_maps", memory.segment_maps},
+                    {"segment_unmaps", memory.segment_unmaps},
+                    {"fragmentation", memory.fragmentation()}};
   j["val_loss"] = val_loss >= 0 ? nlohmann::json(val_loss) : nlohmann::json(nullptr);
   return j;
 }
