@@ -29,15 +29,6 @@ float* thread_scratch(size_t floats) {
 }
 
 int round16(int n) { return (n + 15) & ~15; }
-
-// dst (HS, ld) <- transpose of n rows of src (each HS contiguous, row stride `stride`).
-inline void pack_transposed(float* dst, int ld, const float* src, size_t stride, int n, int HS) {
-  for (int j = 0; j < n; j++) {
-    const float* s = src + j * stride;  // (HS)
-    for (int d = 0; d < HS; d++) dst[static_cast<size_t>(d) * ld + j] = s[d];
-  }
-}
-
 }  // namespace
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
@@ -49,11 +40,12 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < NH; h++) {
-      float* kt = thread_scratch(static_cast<size_t>(HS) * ldk);  // K^T (HS, ldk)
+      float* kt = thread_scratch(static_cast<size_t>(HS) * (ldk + T));  // K^T (HS, ldk)
+      float* v_all = kt + static_cast<size_t>(HS) * ldk;  // V (T, HS) contiguous
       const float* qkv_b = qkv + static_cast<size_t>(b) * T * C3;  // (T,3C)
-      const float* v_all = qkv_b + 2 * C + h * HS;  // (T,HS) stride 3C
       float* att_bh = att + (static_cast<size_t>(b) * NH + h) * T * T;  // (T,T)
-      pack_transposed(kt, ldk, qkv_b + C + h * HS, C3, T, HS);
+      detail::pack_transposed(kt, ldk, qkv_b + C + h * HS, C3, T, HS);
+      detail::copy_rows(v_all, qkv_b + 2 * C + h * HS, C3, T, HS);
       for (int q0 = 0; q0 < T; q0 += kTile) {
         const int nq = std::min(kTile, T - q0);
         const float* q_tile = qkv_b + static_cast<size_t>(q0) * C3 + h * HS;  // (nq,HS) stride 3C
@@ -72,7 +64,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
         }
         // out rows = att (nq, q0+nq) . V (q0+nq, HS); masked entries are zero
         detail::gemm(out + (static_cast<size_t>(b) * T + q0) * C + h * HS, C, att_rows, T, 1, v_all,
-                     C3, nq, HS, q0 + nq, Init::kZero, nullptr, Limits{.k_hi = q0});
+                     HS, nq, HS, q0 + nq, Init::kZero, nullptr, Limits{.k_hi = q0});
       }
     }
   }
@@ -91,20 +83,25 @@ void attention_backward(float* dqkv, float* datt_scratch, const float* dout, con
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < NH; h++) {
-      float* vt = thread_scratch(static_cast<size_t>(HS) * ldk);  // V^T (HS, ldk)
+      const size_t n_all = static_cast<size_t>(T) * HS;
+      float* vt = thread_scratch(static_cast<size_t>(HS) * ldk + 3 * n_all);  // V^T (HS, ldk)
+      float* q_all = vt + static_cast<size_t>(HS) * ldk;  // Q (T, HS) contiguous
+      float* k_all = q_all + n_all;  // K (T, HS) contiguous
+      float* do_all = k_all + n_all;  // dO (T, HS) contiguous
       const float* qkv_b = qkv + static_cast<size_t>(b) * T * C3;  // (T,3C)
       float* dqkv_b = dqkv + static_cast<size_t>(b) * T * C3;  // (T,3C)
-      const float* k_all = qkv_b + C + h * HS;  // (T,HS) stride 3C
-      const float* dout_bh = dout + static_cast<size_t>(b) * T * C + h * HS;  // (T,HS) stride C
       const float* att_bh = att + (static_cast<size_t>(b) * NH + h) * T * T;  // (T,T)
       float* dpre_bh = datt_scratch + (static_cast<size_t>(b) * NH + h) * T * T;  // (T,T)
-      pack_transposed(vt, ldk, qkv_b + 2 * C + h * HS, C3, T, HS);
+      detail::pack_transposed(vt, ldk, qkv_b + 2 * C + h * HS, C3, T, HS);
+      detail::copy_rows(q_all, qkv_b + h * HS, C3, T, HS);
+      detail::copy_rows(k_all, qkv_b + C + h * HS, C3, T, HS);
+      detail::copy_rows(do_all, dout + static_cast<size_t>(b) * T * C + h * HS, C, T, HS);
       // pass 1, per query tile: datt = dO V^T, softmax backward, dQ = dpre K
       for (int q0 = 0; q0 < T; q0 += kTile) {
         const int nq = std::min(kTile, T - q0);
-        const float* do_tile = dout_bh + static_cast<size_t>(q0) * C;  // (nq,HS) stride C
+        const float* do_tile = do_all + static_cast<size_t>(q0) * HS;  // (nq,HS)
         float* dpre_rows = dpre_bh + static_cast<size_t>(q0) * T;  // (nq,T)
-        detail::gemm(dpre_rows, T, do_tile, C, 1, vt, ldk, nq, q0 + nq, HS, Init::kZero, nullptr,
+        detail::gemm(dpre_rows, T, do_tile, HS, 1, vt, ldk, nq, q0 + nq, HS, Init::kZero, nullptr,
                      Limits{.n_hi = q0});
         for (int i = 0; i < nq; i++) {
           const int t = q0 + i;
@@ -118,7 +115,7 @@ void attention_backward(float* dqkv, float* datt_scratch, const float* dout, con
           std::fill(drow + t + 1, drow + T, 0.0f);
         }
         detail::gemm(dqkv_b + static_cast<size_t>(q0) * C3 + h * HS, C3, dpre_rows, T, 1, k_all,
-                     C3, nq, HS, q0 + nq, Init::kZero, nullptr, Limits{.k_hi = q0});
+                     HS, nq, HS, q0 + nq, Init::kZero, nullptr, Limits{.k_hi = q0});
       }
       // pass 2, per key tile: dV = att^T dO, dK = dpre^T Q over queries t >= k0
       // (A read transposed through strides; key row j only needs queries t >= j)
@@ -127,9 +124,10 @@ void attention_backward(float* dqkv, float* datt_scratch, const float* dout, con
         const size_t koff = static_cast<size_t>(k0) * C3 + h * HS;
         const size_t blk = static_cast<size_t>(k0) * T + k0;  // (t = k0, j = k0)
         detail::gemm(dqkv_b + koff + 2 * C, C3, att_bh + blk, 1, T,
-                     dout_bh + static_cast<size_t>(k0) * C, C, nk, HS, T - k0, Init::kZero,
+                     do_all + static_cast<size_t>(k0) * HS, HS, nk, HS, T - k0, Init::kZero,
                      nullptr, Limits{.k_lo = 0});
-        detail::gemm(dqkv_b + koff + C, C3, dpre_bh + blk, 1, T, qkv_b + koff, C3, nk, HS,
+        detail::gemm(dqkv_b + koff + C, C3, dpre_bh + blk, 1, T,
+                     q_all + static_cast<size_t>(k0) * HS, HS, nk, HS,
                      T - k0, Init::kZero, nullptr, Limits{.k_lo = 0});
       }
     }

@@ -1,7 +1,7 @@
 // attention_flash.cpp: memory-efficient causal multi-head attention (tiled online softmax,
 // FlashAttention-2 style) that saves only a per-row log-sum-exp and recomputes
 // probabilities tile by tile in the backward pass. Nothing of size T*T is allocated:
-// per-thread scratch is K^T (HS, T) plus a few kFlashTile x kFlashTile tiles.
+// per-thread scratch is a few (T, HS) copies plus a few kFlashTile x kFlashTile tiles.
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12 false positive inside its AVX-512 headers (masked loads of fresh vectors).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -32,15 +32,6 @@ float* thread_scratch(size_t floats) {
 }
 
 int round16(int n) { return (n + 15) & ~15; }
-
-// dst (HS, ld) <- transpose of n rows of src (each HS contiguous, row stride `stride`).
-inline void pack_transposed(float* dst, int ld, const float* src, size_t stride, int n, int HS) {
-  for (int j = 0; j < n; j++) {
-    const float* s = src + j * stride;  // (HS)
-    for (int d = 0; d < HS; d++) dst[static_cast<size_t>(d) * ld + j] = s[d];
-  }
-}
-
 }  // namespace
 
 void attention_flash_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
@@ -53,13 +44,14 @@ void attention_flash_forward(float* out, float* lse, const float* qkv, int B, in
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < NH; h++) {
-      float* kt = thread_scratch(static_cast<size_t>(HS) * ldk + kTT);  // K^T (HS, ldk)
-      float* s = kt + static_cast<size_t>(HS) * ldk;  // scores then probs (kTile, kTile)
+      float* kt = thread_scratch(static_cast<size_t>(HS) * (ldk + T) + kTT);  // K^T (HS, ldk)
+      float* v_all = kt + static_cast<size_t>(HS) * ldk;  // V (T, HS) contiguous
+      float* s = v_all + static_cast<size_t>(HS) * T;  // scores then probs (kTile, kTile)
       const float* qkv_b = qkv + static_cast<size_t>(b) * T * C3;  // (T,3C)
-      const float* v_all = qkv_b + 2 * C + h * HS;  // (T,HS) stride 3C
       float* out_bh = out + static_cast<size_t>(b) * T * C + h * HS;  // (T,HS) stride C
       float* lse_bh = lse + (static_cast<size_t>(b) * NH + h) * T;  // (T)
-      pack_transposed(kt, ldk, qkv_b + C + h * HS, C3, T, HS);
+      detail::pack_transposed(kt, ldk, qkv_b + C + h * HS, C3, T, HS);
+      detail::copy_rows(v_all, qkv_b + 2 * C + h * HS, C3, T, HS);
       for (int q0 = 0; q0 < T; q0 += kTile) {
         const int nq = std::min(kTile, T - q0);
         const float* q_tile = qkv_b + static_cast<size_t>(q0) * C3 + h * HS;  // (nq,HS) stride 3C
@@ -88,7 +80,7 @@ void attention_flash_forward(float* out, float* lse, const float* qkv, int B, in
             m[i] = m_new;
           }
           // O = corr * O + P V (nq, HS); row i needs P columns j <= i + off
-          detail::gemm(o_tile, C, s, kTile, 1, v_all + static_cast<size_t>(k0) * C3, C3, nq, HS,
+          detail::gemm(o_tile, C, s, kTile, 1, v_all + static_cast<size_t>(k0) * HS, HS, nq, HS,
                        nk, k0 == 0 ? Init::kZero : Init::kRowScale, corr, Limits{.k_hi = off});
         }
         for (int i = 0; i < nq; i++) {
@@ -114,9 +106,13 @@ void attention_flash_backward(float* dqkv, const float* dout, const float* qkv, 
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < NH; h++) {
-      float* kt = thread_scratch(2 * static_cast<size_t>(HS) * kTile + 2 * kTT + T);
+      const size_t n_all = static_cast<size_t>(T) * HS;
+      float* kt = thread_scratch(2 * static_cast<size_t>(HS) * kTile + 3 * n_all + 2 * kTT + T);
       float* vt = kt + static_cast<size_t>(HS) * kTile;  // V^T tile (HS, kTile)
-      float* p = vt + static_cast<size_t>(HS) * kTile;  // scores -> P (kTile, kTile)
+      float* q_all = vt + static_cast<size_t>(HS) * kTile;  // Q (T, HS) contiguous
+      float* k_all = q_all + n_all;  // K (T, HS) contiguous
+      float* do_all = k_all + n_all;  // dO (T, HS) contiguous
+      float* p = do_all + n_all;  // scores -> P (kTile, kTile)
       float* ds = p + kTT;  // dP -> dS (kTile, kTile)
       float* D = ds + kTT;  // rowsum(dout * out) (T)
       const float* qkv_b = qkv + static_cast<size_t>(b) * T * C3;  // (T,3C)
@@ -124,6 +120,9 @@ void attention_flash_backward(float* dqkv, const float* dout, const float* qkv, 
       const float* dout_bh = dout + static_cast<size_t>(b) * T * C + h * HS;  // (T,HS) stride C
       const float* out_bh = out + static_cast<size_t>(b) * T * C + h * HS;  // (T,HS) stride C
       const float* lse_bh = lse + (static_cast<size_t>(b) * NH + h) * T;  // (T)
+      detail::copy_rows(q_all, qkv_b + h * HS, C3, T, HS);
+      detail::copy_rows(k_all, qkv_b + C + h * HS, C3, T, HS);
+      detail::copy_rows(do_all, dout_bh, C, T, HS);
       for (int t = 0; t < T; t++) {
         const float* go = dout_bh + static_cast<size_t>(t) * C;  // (HS)
         const float* o = out_bh + static_cast<size_t>(t) * C;  // (HS)
@@ -135,22 +134,22 @@ void attention_flash_backward(float* dqkv, const float* dout, const float* qkv, 
       for (int k0 = 0; k0 < T; k0 += kTile) {  // kv tile outer: dK, dV finish per tile
         const int nk = std::min(kTile, T - k0);
         const size_t koff = static_cast<size_t>(k0) * C3 + h * HS;
-        const float* k_tile = qkv_b + koff + C;  // (nk,HS) stride 3C
+        const float* k_tile = k_all + static_cast<size_t>(k0) * HS;  // (nk,HS)
         float* dk_tile = dqkv_b + koff + C;  // (nk,HS) stride 3C
         float* dv_tile = dqkv_b + koff + 2 * C;  // (nk,HS) stride 3C
-        pack_transposed(kt, kTile, k_tile, C3, nk, HS);
-        pack_transposed(vt, kTile, k_tile + C, C3, nk, HS);
+        detail::pack_transposed(kt, kTile, k_tile, HS, nk, HS);
+        detail::pack_transposed(vt, kTile, qkv_b + koff + 2 * C, C3, nk, HS);
         for (int q0 = k0; q0 < T; q0 += kTile) {  // causal: query tiles from the diagonal
           const int nq = std::min(kTile, T - q0);
           const int off = q0 - k0;  // query row i sees key columns j <= i + off
           const size_t qoff = static_cast<size_t>(q0) * C3 + h * HS;
-          const float* q_tile = qkv_b + qoff;  // (nq,HS) stride 3C
+          const float* q_tile = q_all + static_cast<size_t>(q0) * HS;  // (nq,HS)
           float* dq_tile = dqkv_b + qoff;  // (nq,HS) stride 3C
-          const float* do_tile = dout_bh + static_cast<size_t>(q0) * C;  // (nq,HS) stride C
+          const float* do_tile = do_all + static_cast<size_t>(q0) * HS;  // (nq,HS)
           const Limits tri{.n_hi = off};
-          detail::gemm(p, kTile, q_tile, C3, 1, kt, kTile, nq, nk, HS, Init::kZero, nullptr,
+          detail::gemm(p, kTile, q_tile, HS, 1, kt, kTile, nq, nk, HS, Init::kZero, nullptr,
                        tri);  // S = Q K^T
-          detail::gemm(ds, kTile, do_tile, C, 1, vt, kTile, nq, nk, HS, Init::kZero, nullptr,
+          detail::gemm(ds, kTile, do_tile, HS, 1, vt, kTile, nq, nk, HS, Init::kZero, nullptr,
                        tri);  // dP = dO V^T
           for (int i = 0; i < nq; i++) {
             const int t = q0 + i;
@@ -160,11 +159,11 @@ void attention_flash_backward(float* dqkv, const float* dout, const float* qkv, 
           // key row j gets query rows i >= j - off; the first (diagonal) tile writes
           const Init kv_init = q0 == k0 ? Init::kZero : Init::kAccumulate;
           const Limits below{.k_lo = -off};
-          detail::gemm(dv_tile, C3, p, 1, kTile, do_tile, C, nk, HS, nq, kv_init, nullptr,
+          detail::gemm(dv_tile, C3, p, 1, kTile, do_tile, HS, nk, HS, nq, kv_init, nullptr,
                        below);  // dV += P^T dO
-          detail::gemm(dk_tile, C3, ds, 1, kTile, q_tile, C3, nk, HS, nq, kv_init, nullptr,
+          detail::gemm(dk_tile, C3, ds, 1, kTile, q_tile, HS, nk, HS, nq, kv_init, nullptr,
                        below);  // dK += dS^T Q
-          detail::gemm(dq_tile, C3, ds, kTile, 1, k_tile, C3, nq, HS, nk,
+          detail::gemm(dq_tile, C3, ds, kTile, 1, k_tile, HS, nq, HS, nk,
                        k0 == 0 ? Init::kZero : Init::kAccumulate, nullptr,
                        Limits{.k_hi = off});  // dQ += dS K
         }

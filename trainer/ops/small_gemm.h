@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -143,6 +144,36 @@ inline void gemm(float* C, int ldc, const float* A, int a_rs, int a_cs, const fl
     }
   }
 #endif
+}
+
+// dst (HS, ld) <- transpose of n rows of src (each HS contiguous, row stride `stride`):
+// dst[d*ld + j] = src[j*stride + d]. AVX-512: one 16-lane gather per (d, 16 rows).
+inline void pack_transposed(float* dst, int ld, const float* src, size_t stride, int n, int HS) {
+#if defined(__AVX512F__)
+  const __m512i idx = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+      _mm512_set1_epi32(static_cast<int>(stride)));
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 m = tail_mask(std::min(16, n - j));
+    const float* s = src + j * stride;  // rows j .. j+15
+    for (int d = 0; d < HS; d++) {
+      const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, s + d, 4);
+      _mm512_mask_storeu_ps(dst + static_cast<size_t>(d) * ld + j, m, v);
+    }
+  }
+#else
+  for (int j = 0; j < n; j++) {
+    const float* s = src + j * stride;  // (HS)
+    for (int d = 0; d < HS; d++) dst[static_cast<size_t>(d) * ld + j] = s[d];
+  }
+#endif
+}
+
+// dst (n, HS) contiguous <- n rows of src (row stride `stride`). Used for B operands: rows
+// of qkv are 3C apart, which maps a 64-row tile onto a few L1 sets and thrashes them.
+inline void copy_rows(float* dst, const float* src, size_t stride, int n, int HS) {
+  for (int j = 0; j < n; j++)
+    std::memcpy(dst + static_cast<size_t>(j) * HS, src + j * stride, sizeof(float) * HS);
 }
 
 }  // namespace ft::trainer::ops::detail
