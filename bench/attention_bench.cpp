@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -20,8 +21,12 @@ struct Shape {
   int B, T, C, NH;
 };
 
+struct Timing {
+  double median, min;  // ms
+};
+
 template <typename F>
-double median_ms(F&& f, int warmup = 3, int reps = 10) {
+Timing time_ms(F&& f, int warmup = 3, int reps = 10) {
   for (int i = 0; i < warmup; i++) f();
   std::vector<double> ms;
   for (int i = 0; i < reps; i++) {
@@ -31,7 +36,7 @@ double median_ms(F&& f, int warmup = 3, int reps = 10) {
     ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
   std::sort(ms.begin(), ms.end());
-  return 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+  return {0.5 * (ms[reps / 2 - 1] + ms[reps / 2]), ms[0]};
 }
 
 std::string loadavg() {
@@ -58,29 +63,35 @@ void run(const Shape& s) {
   const double fwd_gf = 2.0 * pairs * HS * 2.0 * 1e-9;
   const double bwd_gf = 2.0 * pairs * HS * 4.0 * 1e-9;  // materialised: dP, dV, dK, dQ
   const double fbwd_gf = 2.0 * pairs * HS * 5.0 * 1e-9;  // flash also recomputes S
-  const double mf = median_ms([&] { ops::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH); });
-  const double mb = median_ms([&] {
+  const Timing mf = time_ms([&] { ops::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH); });
+  const Timing mb = time_ms([&] {
     ops::attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
   });
-  const double ff = median_ms([&] { ops::attention_flash_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH); });
-  const double fb = median_ms([&] {
+  const Timing ff = time_ms([&] { ops::attention_flash_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH); });
+  const Timing fb = time_ms([&] {
     ops::attention_flash_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
   });
   std::printf("%-22s B=%d T=%d C=%d NH=%d HS=%d\n", s.name, B, T, C, NH, HS);
-  std::printf("  materialised fwd %8.3f ms %6.1f GF/s | bwd %8.3f ms %6.1f GF/s | f+b %8.3f ms\n", mf,
-              fwd_gf / mf * 1e3, mb, bwd_gf / mb * 1e3, mf + mb);
-  std::printf("  flash        fwd %8.3f ms %6.1f GF/s | bwd %8.3f ms %6.1f GF/s | f+b %8.3f ms\n", ff,
-              fwd_gf / ff * 1e3, fb, fbwd_gf / fb * 1e3, ff + fb);
+  auto line = [&](const char* name, Timing f, Timing b, double bgf) {
+    std::printf("  %-12s fwd %7.3f ms %6.1f GF/s (min %7.3f) | bwd %7.3f ms %6.1f GF/s (min %7.3f) |"
+                " f+b %7.3f ms (min %7.3f)\n",
+                name, f.median, fwd_gf / f.median * 1e3, f.min, b.median, bgf / b.median * 1e3, b.min,
+                f.median + b.median, f.min + b.min);
+  };
+  line("materialised", mf, mb, bwd_gf);
+  line("flash", ff, fb, fbwd_gf);
 }
 
 }  // namespace
 
+// usage: attention_bench [threads=2] [shape=all]
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
   omp_set_num_threads(threads);
   std::printf("threads %d, loadavg before: %s\n", threads, loadavg().c_str());
-  run({"B8 T256 C256 NH4", 8, 256, 256, 4});
-  run({"GPT-2 124M B4 T64", 4, 64, 768, 12});
+  const int only = argc > 2 ? std::atoi(argv[2]) : -1;  // optional: run one shape (0 or 1)
+  if (only != 1) run({"B8 T256 C256 NH4", 8, 256, 256, 4});
+  if (only != 0) run({"GPT-2 124M B4 T64", 4, 64, 768, 12});
   std::printf("loadavg after: %s\n", loadavg().c_str());
   return 0;
 }

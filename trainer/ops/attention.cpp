@@ -28,14 +28,16 @@ float* thread_scratch(size_t floats) {
   return buf.data();
 }
 
-int round16(int n) { return (n + 15) & ~15; }
+// Leading dim for packed (HS, T) transposes: 16-aligned plus one vector, so the rows do not
+// fall into the same few L1 sets (a power-of-two stride would).
+int packed_ld(int T) { return ((T + 15) & ~15) + 16; }
 }  // namespace
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   // out (B,T,C), att (B,NH,T,T), qkv (B,T,3C) = q|k|v each (B,T,NH,HS)
   const int HS = C / NH;
   const int C3 = 3 * C;
-  const int ldk = round16(T);
+  const int ldk = packed_ld(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++) {
@@ -76,7 +78,7 @@ void attention_backward(float* dqkv, float* datt_scratch, const float* dout, con
   // att (B,NH,T,T)
   const int HS = C / NH;
   const int C3 = 3 * C;
-  const int ldk = round16(T);
+  const int ldk = packed_ld(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
   // Each (b,h) pair is one task touching only its own dq/dk/dv columns => race-free,
   // fixed summation order => deterministic.

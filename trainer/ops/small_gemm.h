@@ -172,8 +172,18 @@ inline void pack_transposed(float* dst, int ld, const float* src, size_t stride,
 // dst (n, HS) contiguous <- n rows of src (row stride `stride`). Used for B operands: rows
 // of qkv are 3C apart, which maps a 64-row tile onto a few L1 sets and thrashes them.
 inline void copy_rows(float* dst, const float* src, size_t stride, int n, int HS) {
-  for (int j = 0; j < n; j++)
-    std::memcpy(dst + static_cast<size_t>(j) * HS, src + j * stride, sizeof(float) * HS);
+  for (int j = 0; j < n; j++) {
+    float* d = dst + static_cast<size_t>(j) * HS;  // (HS)
+    const float* s = src + j * stride;  // (HS)
+#if defined(__AVX512F__)
+    for (int c = 0; c < HS; c += 16) {
+      const __mmask16 m = tail_mask(std::min(16, HS - c));
+      _mm512_mask_storeu_ps(d + c, m, _mm512_maskz_loadu_ps(m, s + c));
+    }
+#else
+    std::memcpy(d, s, sizeof(float) * HS);
+#endif
+  }
 }
 
 }  // namespace ft::trainer::ops::detail
