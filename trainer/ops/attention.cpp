@@ -42,24 +42,18 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < NH; h++) {
-      const size_t n_all = static_cast<size_t>(T) * HS;
-      float* kt = thread_scratch(static_cast<size_t>(HS) * ldk + 3 * n_all);  // K^T (HS, ldk)
-      float* q_all = kt + static_cast<size_t>(HS) * ldk;  // Q (T, HS) contiguous
-      float* k_all = q_all + n_all;  // K (T, HS) contiguous
-      float* v_all = k_all + n_all;  // V (T, HS) contiguous
+      float* kt = thread_scratch(static_cast<size_t>(HS) * (ldk + T));  // K^T (HS, ldk)
+      float* v_all = kt + static_cast<size_t>(HS) * ldk;  // V (T, HS) contiguous
       const float* qkv_b = qkv + static_cast<size_t>(b) * T * C3;  // (T,3C)
       float* att_bh = att + (static_cast<size_t>(b) * NH + h) * T * T;  // (T,T)
-      // contiguous copies first (independent streaming loads), then transpose from L1/L2
-      detail::copy_rows(q_all, qkv_b + h * HS, C3, T, HS);
-      detail::copy_rows(k_all, qkv_b + C + h * HS, C3, T, HS);
+      detail::pack_transposed(kt, ldk, qkv_b + C + h * HS, C3, T, HS);
       detail::copy_rows(v_all, qkv_b + 2 * C + h * HS, C3, T, HS);
-      detail::pack_transposed(kt, ldk, k_all, HS, T, HS);
       for (int q0 = 0; q0 < T; q0 += kTile) {
         const int nq = std::min(kTile, T - q0);
-        const float* q_tile = q_all + static_cast<size_t>(q0) * HS;  // (nq,HS)
+        const float* q_tile = qkv_b + static_cast<size_t>(q0) * C3 + h * HS;  // (nq,HS) stride 3C
         float* att_rows = att_bh + static_cast<size_t>(q0) * T;  // (nq,T)
         // raw scores S = Q K^T, row i only up to column q0 + i (+ micro-tile slack)
-        detail::gemm(att_rows, T, q_tile, HS, 1, kt, ldk, nq, q0 + nq, HS, Init::kZero, nullptr,
+        detail::gemm(att_rows, T, q_tile, C3, 1, kt, ldk, nq, q0 + nq, HS, Init::kZero, nullptr,
                      Limits{.n_hi = q0});
         for (int i = 0; i < nq; i++) {  // causal softmax per row, zero upper triangle
           const int t = q0 + i;

@@ -44,23 +44,17 @@ void attention_flash_forward(float* out, float* lse, const float* qkv, int B, in
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < NH; h++) {
-      const size_t n_all = static_cast<size_t>(T) * HS;
-      float* kt = thread_scratch(static_cast<size_t>(HS) * ldk + 3 * n_all + kTT);  // K^T (HS, ldk)
-      float* q_all = kt + static_cast<size_t>(HS) * ldk;  // Q (T, HS) contiguous
-      float* k_all = q_all + n_all;  // K (T, HS) contiguous
-      float* v_all = k_all + n_all;  // V (T, HS) contiguous
-      float* s = v_all + n_all;  // scores then probs (kTile, kTile)
+      float* kt = thread_scratch(static_cast<size_t>(HS) * (ldk + T) + kTT);  // K^T (HS, ldk)
+      float* v_all = kt + static_cast<size_t>(HS) * ldk;  // V (T, HS) contiguous
+      float* s = v_all + static_cast<size_t>(HS) * T;  // scores then probs (kTile, kTile)
       const float* qkv_b = qkv + static_cast<size_t>(b) * T * C3;  // (T,3C)
       float* out_bh = out + static_cast<size_t>(b) * T * C + h * HS;  // (T,HS) stride C
       float* lse_bh = lse + (static_cast<size_t>(b) * NH + h) * T;  // (T)
-      // contiguous copies first (independent streaming loads), then transpose from L1/L2
-      detail::copy_rows(q_all, qkv_b + h * HS, C3, T, HS);
-      detail::copy_rows(k_all, qkv_b + C + h * HS, C3, T, HS);
+      detail::pack_transposed(kt, ldk, qkv_b + C + h * HS, C3, T, HS);
       detail::copy_rows(v_all, qkv_b + 2 * C + h * HS, C3, T, HS);
-      detail::pack_transposed(kt, ldk, k_all, HS, T, HS);
       for (int q0 = 0; q0 < T; q0 += kTile) {
         const int nq = std::min(kTile, T - q0);
-        const float* q_tile = q_all + static_cast<size_t>(q0) * HS;  // (nq,HS)
+        const float* q_tile = qkv_b + static_cast<size_t>(q0) * C3 + h * HS;  // (nq,HS) stride 3C
         float* o_tile = out_bh + static_cast<size_t>(q0) * C;  // (nq,HS) stride C
         float m[kTile];     // running row max of scaled scores (kTile)
         float l[kTile];     // running row sum (kTile)
@@ -69,7 +63,7 @@ void attention_flash_forward(float* out, float* lse, const float* qkv, int B, in
           const int nk = std::min(kTile, T - k0);
           const int off = q0 - k0;  // query row i sees key columns j <= i + off
           // S = Q K^T (nq, nk); on the diagonal only the lower triangle (+ micro-tile slack)
-          detail::gemm(s, kTile, q_tile, HS, 1, kt + k0, ldk, nq, nk, HS, Init::kZero, nullptr,
+          detail::gemm(s, kTile, q_tile, C3, 1, kt + k0, ldk, nq, nk, HS, Init::kZero, nullptr,
                        Limits{.n_hi = off});
           for (int i = 0; i < nq; i++) {
             float* row = s + i * kTile;  // (kTile)
