@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <string>
@@ -57,26 +57,31 @@ void run(const Shape& s) {
   for (auto& x : qkv) x = nd(rng);
   for (auto& x : dout) x = nd(rng);
   std::vector<float> out(nout), att(natt), datt(natt), dqkv(nqkv);  // att (B,NH,T,T)
-  std::vector<float> lse(static_cast<size_t>(B) * NH * T);         // (B,NH,T)
+  std::vector<float> lse(static_cast<size_t>(B) * NH * T);          // (B,NH,T)
   // causal useful flops: fwd = QK^T + PV over T(T+1)/2 pairs; bwd = 2.5x that (S, dP, dV, dK, dQ).
   const double pairs = static_cast<double>(B) * NH * T * (T + 1) / 2.0;
   const double fwd_gf = 2.0 * pairs * HS * 2.0 * 1e-9;
-  const double bwd_gf = 2.0 * pairs * HS * 4.0 * 1e-9;  // materialised: dP, dV, dK, dQ
+  const double bwd_gf = 2.0 * pairs * HS * 4.0 * 1e-9;   // materialised: dP, dV, dK, dQ
   const double fbwd_gf = 2.0 * pairs * HS * 5.0 * 1e-9;  // flash also recomputes S
-  const Timing mf = time_ms([&] { ops::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH); });
+  const Timing mf =
+      time_ms([&] { ops::attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH); });
   const Timing mb = time_ms([&] {
-    ops::attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+    ops::attention_backward(dqkv.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C,
+                            NH);
   });
-  const Timing ff = time_ms([&] { ops::attention_flash_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH); });
+  const Timing ff = time_ms(
+      [&] { ops::attention_flash_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH); });
   const Timing fb = time_ms([&] {
-    ops::attention_flash_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH);
+    ops::attention_flash_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B,
+                                  T, C, NH);
   });
   std::printf("%-22s B=%d T=%d C=%d NH=%d HS=%d\n", s.name, B, T, C, NH, HS);
   auto line = [&](const char* name, Timing f, Timing b, double bgf) {
-    std::printf("  %-12s fwd %7.3f ms %6.1f GF/s (min %7.3f) | bwd %7.3f ms %6.1f GF/s (min %7.3f) |"
-                " f+b %7.3f ms (min %7.3f)\n",
-                name, f.median, fwd_gf / f.median * 1e3, f.min, b.median, bgf / b.median * 1e3, b.min,
-                f.median + b.median, f.min + b.min);
+    std::printf(
+        "  %-12s fwd %7.3f ms %6.1f GF/s (min %7.3f) | bwd %7.3f ms %6.1f GF/s (min %7.3f) |"
+        " f+b %7.3f ms (min %7.3f)\n",
+        name, f.median, fwd_gf / f.median * 1e3, f.min, b.median, bgf / b.median * 1e3, b.min,
+        f.median + b.median, f.min + b.min);
   };
   line("materialised", mf, mb, bwd_gf);
   line("flash", ff, fb, fbwd_gf);

@@ -43,15 +43,15 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < NH; h++) {
       float* kt = thread_scratch(static_cast<size_t>(HS) * (ldk + T));  // K^T (HS, ldk)
-      float* v_all = kt + static_cast<size_t>(HS) * ldk;  // V (T, HS) contiguous
-      const float* qkv_b = qkv + static_cast<size_t>(b) * T * C3;  // (T,3C)
+      float* v_all = kt + static_cast<size_t>(HS) * ldk;                // V (T, HS) contiguous
+      const float* qkv_b = qkv + static_cast<size_t>(b) * T * C3;       // (T,3C)
       float* att_bh = att + (static_cast<size_t>(b) * NH + h) * T * T;  // (T,T)
       detail::pack_transposed(kt, ldk, qkv_b + C + h * HS, C3, T, HS);
       detail::copy_rows(v_all, qkv_b + 2 * C + h * HS, C3, T, HS);
       for (int q0 = 0; q0 < T; q0 += kTile) {
         const int nq = std::min(kTile, T - q0);
         const float* q_tile = qkv_b + static_cast<size_t>(q0) * C3 + h * HS;  // (nq,HS) stride 3C
-        float* att_rows = att_bh + static_cast<size_t>(q0) * T;  // (nq,T)
+        float* att_rows = att_bh + static_cast<size_t>(q0) * T;               // (nq,T)
         // raw scores S = Q K^T, row i only up to column q0 + i (+ micro-tile slack)
         detail::gemm(att_rows, T, q_tile, C3, 1, kt, ldk, nq, q0 + nq, HS, Init::kZero, nullptr,
                      Limits{.n_hi = q0});
@@ -87,13 +87,13 @@ void attention_backward(float* dqkv, float* datt_scratch, const float* dout, con
     for (int h = 0; h < NH; h++) {
       const size_t n_all = static_cast<size_t>(T) * HS;
       float* vt = thread_scratch(static_cast<size_t>(HS) * ldk + 4 * n_all);  // V^T (HS, ldk)
-      float* q_all = vt + static_cast<size_t>(HS) * ldk;  // Q (T, HS) contiguous
-      float* k_all = q_all + n_all;  // K (T, HS) contiguous
-      float* v_all = k_all + n_all;  // V (T, HS) contiguous
-      float* do_all = v_all + n_all;  // dO (T, HS) contiguous
+      float* q_all = vt + static_cast<size_t>(HS) * ldk;           // Q (T, HS) contiguous
+      float* k_all = q_all + n_all;                                // K (T, HS) contiguous
+      float* v_all = k_all + n_all;                                // V (T, HS) contiguous
+      float* do_all = v_all + n_all;                               // dO (T, HS) contiguous
       const float* qkv_b = qkv + static_cast<size_t>(b) * T * C3;  // (T,3C)
-      float* dqkv_b = dqkv + static_cast<size_t>(b) * T * C3;  // (T,3C)
-      const float* att_bh = att + (static_cast<size_t>(b) * NH + h) * T * T;  // (T,T)
+      float* dqkv_b = dqkv + static_cast<size_t>(b) * T * C3;      // (T,3C)
+      const float* att_bh = att + (static_cast<size_t>(b) * NH + h) * T * T;      // (T,T)
       float* dpre_bh = datt_scratch + (static_cast<size_t>(b) * NH + h) * T * T;  // (T,T)
       detail::copy_rows(q_all, qkv_b + h * HS, C3, T, HS);
       detail::copy_rows(k_all, qkv_b + C + h * HS, C3, T, HS);
@@ -104,13 +104,13 @@ void attention_backward(float* dqkv, float* datt_scratch, const float* dout, con
       for (int q0 = 0; q0 < T; q0 += kTile) {
         const int nq = std::min(kTile, T - q0);
         const float* do_tile = do_all + static_cast<size_t>(q0) * HS;  // (nq,HS)
-        float* dpre_rows = dpre_bh + static_cast<size_t>(q0) * T;  // (nq,T)
+        float* dpre_rows = dpre_bh + static_cast<size_t>(q0) * T;      // (nq,T)
         detail::gemm(dpre_rows, T, do_tile, HS, 1, vt, ldk, nq, q0 + nq, HS, Init::kZero, nullptr,
                      Limits{.n_hi = q0});
         for (int i = 0; i < nq; i++) {
           const int t = q0 + i;
           const float* arow = att_bh + static_cast<size_t>(t) * T;  // (T)
-          float* drow = dpre_rows + static_cast<size_t>(i) * T;  // (T)
+          float* drow = dpre_rows + static_cast<size_t>(i) * T;     // (T)
           float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
           for (int t2 = 0; t2 <= t; t2++) dot += arow[t2] * drow[t2];
@@ -118,8 +118,8 @@ void attention_backward(float* dqkv, float* datt_scratch, const float* dout, con
           for (int t2 = 0; t2 <= t; t2++) drow[t2] = arow[t2] * (drow[t2] - dot) * scale;
           std::fill(drow + t + 1, drow + T, 0.0f);
         }
-        detail::gemm(dqkv_b + static_cast<size_t>(q0) * C3 + h * HS, C3, dpre_rows, T, 1, k_all,
-                     HS, nq, HS, q0 + nq, Init::kZero, nullptr, Limits{.k_hi = q0});
+        detail::gemm(dqkv_b + static_cast<size_t>(q0) * C3 + h * HS, C3, dpre_rows, T, 1, k_all, HS,
+                     nq, HS, q0 + nq, Init::kZero, nullptr, Limits{.k_hi = q0});
       }
       // pass 2, per key tile: dV = att^T dO, dK = dpre^T Q over queries t >= k0
       // (A read transposed through strides; key row j only needs queries t >= j)
@@ -131,8 +131,8 @@ void attention_backward(float* dqkv, float* datt_scratch, const float* dout, con
                      do_all + static_cast<size_t>(k0) * HS, HS, nk, HS, T - k0, Init::kZero,
                      nullptr, Limits{.k_lo = 0});
         detail::gemm(dqkv_b + koff + C, C3, dpre_bh + blk, 1, T,
-                     q_all + static_cast<size_t>(k0) * HS, HS, nk, HS,
-                     T - k0, Init::kZero, nullptr, Limits{.k_lo = 0});
+                     q_all + static_cast<size_t>(k0) * HS, HS, nk, HS, T - k0, Init::kZero, nullptr,
+                     Limits{.k_lo = 0});
       }
     }
   }

@@ -42,7 +42,6 @@ inline float fast_tanhf(float u) {
   return 1.0f - 2.0f / (fast_expf(2.0f * u) + 1.0f);
 }
 
-
 #if defined(__AVX512F__)
 // 16-lane fast_expf (same range reduction and polynomial, fused multiply-adds); 0 below -87.
 inline __m512 fast_exp512(__m512 x) {

@@ -43,38 +43,41 @@ inline __mmask16 tail_mask(int n) {  // n in [1,16]
 // MR rows x NV vectors of C; the last vector is stored/loaded under `last`.
 template <int MR, int NV>
 inline void gemm_micro(float* C, int ldc, const float* A, int a_rs, int a_cs, const float* B,
-                       int ldb, int kb, int ke, __mmask16 last, Init init, const float* rs) {  // rs (MR)
+                       int ldb, int kb, int ke, __mmask16 last, Init init,
+                       const float* rs) {  // rs (MR)
   // Branch-free init (masked load x per-row factor); the unroll pragmas let GCC keep c[][] in
   // registers (without them it stores every accumulator to the stack each k step).
-  const __mmask16 ld = init == Init::kZero ? static_cast<__mmask16>(0) : static_cast<__mmask16>(0xFFFF);
+  const __mmask16 ld =
+      init == Init::kZero ? static_cast<__mmask16>(0) : static_cast<__mmask16>(0xFFFF);
   __m512 c[MR][NV];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < MR; r++) {
     const __m512 f = _mm512_set1_ps(rs[r]);
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int v = 0; v < NV; v++) {
       const __mmask16 m = ld & (v == NV - 1 ? last : static_cast<__mmask16>(0xFFFF));
-      c[r][v] = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, C + static_cast<size_t>(r) * ldc + 16 * v), f);
+      c[r][v] =
+          _mm512_mul_ps(_mm512_maskz_loadu_ps(m, C + static_cast<size_t>(r) * ldc + 16 * v), f);
     }
   }
   const float* a = A + static_cast<ptrdiff_t>(kb) * a_cs;
   const float* b = B + static_cast<ptrdiff_t>(kb) * ldb;
   for (int k = kb; k < ke; k++, a += a_cs, b += ldb) {
     __m512 bv[NV];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int v = 0; v < NV - 1; v++) bv[v] = _mm512_loadu_ps(b + 16 * v);
     bv[NV - 1] = _mm512_maskz_loadu_ps(last, b + 16 * (NV - 1));
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
       const __m512 av = _mm512_set1_ps(a[static_cast<ptrdiff_t>(r) * a_rs]);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int v = 0; v < NV; v++) c[r][v] = _mm512_fmadd_ps(av, bv[v], c[r][v]);
     }
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int r = 0; r < MR; r++) {
     float* cr = C + static_cast<size_t>(r) * ldc;
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int v = 0; v < NV - 1; v++) _mm512_storeu_ps(cr + 16 * v, c[r][v]);
     _mm512_mask_storeu_ps(cr + 16 * (NV - 1), last, c[r][NV - 1]);
   }
@@ -90,10 +93,18 @@ inline void gemm_rows(float* C, int ldc, const float* A, int a_rs, int a_cs, con
   if (rem <= 0) return;
   const __mmask16 last = tail_mask(rem - 16 * ((rem - 1) / 16));
   switch ((rem + 15) / 16) {
-    case 1: gemm_micro<MR, 1>(C + j, ldc, A, a_rs, a_cs, B + j, ldb, kb, ke, last, init, rs); break;
-    case 2: gemm_micro<MR, 2>(C + j, ldc, A, a_rs, a_cs, B + j, ldb, kb, ke, last, init, rs); break;
-    case 3: gemm_micro<MR, 3>(C + j, ldc, A, a_rs, a_cs, B + j, ldb, kb, ke, last, init, rs); break;
-    default: gemm_micro<MR, 4>(C + j, ldc, A, a_rs, a_cs, B + j, ldb, kb, ke, last, init, rs); break;
+    case 1:
+      gemm_micro<MR, 1>(C + j, ldc, A, a_rs, a_cs, B + j, ldb, kb, ke, last, init, rs);
+      break;
+    case 2:
+      gemm_micro<MR, 2>(C + j, ldc, A, a_rs, a_cs, B + j, ldb, kb, ke, last, init, rs);
+      break;
+    case 3:
+      gemm_micro<MR, 3>(C + j, ldc, A, a_rs, a_cs, B + j, ldb, kb, ke, last, init, rs);
+      break;
+    default:
+      gemm_micro<MR, 4>(C + j, ldc, A, a_rs, a_cs, B + j, ldb, kb, ke, last, init, rs);
+      break;
   }
 }
 
@@ -115,12 +126,24 @@ inline void gemm(float* C, int ldc, const float* A, int a_rs, int a_cs, const fl
     const float* a = A + static_cast<ptrdiff_t>(i) * a_rs;
     const float* rs = init == Init::kRowScale ? row_scale + i : kOnes;  // (mr)
     switch (mr) {
-      case 6: gemm_rows<6>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs); break;
-      case 5: gemm_rows<5>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs); break;
-      case 4: gemm_rows<4>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs); break;
-      case 3: gemm_rows<3>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs); break;
-      case 2: gemm_rows<2>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs); break;
-      default: gemm_rows<1>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs); break;
+      case 6:
+        gemm_rows<6>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs);
+        break;
+      case 5:
+        gemm_rows<5>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs);
+        break;
+      case 4:
+        gemm_rows<4>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs);
+        break;
+      case 3:
+        gemm_rows<3>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs);
+        break;
+      case 2:
+        gemm_rows<2>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs);
+        break;
+      default:
+        gemm_rows<1>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs);
+        break;
     }
   }
 #else
@@ -133,7 +156,7 @@ inline void gemm(float* C, int ldc, const float* A, int a_rs, int a_cs, const fl
     for (int i = i0; i < i0 + mr; i++) {
       float* c = C + static_cast<size_t>(i) * ldc;
       for (int j = 0; j < ne; j++) {
-        float s = init == Init::kZero ? 0.0f
+        float s = init == Init::kZero         ? 0.0f
                   : init == Init::kAccumulate ? c[j]
                                               : c[j] * row_scale[i];
         for (int k = kb; k < ke; k++)
@@ -150,9 +173,9 @@ inline void gemm(float* C, int ldc, const float* A, int a_rs, int a_cs, const fl
 // dst[d*ld + j] = src[j*stride + d]. AVX-512: one 16-lane gather per (d, 16 rows).
 inline void pack_transposed(float* dst, int ld, const float* src, size_t stride, int n, int HS) {
 #if defined(__AVX512F__)
-  const __m512i idx = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-      _mm512_set1_epi32(static_cast<int>(stride)));
+  const __m512i idx =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(stride)));
   for (int j = 0; j < n; j += 16) {
     const __mmask16 m = tail_mask(std::min(16, n - j));
     const float* s = src + j * stride;  // rows j .. j+15
@@ -174,7 +197,7 @@ inline void pack_transposed(float* dst, int ld, const float* src, size_t stride,
 inline void copy_rows(float* dst, const float* src, size_t stride, int n, int HS) {
   for (int j = 0; j < n; j++) {
     float* d = dst + static_cast<size_t>(j) * HS;  // (HS)
-    const float* s = src + j * stride;  // (HS)
+    const float* s = src + j * stride;             // (HS)
 #if defined(__AVX512F__)
     for (int c = 0; c < HS; c += 16) {
       const __mmask16 m = tail_mask(std::min(16, HS - c));
