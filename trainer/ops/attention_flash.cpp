@@ -31,7 +31,77 @@ float* thread_scratch(size_t floats) {
   return buf.data();
 }
 
-int round16(int n) { return (n + 15) & ~15; }
+// Leading dim for packed (HS, T) transposes: 16-aligned plus one vector, so the rows do not
+// fall into the same few L1 sets (a power-of-two stride would).
+int packed_ld(int T) { return ((T + 15) & ~15) + 16; }
+// Online-softmax step for one key tile in transposed layout. st (nk, kTile) holds raw scores
+// S^T[j][i] (key j, query i < nq); query i sees key j iff j <= i + off (every query sees key 0).
+// Updates the running max m and sum l (nq), writes the O rescale corr (nq, unless first) and
+// overwrites st with P^T = exp(scale * S^T - m), 0 where masked. Reductions run down the
+// columns (16 queries per vector), so there are no horizontal sums.
+void softmax_tile_t(float* st, int nk, int nq, int off, float scale, bool first, float* m, float* l,
+                    float* corr) {
+#if defined(__AVX512F__)
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (int qb = 0; qb < nq; qb += 16) {
+    const __mmask16 live = detail::lane_mask(qb, nq);
+    auto visible = [&](int j) {  // lanes (queries qb + lane) that see key j
+      const int lo = j - off - qb;
+      if (lo <= 0) return live;
+      if (lo >= 16) return static_cast<__mmask16>(0);
+      return static_cast<__mmask16>(live & (0xFFFFu << lo));
+    };
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < nk; j++) {
+      const __mmask16 v = visible(j);
+      mx = _mm512_mask_max_ps(mx, v, mx, _mm512_maskz_loadu_ps(v, st + j * kTile + qb));
+    }
+    __m512 m_new = _mm512_mul_ps(mx, vs);
+    __m512 cr = _mm512_setzero_ps();
+    if (!first) {
+      const __m512 m_old = _mm512_maskz_loadu_ps(live, m + qb);
+      m_new = _mm512_max_ps(m_old, m_new);
+      cr = detail::fast_exp512(_mm512_sub_ps(m_old, m_new));
+      _mm512_mask_storeu_ps(corr + qb, live, cr);
+    }
+    __m512 sum = _mm512_setzero_ps();
+    for (int j = 0; j < nk; j++) {
+      const __mmask16 v = visible(j);
+      float* row = st + j * kTile + qb;  // (16)
+      const __m512 x = _mm512_maskz_loadu_ps(v, row);
+      const __m512 p = _mm512_maskz_mov_ps(v, detail::fast_exp512(_mm512_fmsub_ps(x, vs, m_new)));
+      _mm512_storeu_ps(row, p);
+      sum = _mm512_add_ps(sum, p);
+    }
+    const __m512 l_new =
+        first ? sum : _mm512_fmadd_ps(_mm512_maskz_loadu_ps(live, l + qb), cr, sum);
+    _mm512_mask_storeu_ps(l + qb, live, l_new);
+    _mm512_mask_storeu_ps(m + qb, live, m_new);
+  }
+#else
+  for (int i = 0; i < nq; i++) {
+    const int jn = std::min(nk, i + off + 1);  // keys 0 .. jn-1 visible
+    float mx = -INFINITY;
+    for (int j = 0; j < jn; j++) mx = std::max(mx, st[j * kTile + i]);
+    float m_new = mx * scale;
+    float cr = 0.0f;
+    if (!first) {
+      m_new = std::max(m[i], m_new);
+      cr = detail::fast_expf(m[i] - m_new);
+      corr[i] = cr;
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < nk; j++) {
+      float& x = st[j * kTile + i];
+      x = j < jn ? detail::fast_expf(std::fma(x, scale, -m_new)) : 0.0f;
+      sum += x;
+    }
+    l[i] = first ? sum : std::fma(l[i], cr, sum);
+    m[i] = m_new;
+  }
+#endif
+}
+
 }  // namespace
 
 void attention_flash_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
@@ -39,49 +109,36 @@ void attention_flash_forward(float* out, float* lse, const float* qkv, int B, in
   // out (B,T,C), lse (B,NH,T), qkv (B,T,3C) = q|k|v each (B,T,NH,HS)
   const int HS = C / NH;
   const int C3 = 3 * C;
-  const int ldk = round16(T);
+  const int ldq = packed_ld(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < NH; h++) {
-      float* kt = thread_scratch(static_cast<size_t>(HS) * (ldk + T) + kTT);  // K^T (HS, ldk)
-      float* v_all = kt + static_cast<size_t>(HS) * ldk;  // V (T, HS) contiguous
-      float* s = v_all + static_cast<size_t>(HS) * T;     // scores then probs (kTile, kTile)
+      float* qt = thread_scratch(static_cast<size_t>(HS) * (ldq + T) + kTT);  // Q^T (HS, ldq)
+      float* v_all = qt + static_cast<size_t>(HS) * ldq;  // V (T, HS) contiguous
+      float* st = v_all + static_cast<size_t>(HS) * T;    // S^T then P^T (kTile keys, kTile)
       const float* qkv_b = qkv + static_cast<size_t>(b) * T * C3;     // (T,3C)
       float* out_bh = out + static_cast<size_t>(b) * T * C + h * HS;  // (T,HS) stride C
       float* lse_bh = lse + (static_cast<size_t>(b) * NH + h) * T;    // (T)
-      detail::pack_transposed(kt, ldk, qkv_b + C + h * HS, C3, T, HS);
+      detail::pack_transposed(qt, ldq, qkv_b + h * HS, C3, T, HS);
       detail::copy_rows(v_all, qkv_b + 2 * C + h * HS, C3, T, HS);
       for (int q0 = 0; q0 < T; q0 += kTile) {
         const int nq = std::min(kTile, T - q0);
-        const float* q_tile = qkv_b + static_cast<size_t>(q0) * C3 + h * HS;  // (nq,HS) stride 3C
-        float* o_tile = out_bh + static_cast<size_t>(q0) * C;                 // (nq,HS) stride C
-        float m[kTile];                            // running row max of scaled scores (kTile)
-        float l[kTile];                            // running row sum (kTile)
-        float corr[kTile];                         // per-row rescale of O for this key tile (kTile)
+        float* o_tile = out_bh + static_cast<size_t>(q0) * C;  // (nq,HS) stride C
+        alignas(64) float m[kTile];     // running max of scaled scores per query (kTile)
+        alignas(64) float l[kTile];     // running sum per query (kTile)
+        alignas(64) float corr[kTile];  // per-query rescale of O for this key tile (kTile)
         for (int k0 = 0; k0 <= q0; k0 += kTile) {  // causal: tiles up to the diagonal
           const int nk = std::min(kTile, T - k0);
-          const int off = q0 - k0;  // query row i sees key columns j <= i + off
-          // S = Q K^T (nq, nk); on the diagonal only the lower triangle (+ micro-tile slack)
-          detail::gemm(s, kTile, q_tile, C3, 1, kt + k0, ldk, nq, nk, HS, Init::kZero, nullptr,
-                       Limits{.n_hi = off});
-          for (int i = 0; i < nq; i++) {
-            float* row = s + i * kTile;                // (kTile)
-            const int jn = std::min(nk, off + i + 1);  // keys k0 .. k0+jn-1 visible
-            const float mt = detail::row_max(row, jn) * scale;
-            const float m_new = k0 == 0 ? mt : std::max(m[i], mt);
-            const float psum = detail::row_exp(row, jn, nk, scale, m_new);
-            if (k0 == 0) {
-              l[i] = psum;
-            } else {
-              corr[i] = std::exp(m[i] - m_new);
-              l[i] = l[i] * corr[i] + psum;
-            }
-            m[i] = m_new;
-          }
-          // O = corr * O + P V (nq, HS); row i needs P columns j <= i + off
-          detail::gemm(o_tile, C, s, kTile, 1, v_all + static_cast<size_t>(k0) * HS, HS, nq, HS, nk,
-                       k0 == 0 ? Init::kZero : Init::kRowScale, corr, Limits{.k_hi = off});
+          const int off = q0 - k0;  // query i sees key j iff j <= i + off
+          // S^T = K Q^T (nk, nq): the softmax then runs down columns, 16 queries per vector
+          const float* k_tile = qkv_b + static_cast<size_t>(k0) * C3 + C + h * HS;  // (nk,HS)
+          detail::gemm(st, kTile, k_tile, C3, 1, qt + q0, ldq, nk, nq, HS, Init::kZero, nullptr,
+                       Limits{.n_lo = -off});
+          softmax_tile_t(st, nk, nq, off, scale, k0 == 0, m, l, corr);
+          // O = corr * O + P V (nq, HS), P read transposed from P^T; query i needs keys <= i + off
+          detail::gemm(o_tile, C, st, 1, kTile, v_all + static_cast<size_t>(k0) * HS, HS, nq, HS,
+                       nk, k0 == 0 ? Init::kZero : Init::kRowScale, corr, Limits{.k_hi = off});
         }
         for (int i = 0; i < nq; i++) {
           float* o = o_tile + static_cast<size_t>(i) * C;  // (HS)

@@ -22,12 +22,14 @@ namespace ft::trainer::ops::detail {
 enum class Init { kZero, kAccumulate, kRowScale };  // C = AB | C += AB | C = s[r]*C + AB
 
 // Causal limits, as offsets relative to a row block [r0, r1) of C: only k in
-// [max(0, r0 + k_lo), min(K, r1 + k_hi)) is summed and only columns [0, min(N, r1 + n_hi))
-// are written. Callers guarantee the skipped A entries are zero / skipped C entries unused.
+// [max(0, r0 + k_lo), min(K, r1 + k_hi)) is summed and only columns from max(0, r0 + n_lo)
+// (rounded down to a multiple of 16) to min(N, r1 + n_hi) are written. Callers guarantee the
+// skipped A entries are zero / skipped C entries unused.
 struct Limits {
   static constexpr int kNone = 1 << 28;
   int k_lo = -kNone;
   int k_hi = kNone;
+  int n_lo = -kNone;
   int n_hi = kNone;
 };
 
@@ -121,28 +123,30 @@ inline void gemm(float* C, int ldc, const float* A, int a_rs, int a_cs, const fl
     const int kb = std::max(0, i + lim.k_lo);
     const int ke = std::max(kb, std::min(K, i + mr + lim.k_hi));
     const int ne = std::min(N, i + mr + lim.n_hi);
-    if (ne <= 0) continue;
-    float* c = C + static_cast<size_t>(i) * ldc;
+    const int nb = std::max(0, i + lim.n_lo) & ~15;
+    if (ne <= nb) continue;
+    float* c = C + static_cast<size_t>(i) * ldc + nb;
     const float* a = A + static_cast<ptrdiff_t>(i) * a_rs;
     const float* rs = init == Init::kRowScale ? row_scale + i : kOnes;  // (mr)
+    const float* b = B + nb;
     switch (mr) {
       case 6:
-        gemm_rows<6>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs);
+        gemm_rows<6>(c, ldc, a, a_rs, a_cs, b, ldb, ne - nb, kb, ke, init, rs);
         break;
       case 5:
-        gemm_rows<5>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs);
+        gemm_rows<5>(c, ldc, a, a_rs, a_cs, b, ldb, ne - nb, kb, ke, init, rs);
         break;
       case 4:
-        gemm_rows<4>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs);
+        gemm_rows<4>(c, ldc, a, a_rs, a_cs, b, ldb, ne - nb, kb, ke, init, rs);
         break;
       case 3:
-        gemm_rows<3>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs);
+        gemm_rows<3>(c, ldc, a, a_rs, a_cs, b, ldb, ne - nb, kb, ke, init, rs);
         break;
       case 2:
-        gemm_rows<2>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs);
+        gemm_rows<2>(c, ldc, a, a_rs, a_cs, b, ldb, ne - nb, kb, ke, init, rs);
         break;
       default:
-        gemm_rows<1>(c, ldc, a, a_rs, a_cs, B, ldb, ne, kb, ke, init, rs);
+        gemm_rows<1>(c, ldc, a, a_rs, a_cs, b, ldb, ne - nb, kb, ke, init, rs);
         break;
     }
   }
@@ -153,9 +157,10 @@ inline void gemm(float* C, int ldc, const float* A, int a_rs, int a_cs, const fl
     const int kb = std::max(0, i0 + lim.k_lo);
     const int ke = std::max(kb, std::min(K, i0 + mr + lim.k_hi));
     const int ne = std::min(N, i0 + mr + lim.n_hi);
+    const int nb = std::max(0, i0 + lim.n_lo) & ~15;
     for (int i = i0; i < i0 + mr; i++) {
       float* c = C + static_cast<size_t>(i) * ldc;
-      for (int j = 0; j < ne; j++) {
+      for (int j = nb; j < ne; j++) {
         float s = init == Init::kZero         ? 0.0f
                   : init == Init::kAccumulate ? c[j]
                                               : c[j] * row_scale[i];
