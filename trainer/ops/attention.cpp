@@ -61,8 +61,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
           const float maxv = detail::row_max(row, t + 1) * scale;
           const float sum = detail::row_exp(row, t + 1, T, scale, maxv);
           const float inv = 1.0f / sum;
-#pragma omp simd
-          for (int t2 = 0; t2 <= t; t2++) row[t2] *= inv;
+          detail::row_scale(row, t + 1, inv);
         }
         // out rows = att (nq, q0+nq) . V (q0+nq, HS); masked entries are zero
         detail::gemm(out + (static_cast<size_t>(b) * T + q0) * C + h * HS, C, att_rows, T, 1, v_all,
@@ -111,12 +110,7 @@ void attention_backward(float* dqkv, float* datt_scratch, const float* dout, con
           const int t = q0 + i;
           const float* arow = att_bh + static_cast<size_t>(t) * T;  // (T)
           float* drow = dpre_rows + static_cast<size_t>(i) * T;     // (T)
-          float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-          for (int t2 = 0; t2 <= t; t2++) dot += arow[t2] * drow[t2];
-#pragma omp simd
-          for (int t2 = 0; t2 <= t; t2++) drow[t2] = arow[t2] * (drow[t2] - dot) * scale;
-          std::fill(drow + t + 1, drow + T, 0.0f);
+          detail::row_softmax_bwd(arow, drow, t + 1, T, scale);
         }
         detail::gemm(dqkv_b + static_cast<size_t>(q0) * C3 + h * HS, C3, dpre_rows, T, 1, k_all, HS,
                      nq, HS, q0 + nq, Init::kZero, nullptr, Limits{.k_hi = q0});

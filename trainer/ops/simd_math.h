@@ -128,4 +128,41 @@ inline void row_softmax_grad(float* p, float* ds, int n, int n_zero, float scale
 #endif
 }
 
+// x[j] *= f for j < n.
+inline void row_scale(float* x, int n, float f) {
+#if defined(__AVX512F__)
+  const __m512 vf = _mm512_set1_ps(f);
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 m = lane_mask(j, n);
+    _mm512_mask_storeu_ps(x + j, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + j), vf));
+  }
+#else
+  for (int j = 0; j < n; j++) x[j] *= f;
+#endif
+}
+
+// Softmax backward of one row: d[j] <- a[j] * (d[j] - sum_k a[k] d[k]) * scale for j < n,
+// 0 for n <= j < n_zero (a = probabilities, d = their gradient on entry).
+inline void row_softmax_bwd(const float* a, float* d, int n, int n_zero, float scale) {
+#if defined(__AVX512F__)
+  __m512 acc = _mm512_setzero_ps();
+  for (int j = 0; j < n; j += 16) {
+    const __mmask16 m = lane_mask(j, n);
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + j), _mm512_maskz_loadu_ps(m, d + j), acc);
+  }
+  const __m512 dot = _mm512_set1_ps(_mm512_reduce_add_ps(acc)), vs = _mm512_set1_ps(scale);
+  for (int j = 0; j < n_zero; j += 16) {
+    const __mmask16 m = lane_mask(j, n);
+    const __m512 g = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, d + j), dot);
+    const __m512 r = _mm512_mul_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, a + j), g), vs);
+    _mm512_mask_storeu_ps(d + j, lane_mask(j, n_zero), _mm512_maskz_mov_ps(m, r));
+  }
+#else
+  float dot = 0.0f;
+  for (int j = 0; j < n; j++) dot += a[j] * d[j];
+  for (int j = 0; j < n; j++) d[j] = a[j] * (d[j] - dot) * scale;
+  for (int j = n; j < n_zero; j++) d[j] = 0.0f;
+#endif
+}
+
 }  // namespace ft::trainer::ops::detail
