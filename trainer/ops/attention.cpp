@@ -71,9 +71,9 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
   }
 }
 
-void attention_backward(float* dqkv, float* datt_scratch, const float* dout, const float* qkv,
+void attention_backward(float* dqkv, float* /*datt_scratch*/, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH) {
-  // dqkv (B,T,3C) written, datt_scratch (B,NH,T,T), dout (B,T,C), qkv (B,T,3C),
+  // dqkv (B,T,3C) written, datt_scratch (B,NH,T,T) unused, dout (B,T,C), qkv (B,T,3C),
   // att (B,NH,T,T)
   const int HS = C / NH;
   const int C3 = 3 * C;
@@ -85,15 +85,18 @@ void attention_backward(float* dqkv, float* datt_scratch, const float* dout, con
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < NH; h++) {
       const size_t n_all = static_cast<size_t>(T) * HS;
-      float* vt = thread_scratch(static_cast<size_t>(HS) * ldk + 4 * n_all);  // V^T (HS, ldk)
+      float* vt = thread_scratch(static_cast<size_t>(HS) * ldk + 4 * n_all +
+                                 static_cast<size_t>(T) * T);      // V^T (HS, ldk)
       float* q_all = vt + static_cast<size_t>(HS) * ldk;           // Q (T, HS) contiguous
       float* k_all = q_all + n_all;                                // K (T, HS) contiguous
       float* v_all = k_all + n_all;                                // V (T, HS) contiguous
       float* do_all = v_all + n_all;                               // dO (T, HS) contiguous
       const float* qkv_b = qkv + static_cast<size_t>(b) * T * C3;  // (T,3C)
       float* dqkv_b = dqkv + static_cast<size_t>(b) * T * C3;      // (T,3C)
-      const float* att_bh = att + (static_cast<size_t>(b) * NH + h) * T * T;      // (T,T)
-      float* dpre_bh = datt_scratch + (static_cast<size_t>(b) * NH + h) * T * T;  // (T,T)
+      const float* att_bh = att + (static_cast<size_t>(b) * NH + h) * T * T;  // (T,T)
+      // dpreatt (T,T) lives in per-thread scratch reused across pairs: it stays in L2, where
+      // a fresh datt_scratch slice per pair would cost a DRAM read-for-ownership + write-back.
+      float* dpre_bh = do_all + n_all;  // (T,T)
       detail::copy_rows(q_all, qkv_b + h * HS, C3, T, HS);
       detail::copy_rows(k_all, qkv_b + C + h * HS, C3, T, HS);
       detail::copy_rows(v_all, qkv_b + 2 * C + h * HS, C3, T, HS);
