@@ -2,8 +2,9 @@
 // Works per (b,h) pair directly on the HS-contiguous q|k|v layout of qkv, using the
 // register-blocked small GEMM over kFlashTile-row query tiles; masked work is skipped.
 #if defined(__GNUC__) && !defined(__clang__)
-// GCC 12 false positive inside its AVX-512 headers (masked loads of fresh vectors).
+// GCC 12 false positives inside its AVX-512 headers (masked loads, _mm512_undefined_*).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <algorithm>
 #include <cmath>

@@ -3,8 +3,9 @@
 // probabilities tile by tile in the backward pass. Nothing of size T*T is allocated:
 // per-thread scratch is a few (T, HS) copies plus a few kFlashTile x kFlashTile tiles.
 #if defined(__GNUC__) && !defined(__clang__)
-// GCC 12 false positive inside its AVX-512 headers (masked loads of fresh vectors).
+// GCC 12 false positives inside its AVX-512 headers (masked loads, _mm512_undefined_*).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <algorithm>
 #include <cmath>

@@ -174,17 +174,63 @@ inline void gemm(float* C, int ldc, const float* A, int a_rs, int a_cs, const fl
 #endif
 }
 
+#if defined(__AVX512F__)
+// dst (16, ld_dst) <- transpose of the 16x16 block src (row stride ld_src), in registers.
+inline void transpose16x16(float* dst, size_t ld_dst, const float* src, size_t ld_src) {
+  __m512 r[16], t[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * ld_src);
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++) {  // 32-bit interleave of row pairs
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++) {  // 64-bit interleave: r[4i+j] lane L = column 4L+j, rows 4i..
+    const __m512d a0 = _mm512_castps_pd(t[4 * i]), a1 = _mm512_castps_pd(t[4 * i + 1]);
+    const __m512d b0 = _mm512_castps_pd(t[4 * i + 2]), b1 = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, b0));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, b0));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, b1));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, b1));
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; j++) {  // 128-bit lane shuffles
+    t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+    t[j + 4] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
+    t[j + 8] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+    t[j + 12] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; j++) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xdd);
+    r[j + 4] = _mm512_shuffle_f32x4(t[j + 4], t[j + 12], 0x88);
+    r[j + 12] = _mm512_shuffle_f32x4(t[j + 4], t[j + 12], 0xdd);
+  }
+#pragma GCC unroll 16
+  for (int c = 0; c < 16; c++) _mm512_storeu_ps(dst + c * ld_dst, r[c]);
+}
+#endif
+
 // dst (HS, ld) <- transpose of n rows of src (each HS contiguous, row stride `stride`):
-// dst[d*ld + j] = src[j*stride + d]. AVX-512: one 16-lane gather per (d, 16 rows).
+// dst[d*ld + j] = src[j*stride + d]. AVX-512: 16x16 register transposes, 16-lane gathers for
+// the partial blocks.
 inline void pack_transposed(float* dst, int ld, const float* src, size_t stride, int n, int HS) {
 #if defined(__AVX512F__)
   const __m512i idx =
       _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                          _mm512_set1_epi32(static_cast<int>(stride)));
   for (int j = 0; j < n; j += 16) {
-    const __mmask16 m = tail_mask(std::min(16, n - j));
+    const int nj = std::min(16, n - j);
+    const __mmask16 m = tail_mask(nj);
     const float* s = src + j * stride;  // rows j .. j+15
-    for (int d = 0; d < HS; d++) {
+    int d = 0;
+    if (nj == 16) {
+      for (; d + 16 <= HS; d += 16)
+        transpose16x16(dst + static_cast<size_t>(d) * ld + j, ld, s + d, stride);
+    }
+    for (; d < HS; d++) {
       const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, s + d, 4);
       _mm512_mask_storeu_ps(dst + static_cast<size_t>(d) * ld + j, m, v);
     }
