@@ -1,7 +1,12 @@
 // attention_flash.cpp: memory-efficient causal multi-head attention (tiled online softmax,
 // FlashAttention-2 style) that saves only a per-row log-sum-exp and recomputes
 // probabilities tile by tile in the backward pass. Nothing of size T*T is allocated:
-// per-thread scratch is a few kFlashTile x kFlashTile / kFlashTile x HS tiles.
+// per-thread scratch is a few (T, HS) copies plus a few kFlashTile x kFlashTile tiles.
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12 false positives inside its AVX-512 headers (masked loads, _mm512_undefined_*).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,6 +20,8 @@ namespace ft::trainer::ops {
 
 namespace {
 
+using detail::Init;
+using detail::Limits;
 constexpr int kTile = kFlashTile;
 constexpr int kTT = kTile * kTile;
 
@@ -25,20 +32,75 @@ float* thread_scratch(size_t floats) {
   return buf.data();
 }
 
-// dst (HS, kTile) <- transpose of nk rows (each HS contiguous, row stride `stride`);
-// columns j >= nk are zero.
-inline void pack_transposed(float* dst, const float* src, size_t stride, int nk, int HS) {
-  for (int d = 0; d < HS; d++) {
-    float* drow = dst + static_cast<size_t>(d) * kTile;  // (kTile)
-    for (int j = 0; j < nk; j++) drow[j] = src[j * stride + d];
-    for (int j = nk; j < kTile; j++) drow[j] = 0.0f;
+// Leading dim for packed (HS, T) transposes: 16-aligned plus one vector, so the rows do not
+// fall into the same few L1 sets (a power-of-two stride would).
+int packed_ld(int T) { return ((T + 15) & ~15) + 16; }
+// Online-softmax step for one key tile in transposed layout. st (nk, kTile) holds raw scores
+// S^T[j][i] (key j, query i < nq); query i sees key j iff j <= i + off (every query sees key 0).
+// Updates the running max m and sum l (nq), writes the O rescale corr (nq, unless first) and
+// overwrites st with P^T = exp(scale * S^T - m), 0 where masked. Reductions run down the
+// columns (16 queries per vector), so there are no horizontal sums.
+void softmax_tile_t(float* st, int nk, int nq, int off, float scale, bool first, float* m, float* l,
+                    float* corr) {
+#if defined(__AVX512F__)
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (int qb = 0; qb < nq; qb += 16) {
+    const __mmask16 live = detail::lane_mask(qb, nq);
+    auto visible = [&](int j) {  // lanes (queries qb + lane) that see key j
+      const int lo = j - off - qb;
+      if (lo <= 0) return live;
+      if (lo >= 16) return static_cast<__mmask16>(0);
+      return static_cast<__mmask16>(live & (0xFFFFu << lo));
+    };
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < nk; j++) {
+      const __mmask16 v = visible(j);
+      mx = _mm512_mask_max_ps(mx, v, mx, _mm512_maskz_loadu_ps(v, st + j * kTile + qb));
+    }
+    __m512 m_new = _mm512_mul_ps(mx, vs);
+    __m512 cr = _mm512_setzero_ps();
+    if (!first) {
+      const __m512 m_old = _mm512_maskz_loadu_ps(live, m + qb);
+      m_new = _mm512_max_ps(m_old, m_new);
+      cr = detail::fast_exp512(_mm512_sub_ps(m_old, m_new));
+      _mm512_mask_storeu_ps(corr + qb, live, cr);
+    }
+    __m512 sum = _mm512_setzero_ps();
+    for (int j = 0; j < nk; j++) {
+      const __mmask16 v = visible(j);
+      float* row = st + j * kTile + qb;  // (16)
+      const __m512 x = _mm512_maskz_loadu_ps(v, row);
+      const __m512 p = _mm512_maskz_mov_ps(v, detail::fast_exp512(_mm512_fmsub_ps(x, vs, m_new)));
+      _mm512_storeu_ps(row, p);
+      sum = _mm512_add_ps(sum, p);
+    }
+    const __m512 l_new =
+        first ? sum : _mm512_fmadd_ps(_mm512_maskz_loadu_ps(live, l + qb), cr, sum);
+    _mm512_mask_storeu_ps(l + qb, live, l_new);
+    _mm512_mask_storeu_ps(m + qb, live, m_new);
   }
-}
-
-// dst (nc, kTile) <- transpose of src (nr, kTile) restricted to nr rows, nc columns.
-inline void transpose_tile(float* dst, const float* src, int nr, int nc) {
-  for (int j = 0; j < nc; j++)
-    for (int i = 0; i < nr; i++) dst[j * kTile + i] = src[i * kTile + j];
+#else
+  for (int i = 0; i < nq; i++) {
+    const int jn = std::min(nk, i + off + 1);  // keys 0 .. jn-1 visible
+    float mx = -INFINITY;
+    for (int j = 0; j < jn; j++) mx = std::max(mx, st[j * kTile + i]);
+    float m_new = mx * scale;
+    float cr = 0.0f;
+    if (!first) {
+      m_new = std::max(m[i], m_new);
+      cr = detail::fast_expf(m[i] - m_new);
+      corr[i] = cr;
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < nk; j++) {
+      float& x = st[j * kTile + i];
+      x = j < jn ? detail::fast_expf(std::fma(x, scale, -m_new)) : 0.0f;
+      sum += x;
+    }
+    l[i] = first ? sum : std::fma(l[i], cr, sum);
+    m[i] = m_new;
+  }
+#endif
 }
 
 }  // namespace
@@ -48,53 +110,36 @@ void attention_flash_forward(float* out, float* lse, const float* qkv, int B, in
   // out (B,T,C), lse (B,NH,T), qkv (B,T,3C) = q|k|v each (B,T,NH,HS)
   const int HS = C / NH;
   const int C3 = 3 * C;
+  const int ldq = packed_ld(T);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < NH; h++) {
-      float* kt = thread_scratch(static_cast<size_t>(HS) * kTile + kTT);  // (HS, kTile)
-      float* s = kt + static_cast<size_t>(HS) * kTile;  // scores then probs (kTile, kTile)
-      const float* qkv_b = qkv + static_cast<size_t>(b) * T * C3;  // (T,3C)
+      float* qt = thread_scratch(static_cast<size_t>(HS) * (ldq + T) + kTT);  // Q^T (HS, ldq)
+      float* v_all = qt + static_cast<size_t>(HS) * ldq;  // V (T, HS) contiguous
+      float* st = v_all + static_cast<size_t>(HS) * T;    // S^T then P^T (kTile keys, kTile)
+      const float* qkv_b = qkv + static_cast<size_t>(b) * T * C3;     // (T,3C)
       float* out_bh = out + static_cast<size_t>(b) * T * C + h * HS;  // (T,HS) stride C
-      float* lse_bh = lse + (static_cast<size_t>(b) * NH + h) * T;  // (T)
+      float* lse_bh = lse + (static_cast<size_t>(b) * NH + h) * T;    // (T)
+      detail::pack_transposed(qt, ldq, qkv_b + h * HS, C3, T, HS);
+      detail::copy_rows(v_all, qkv_b + 2 * C + h * HS, C3, T, HS);
       for (int q0 = 0; q0 < T; q0 += kTile) {
         const int nq = std::min(kTile, T - q0);
-        const float* q_tile = qkv_b + static_cast<size_t>(q0) * C3 + h * HS;  // (nq,HS) stride 3C
         float* o_tile = out_bh + static_cast<size_t>(q0) * C;  // (nq,HS) stride C
-        float m[kTile];  // running row max (kTile)
-        float l[kTile];  // running row sum (kTile)
-        for (int i = 0; i < nq; i++) {
-          m[i] = -INFINITY;
-          l[i] = 0.0f;
-          std::memset(o_tile + static_cast<size_t>(i) * C, 0, sizeof(float) * HS);
-        }
+        alignas(64) float m[kTile];     // running max of scaled scores per query (kTile)
+        alignas(64) float l[kTile];     // running sum per query (kTile)
+        alignas(64) float corr[kTile];  // per-query rescale of O for this key tile (kTile)
         for (int k0 = 0; k0 <= q0; k0 += kTile) {  // causal: tiles up to the diagonal
           const int nk = std::min(kTile, T - k0);
+          const int off = q0 - k0;  // query i sees key j iff j <= i + off
+          // S^T = K Q^T (nk, nq): the softmax then runs down columns, 16 queries per vector
           const float* k_tile = qkv_b + static_cast<size_t>(k0) * C3 + C + h * HS;  // (nk,HS)
-          const float* v_tile = k_tile + C;  // (nk,HS) stride 3C
-          pack_transposed(kt, k_tile, C3, nk, HS);
-          detail::gemm(s, kTile, q_tile, C3, kt, kTile, nq, kTile, HS, false);  // S = Q K^T
-          for (int i = 0; i < nq; i++) {
-            float* row = s + i * kTile;  // (kTile)
-            const int jn = std::min(nk, q0 + i - k0 + 1);  // keys k0 .. k0+jn-1 visible
-            float mt = -INFINITY;
-            for (int j = 0; j < jn; j++) mt = std::max(mt, row[j] * scale);
-            const float m_new = std::max(m[i], mt);
-            const float corr = std::exp(m[i] - m_new);  // 0 on the first tile
-            float psum = 0.0f;
-#pragma omp simd reduction(+ : psum)
-            for (int j = 0; j < kTile; j++) {
-              const float p = j < jn ? detail::fast_expf(row[j] * scale - m_new) : 0.0f;
-              row[j] = p;
-              psum += p;
-            }
-            l[i] = l[i] * corr + psum;
-            m[i] = m_new;
-            float* o = o_tile + static_cast<size_t>(i) * C;  // (HS)
-#pragma omp simd
-            for (int d = 0; d < HS; d++) o[d] *= corr;
-          }
-          detail::gemm(o_tile, C, s, kTile, v_tile, C3, nq, HS, nk, true);  // O += P V
+          detail::gemm(st, kTile, k_tile, C3, 1, qt + q0, ldq, nk, nq, HS, Init::kZero, nullptr,
+                       Limits{.n_lo = -off});
+          softmax_tile_t(st, nk, nq, off, scale, k0 == 0, m, l, corr);
+          // O = corr * O + P V (nq, HS), P read transposed from P^T; query i needs keys <= i + off
+          detail::gemm(o_tile, C, st, 1, kTile, v_all + static_cast<size_t>(k0) * HS, HS, nq, HS,
+                       nk, k0 == 0 ? Init::kZero : Init::kRowScale, corr, Limits{.k_hi = off});
         }
         for (int i = 0; i < nq; i++) {
           float* o = o_tile + static_cast<size_t>(i) * C;  // (HS)
@@ -119,24 +164,28 @@ void attention_flash_backward(float* dqkv, const float* dout, const float* qkv, 
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++) {
     for (int h = 0; h < NH; h++) {
-      float* kt = thread_scratch(2 * static_cast<size_t>(HS) * kTile + 4 * kTT + T);
-      float* vt = kt + static_cast<size_t>(HS) * kTile;  // (HS, kTile)
-      float* p = vt + static_cast<size_t>(HS) * kTile;  // scores -> P (kTile, kTile)
-      float* ds = p + kTT;  // dP -> dS (kTile, kTile)
-      float* pt = ds + kTT;  // P^T (kTile, kTile)
-      float* dst = pt + kTT;  // dS^T (kTile, kTile)
-      float* D = dst + kTT;  // rowsum(dout * out) (T)
+      const size_t n_all = static_cast<size_t>(T) * HS;
+      float* kt = thread_scratch(2 * static_cast<size_t>(HS) * kTile + 4 * n_all + 2 * kTT + T);
+      float* vt = kt + static_cast<size_t>(HS) * kTile;            // V^T tile (HS, kTile)
+      float* q_all = vt + static_cast<size_t>(HS) * kTile;         // Q (T, HS) contiguous
+      float* k_all = q_all + n_all;                                // K (T, HS) contiguous
+      float* v_all = k_all + n_all;                                // V (T, HS) contiguous
+      float* do_all = v_all + n_all;                               // dO (T, HS) contiguous
+      float* p = do_all + n_all;                                   // scores -> P (kTile, kTile)
+      float* ds = p + kTT;                                         // dP -> dS (kTile, kTile)
+      float* D = ds + kTT;                                         // rowsum(dout * out) (T)
       const float* qkv_b = qkv + static_cast<size_t>(b) * T * C3;  // (T,3C)
-      float* dqkv_b = dqkv + static_cast<size_t>(b) * T * C3;  // (T,3C)
+      float* dqkv_b = dqkv + static_cast<size_t>(b) * T * C3;      // (T,3C)
       const float* dout_bh = dout + static_cast<size_t>(b) * T * C + h * HS;  // (T,HS) stride C
-      const float* out_bh = out + static_cast<size_t>(b) * T * C + h * HS;  // (T,HS) stride C
-      const float* lse_bh = lse + (static_cast<size_t>(b) * NH + h) * T;  // (T)
+      const float* out_bh = out + static_cast<size_t>(b) * T * C + h * HS;    // (T,HS) stride C
+      const float* lse_bh = lse + (static_cast<size_t>(b) * NH + h) * T;      // (T)
+      detail::copy_rows(q_all, qkv_b + h * HS, C3, T, HS);
+      detail::copy_rows(k_all, qkv_b + C + h * HS, C3, T, HS);
+      detail::copy_rows(v_all, qkv_b + 2 * C + h * HS, C3, T, HS);
+      detail::copy_rows(do_all, dout_bh, C, T, HS);
       for (int t = 0; t < T; t++) {
-        for (int j = 0; j < 3; j++) {
-          std::memset(dqkv_b + static_cast<size_t>(t) * C3 + j * C + h * HS, 0, sizeof(float) * HS);
-        }
         const float* go = dout_bh + static_cast<size_t>(t) * C;  // (HS)
-        const float* o = out_bh + static_cast<size_t>(t) * C;  // (HS)
+        const float* o = out_bh + static_cast<size_t>(t) * C;    // (HS)
         float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
         for (int d = 0; d < HS; d++) acc += go[d] * o[d];
@@ -145,39 +194,38 @@ void attention_flash_backward(float* dqkv, const float* dout, const float* qkv, 
       for (int k0 = 0; k0 < T; k0 += kTile) {  // kv tile outer: dK, dV finish per tile
         const int nk = std::min(kTile, T - k0);
         const size_t koff = static_cast<size_t>(k0) * C3 + h * HS;
-        const float* k_tile = qkv_b + koff + C;  // (nk,HS) stride 3C
-        const float* v_tile = qkv_b + koff + 2 * C;  // (nk,HS) stride 3C
-        float* dk_tile = dqkv_b + koff + C;  // (nk,HS) stride 3C
-        float* dv_tile = dqkv_b + koff + 2 * C;  // (nk,HS) stride 3C
-        pack_transposed(kt, k_tile, C3, nk, HS);
-        pack_transposed(vt, v_tile, C3, nk, HS);
+        const float* k_tile = k_all + static_cast<size_t>(k0) * HS;  // (nk,HS)
+        float* dk_tile = dqkv_b + koff + C;                          // (nk,HS) stride 3C
+        float* dv_tile = dqkv_b + koff + 2 * C;                      // (nk,HS) stride 3C
+        detail::pack_transposed(kt, kTile, k_tile, HS, nk, HS);
+        detail::pack_transposed(vt, kTile, v_all + static_cast<size_t>(k0) * HS, HS, nk, HS);
         for (int q0 = k0; q0 < T; q0 += kTile) {  // causal: query tiles from the diagonal
           const int nq = std::min(kTile, T - q0);
+          const int off = q0 - k0;  // query row i sees key columns j <= i + off
           const size_t qoff = static_cast<size_t>(q0) * C3 + h * HS;
-          const float* q_tile = qkv_b + qoff;  // (nq,HS) stride 3C
-          float* dq_tile = dqkv_b + qoff;  // (nq,HS) stride 3C
-          const float* do_tile = dout_bh + static_cast<size_t>(q0) * C;  // (nq,HS) stride C
-          detail::gemm(p, kTile, q_tile, C3, kt, kTile, nq, kTile, HS, false);  // S = Q K^T
-          detail::gemm(ds, kTile, do_tile, C, vt, kTile, nq, kTile, HS, false);  // dP = dO V^T
+          const float* q_tile = q_all + static_cast<size_t>(q0) * HS;    // (nq,HS)
+          float* dq_tile = dqkv_b + qoff;                                // (nq,HS) stride 3C
+          const float* do_tile = do_all + static_cast<size_t>(q0) * HS;  // (nq,HS)
+          const Limits tri{.n_hi = off};
+          detail::gemm(p, kTile, q_tile, HS, 1, kt, kTile, nq, nk, HS, Init::kZero, nullptr,
+                       tri);  // S = Q K^T
+          detail::gemm(ds, kTile, do_tile, HS, 1, vt, kTile, nq, nk, HS, Init::kZero, nullptr,
+                       tri);  // dP = dO V^T
           for (int i = 0; i < nq; i++) {
             const int t = q0 + i;
-            const int jn = std::min(nk, t - k0 + 1);
-            const float lse_t = lse_bh[t];
-            const float Dt = D[t];
-            float* prow = p + i * kTile;  // (kTile)
-            float* srow = ds + i * kTile;  // (kTile)
-#pragma omp simd
-            for (int j = 0; j < kTile; j++) {
-              const float pj = j < jn ? detail::fast_expf(prow[j] * scale - lse_t) : 0.0f;
-              prow[j] = pj;
-              srow[j] = pj * (srow[j] - Dt) * scale;
-            }
+            detail::row_softmax_grad(p + i * kTile, ds + i * kTile, std::min(nk, off + i + 1), nk,
+                                     scale, lse_bh[t], D[t]);
           }
-          transpose_tile(pt, p, nq, nk);
-          transpose_tile(dst, ds, nq, nk);
-          detail::gemm(dv_tile, C3, pt, kTile, do_tile, C, nk, HS, nq, true);  // dV += P^T dO
-          detail::gemm(dk_tile, C3, dst, kTile, q_tile, C3, nk, HS, nq, true);  // dK += dS^T Q
-          detail::gemm(dq_tile, C3, ds, kTile, k_tile, C3, nq, HS, nk, true);  // dQ += dS K
+          // key row j gets query rows i >= j - off; the first (diagonal) tile writes
+          const Init kv_init = q0 == k0 ? Init::kZero : Init::kAccumulate;
+          const Limits below{.k_lo = -off};
+          detail::gemm(dv_tile, C3, p, 1, kTile, do_tile, HS, nk, HS, nq, kv_init, nullptr,
+                       below);  // dV += P^T dO
+          detail::gemm(dk_tile, C3, ds, 1, kTile, q_tile, HS, nk, HS, nq, kv_init, nullptr,
+                       below);  // dK += dS^T Q
+          detail::gemm(dq_tile, C3, ds, kTile, 1, k_tile, HS, nq, HS, nk,
+                       k0 == 0 ? Init::kZero : Init::kAccumulate, nullptr,
+                       Limits{.k_hi = off});  // dQ += dS K
         }
       }
     }
