@@ -222,8 +222,8 @@ void GptModel::layer_backward(int l, const float* x, float* dres, LayerActs& a, 
     ops::attention_flash_backward(dqkv, dbt.data(), a.qkv.data(), a.atty.data(), a.att.data(), B,
                                   T, C, NH);
   } else {
-    Buffer<float> datt(alloc_, static_cast<size_t>(B) * NH * T * T, "grad.datt");  // (B, NH, T, T)
-    ops::attention_backward(dqkv, datt.data(), dbt.data(), a.qkv.data(), a.att.data(), B, T, C, NH);
+    // The kernel keeps its (T, T) gradient tile per thread in L2; no (B, NH, T, T) scratch.
+    ops::attention_backward(dqkv, nullptr, dbt.data(), a.qkv.data(), a.att.data(), B, T, C, NH);
   }
   gemm_.backward(dbt.data(), grad(kQkvw) + l * 3 * C_ * C, grad(kQkvb) + l * 3 * C_, dqkv,
                  a.ln1.data(), param(kQkvw) + l * 3 * C_ * C, lp_weight(kQkvw, l), N, C, 3 * C,

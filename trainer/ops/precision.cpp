@@ -77,34 +77,61 @@ void bf16_to_fp32(float* out, const uint16_t* in, size_t n) {
   for (size_t i = static_cast<size_t>(blocks) * 16; i < n; ++i) out[i] = bf16_to_fp32_scalar(in[i]);
 }
 
+namespace {
+// Scalar IEEE half conversions (round to nearest even) for CPUs without F16C.
+inline uint16_t half_bits(float x) {
+  const _Float16 h = static_cast<_Float16>(x);
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+inline float half_value(uint16_t u) {
+  _Float16 h;
+  std::memcpy(&h, &u, 2);
+  return static_cast<float>(h);
+}
+#if defined(__F16C__) && defined(__AVX2__)
+constexpr size_t kHalfBlock = 8;
+#else
+constexpr size_t kHalfBlock = 1;
+#endif
+}  // namespace
+
 void fp32_to_fp16(uint16_t* out, const float* in, size_t n) {
-  const ptrdiff_t blocks = static_cast<ptrdiff_t>(n / 8);
+  const ptrdiff_t blocks = static_cast<ptrdiff_t>(n / kHalfBlock);
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (ptrdiff_t b = 0; b < blocks; ++b) {
+#if defined(__F16C__) && defined(__AVX2__)
     __m256 v = _mm256_loadu_ps(in + b * 8);
     __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + b * 8), h);
+#else
+    out[b] = half_bits(in[b]);
+#endif
   }
-  for (size_t i = static_cast<size_t>(blocks) * 8; i < n; ++i) {
-    out[i] = _cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  }
+  for (size_t i = static_cast<size_t>(blocks) * kHalfBlock; i < n; ++i) out[i] = half_bits(in[i]);
 }
 
 void fp16_to_fp32(float* out, const uint16_t* in, size_t n) {
-  const ptrdiff_t blocks = static_cast<ptrdiff_t>(n / 8);
+  const ptrdiff_t blocks = static_cast<ptrdiff_t>(n / kHalfBlock);
 #pragma omp parallel for schedule(static) if (n >= kParallelMin)
   for (ptrdiff_t b = 0; b < blocks; ++b) {
+#if defined(__F16C__) && defined(__AVX2__)
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + b * 8));
     _mm256_storeu_ps(out + b * 8, _mm256_cvtph_ps(h));
+#else
+    out[b] = half_value(in[b]);
+#endif
   }
-  for (size_t i = static_cast<size_t>(blocks) * 8; i < n; ++i) out[i] = _cvtsh_ss(in[i]);
+  for (size_t i = static_cast<size_t>(blocks) * kHalfBlock; i < n; ++i) out[i] = half_value(in[i]);
 }
 
 bool round_through_fp16(float* out, const float* in, size_t n) {
-  const ptrdiff_t blocks = static_cast<ptrdiff_t>(n / 8);
+  const ptrdiff_t blocks = static_cast<ptrdiff_t>(n / kHalfBlock);
   int bad = 0;
 #pragma omp parallel for schedule(static) reduction(| : bad) if (n >= kParallelMin)
   for (ptrdiff_t b = 0; b < blocks; ++b) {
+#if defined(__F16C__) && defined(__AVX2__)
     __m256 v = _mm256_loadu_ps(in + b * 8);
     __m256 r = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     _mm256_storeu_ps(out + b * 8, r);
@@ -112,9 +139,14 @@ bool round_through_fp16(float* out, const float* in, size_t n) {
     __m256i bits = _mm256_and_si256(_mm256_castps_si256(r), _mm256_set1_epi32(0x7f800000));
     __m256i eq = _mm256_cmpeq_epi32(bits, _mm256_set1_epi32(0x7f800000));
     bad |= _mm256_movemask_epi8(eq) != 0;
+#else
+    const float r = half_value(half_bits(in[b]));
+    out[b] = r;
+    bad |= !std::isfinite(r);
+#endif
   }
-  for (size_t i = static_cast<size_t>(blocks) * 8; i < n; ++i) {
-    float r = _cvtsh_ss(_cvtss_sh(in[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (size_t i = static_cast<size_t>(blocks) * kHalfBlock; i < n; ++i) {
+    const float r = half_value(half_bits(in[i]));
     out[i] = r;
     bad |= !std::isfinite(r);
   }

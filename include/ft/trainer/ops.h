@@ -45,7 +45,7 @@ void residual_forward(float* out, const float* a, const float* b, size_t n);
 // qkv (B,T,3C) holds q | k | v, each (B,T,NH,HS) with HS = C/NH.
 // out (B,T,C); att (B,NH,T,T) saves the softmax probabilities (upper triangle zero).
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-// dqkv (B,T,3C) written; datt_scratch (B,NH,T,T) is scratch the kernel may leave untouched
+// dqkv (B,T,3C) written; datt_scratch (B,NH,T,T) is unused (may be null): the kernel keeps per-thread tiles
 // (it currently uses a per-thread (T,T) buffer instead, which stays in cache).
 void attention_backward(float* dqkv, float* datt_scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH);
