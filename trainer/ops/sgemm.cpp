@@ -35,9 +35,12 @@ void scale_c(int M, int N, float beta, float* C, int ldc) {
 constexpr int kMR = 14;          // rows of the register tile (broadcasts of A)
 constexpr int kNV = 2;           // zmm vectors per tile row
 constexpr int kNR = 16 * kNV;    // columns of the register tile
-constexpr int kKC = 256;         // K slice: one B micro-panel (kKC, kNR) = 32 KiB
-constexpr int kMC = kMR * 24;    // rows per packed A block (kMC, kKC) = 336 KiB, L2-resident
-constexpr int kNC = kNR * 64;    // columns per packed B block (kKC, kNC) = 2 MiB
+constexpr int kKC = 256;         // K slice: one A micro-panel (kKC, kMR) = 14 KiB stays in L1
+constexpr int kMC = kMR * 24;    // rows per packed A block (kMC, kKC) = 336 KiB
+constexpr int kNC = kNR * 16;    // columns per block: B slice (kKC, kNC) 512 KiB + C block in L2
+constexpr int kBBuf = 1 << 20;   // floats of packed B per thread (4 MiB): a K super-block
+constexpr int kPrefetchK = 16;   // B rows prefetched ahead in the micro-kernel
+constexpr int kPackPrefetchRows = 4;  // source rows prefetched ahead when packing op(A)^T
 
 struct FreeDeleter {
   void operator()(float* p) const { std::free(p); }
@@ -49,7 +52,7 @@ struct PackBuffers {
   std::unique_ptr<float, FreeDeleter> a, b;
   PackBuffers()
       : a(static_cast<float*>(std::aligned_alloc(64, sizeof(float) * kMC * kKC))),
-        b(static_cast<float*>(std::aligned_alloc(64, sizeof(float) * kKC * kNC))) {}
+        b(static_cast<float*>(std::aligned_alloc(64, sizeof(float) * kBBuf))) {}
 };
 
 PackBuffers& thread_buffers() {
@@ -116,19 +119,26 @@ void pack_transposed(const float* src, int ld, int rows, int kc, float* dst, int
 // Packs op(A)[m0:m0+mc, k0:k0+kc] into kMR-row panels, panel p at ap + p * kc laid out
 // (kc, kMR) k-major; rows past mc are zero.
 void pack_a(bool trans, const float* A, int lda, int m0, int mc, int k0, int kc, float* ap) {
-  for (int p = 0; p < mc; p += kMR) {
-    const int mr = std::min(kMR, mc - p);
-    float* dst = ap + static_cast<size_t>(p) * kc;  // (kc, kMR)
-    if (trans) {  // op(A)(m,k) = A[k * lda + m]: each k is a contiguous run of mr values
-      const __mmask16 load_mask = tail_mask(mr);
-      const __mmask16 store_mask = tail_mask(kMR);
-      for (int k = 0; k < kc; ++k) {
-        const float* src = A + static_cast<size_t>(k0 + k) * lda + m0 + p;
-        _mm512_mask_storeu_ps(dst + k * kMR, store_mask, _mm512_maskz_loadu_ps(load_mask, src));
+  if (trans) {  // op(A)(m,k) = A[k * lda + m]: walk each source row once, left to right
+    const __mmask16 store_mask = tail_mask(kMR);
+    for (int k = 0; k < kc; ++k) {
+      const float* src = A + static_cast<size_t>(k0 + k) * lda + m0;
+      if (k + kPackPrefetchRows < kc) {  // short strided runs defeat the hardware prefetcher
+        const float* ahead = src + static_cast<size_t>(kPackPrefetchRows) * lda;
+        for (int p = 0; p < mc; p += 16) {
+          _mm_prefetch(reinterpret_cast<const char*>(ahead + p), _MM_HINT_T0);
+        }
       }
-    } else {  // op(A)(m,k) = A[m * lda + k]: transpose mr rows of kc values
-      pack_transposed(A + static_cast<size_t>(m0 + p) * lda + k0, lda, mr, kc, dst, kMR, kMR);
+      for (int p = 0; p < mc; p += kMR) {
+        const __m512 v = _mm512_maskz_loadu_ps(tail_mask(mc - p), src + p);
+        _mm512_mask_storeu_ps(ap + static_cast<size_t>(p) * kc + k * kMR, store_mask, v);
+      }
     }
+    return;
+  }
+  for (int p = 0; p < mc; p += kMR) {  // op(A)(m,k) = A[m * lda + k]: transpose kMR rows
+    pack_transposed(A + static_cast<size_t>(m0 + p) * lda + k0, lda, std::min(kMR, mc - p), kc,
+                    ap + static_cast<size_t>(p) * kc, kMR, kMR);
   }
 }
 
@@ -176,12 +186,12 @@ void micro_kernel(int kc, const float* __restrict a, const float* __restrict b, 
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
   }
-#pragma GCC unroll 2
   for (int k = 0; k < kc; ++k) {
     __m512 bv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + k * NR + 16 * v);
-    _mm_prefetch(reinterpret_cast<const char*>(a + (k + 16) * MR), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + (k + kPrefetchK) * NR), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(b + (k + kPrefetchK) * NR + 16), _MM_HINT_T0);
 #pragma GCC unroll 32
     for (int i = 0; i < MR; ++i) {
       const __m512 av = _mm512_set1_ps(a[k * MR + i]);
@@ -227,19 +237,29 @@ void gemm_range(bool trans_a, bool trans_b, int m_begin, int m_end, int n_begin,
   float* bp = buf.b.get();
   for (int jc = n_begin; jc < n_end; jc += kNC) {
     const int nc = std::min(kNC, n_end - jc);
-    for (int pc = 0; pc < K; pc += kKC) {
-      const int kc = std::min(kKC, K - pc);
-      const float scale = pc == 0 ? beta : 1.0f;
-      pack_b(trans_b, B, ldb, pc, kc, jc, nc, bp);
+    // K super-block: as many KC slices of op(B) as fit the buffer, packed once, so each C
+    // block (kMC, nc) takes all of the super-block's slices while it is hot in L2.
+    const int kb_max = std::max(kKC, kBBuf / (kNC * kKC) * kKC);
+    for (int kb = 0; kb < K; kb += kb_max) {
+      const int kb_len = std::min(kb_max, K - kb);
+      for (int pc = kb; pc < kb + kb_len; pc += kKC) {
+        pack_b(trans_b, B, ldb, pc, std::min(kKC, K - pc), jc, nc,
+               bp + static_cast<size_t>(pc - kb) * kNC);
+      }
       for (int ic = m_begin; ic < m_end; ic += kMC) {
         const int mc = std::min(kMC, m_end - ic);
-        pack_a(trans_a, A, lda, ic, mc, pc, kc, ap);
-        for (int jr = 0; jr < nc; jr += kNR) {
+        for (int pc = kb; pc < kb + kb_len; pc += kKC) {
+          const int kc = std::min(kKC, K - pc);
+          const float scale = pc == 0 ? beta : 1.0f;
+          const float* bslice = bp + static_cast<size_t>(pc - kb) * kNC;  // (kc, nc) in panels
+          pack_a(trans_a, A, lda, ic, mc, pc, kc, ap);
           for (int ir = 0; ir < mc; ir += kMR) {
-            micro_kernel<kMR, kNV>(kc, ap + static_cast<size_t>(ir) * kc,
-                                   bp + static_cast<size_t>(jr) * kc,
-                                   C + static_cast<size_t>(ic + ir) * ldc + jc + jr, ldc,
-                                   std::min(kMR, mc - ir), std::min(kNR, nc - jr), scale);
+            for (int jr = 0; jr < nc; jr += kNR) {
+              micro_kernel<kMR, kNV>(kc, ap + static_cast<size_t>(ir) * kc,
+                                     bslice + static_cast<size_t>(jr) * kc,
+                                     C + static_cast<size_t>(ic + ir) * ldc + jc + jr, ldc,
+                                     std::min(kMR, mc - ir), std::min(kNR, nc - jr), scale);
+            }
           }
         }
       }
