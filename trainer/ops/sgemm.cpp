@@ -1,8 +1,10 @@
 // sgemm.cpp: fp32 GEMM with packed panels, an AVX-512 FMA micro-kernel and a deterministic thread split.
 //
-// Structure (GotoBLAS/BLIS): for each NC-column block, for each KC slice of K, pack op(B)
-// (KC, NC) into NR-wide k-major panels; for each MC-row block pack op(A) (MC, KC) into
-// MR-tall k-major panels; the micro-kernel keeps an MR x NR tile of C in registers.
+// Structure (GotoBLAS/BLIS): for each NC-column block, pack a K super-block of op(B) (up to
+// kBBuf floats) as NR-wide k-major panels, one KC slice after another; for each MC-row block
+// and each KC slice, pack op(A) (MC, KC) into MR-tall k-major panels and run the micro-kernel
+// with the A micro-panel held in L1 (ir outer) while B micro-panels stream from L2 (jr inner).
+// The MR x NR tile of C lives in 28 zmm registers for a whole KC slice.
 // Threads own disjoint contiguous ranges of C rows or columns and never split K, and every
 // C element is accumulated as acc = fma(a_k, b_k, acc) for k ascending within each KC slice,
 // then added to C slice by slice, so the result does not depend on the thread count.
