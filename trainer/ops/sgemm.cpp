@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 
 namespace ft::trainer::ops {
@@ -118,8 +119,9 @@ void pack_transposed(const float* src, int ld, int rows, int kc, float* dst, int
   }
 }
 
-// Packs op(A)[m0:m0+mc, k0:k0+kc] into kMR-row panels, panel p at ap + p * kc laid out
-// (kc, kMR) k-major; rows past mc are zero.
+// Packs op(A)[m0:m0+mc, k0:k0+kc] into kMR-row panels; rows past mc are zero. Both layouts are
+// plain copies of the source: trans: panel p at ap + p * kc, (kc, kMR) k-major; not trans:
+// panel p at ap + p * kKC, (kMR, kKC) row-major (row stride kKC even when kc < kKC).
 void pack_a(bool trans, const float* A, int lda, int m0, int mc, int k0, int kc, float* ap) {
   if (trans) {  // op(A)(m,k) = A[k * lda + m]: walk each source row once, left to right
     const __mmask16 store_mask = tail_mask(kMR);
@@ -138,9 +140,16 @@ void pack_a(bool trans, const float* A, int lda, int m0, int mc, int k0, int kc,
     }
     return;
   }
-  for (int p = 0; p < mc; p += kMR) {  // op(A)(m,k) = A[m * lda + k]: transpose kMR rows
-    pack_transposed(A + static_cast<size_t>(m0 + p) * lda + k0, lda, std::min(kMR, mc - p), kc,
-                    ap + static_cast<size_t>(p) * kc, kMR, kMR);
+  for (int p = 0; p < mc; p += kMR) {  // op(A)(m,k) = A[m * lda + k]: copy kMR rows as they are
+    const int mr = std::min(kMR, mc - p);
+    float* dst = ap + static_cast<size_t>(p) * kKC;  // (kMR, kKC) row-major
+    for (int i = 0; i < kMR; ++i) {
+      if (i < mr) {
+        std::memcpy(dst + i * kKC, A + static_cast<size_t>(m0 + p + i) * lda + k0, sizeof(float) * kc);
+      } else {
+        std::memset(dst + i * kKC, 0, sizeof(float) * kc);
+      }
+    }
   }
 }
 
@@ -169,9 +178,10 @@ void pack_b(bool trans, const float* B, int ldb, int k0, int kc, int n0, int nc,
   }
 }
 
-// C tile (m, n) = acc + scale * C, acc = a (kc, MR) panel^T @ b (kc, NR) panel; scale == 0
-// does not read C. m <= MR and n <= NR select the valid part of the tile.
-template <int MR, int NV>
+// C tile (m, n) = acc + scale * C, acc = a panel @ b (kc, NR) panel; the a panel is (kc, MR)
+// k-major when AKMajor, else (MR, kKC) row-major. scale == 0 does not read C. m <= MR and
+// n <= NR select the valid part of the tile.
+template <int MR, int NV, bool AKMajor>
 void micro_kernel(int kc, const float* __restrict a, const float* __restrict b, float* c,
                   int ldc, int m, int n, float scale) {
   constexpr int NR = 16 * NV;
@@ -196,7 +206,7 @@ void micro_kernel(int kc, const float* __restrict a, const float* __restrict b, 
     _mm_prefetch(reinterpret_cast<const char*>(b + (k + kPrefetchK) * NR + 16), _MM_HINT_T0);
 #pragma GCC unroll 32
     for (int i = 0; i < MR; ++i) {
-      const __m512 av = _mm512_set1_ps(a[k * MR + i]);
+      const __m512 av = _mm512_set1_ps(AKMajor ? a[k * MR + i] : a[i * kKC + k]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
     }
@@ -257,10 +267,16 @@ void gemm_range(bool trans_a, bool trans_b, int m_begin, int m_end, int n_begin,
           pack_a(trans_a, A, lda, ic, mc, pc, kc, ap);
           for (int ir = 0; ir < mc; ir += kMR) {
             for (int jr = 0; jr < nc; jr += kNR) {
-              micro_kernel<kMR, kNV>(kc, ap + static_cast<size_t>(ir) * kc,
-                                     bslice + static_cast<size_t>(jr) * kc,
-                                     C + static_cast<size_t>(ic + ir) * ldc + jc + jr, ldc,
-                                     std::min(kMR, mc - ir), std::min(kNR, nc - jr), scale);
+              const float* bpanel = bslice + static_cast<size_t>(jr) * kc;
+              float* ctile = C + static_cast<size_t>(ic + ir) * ldc + jc + jr;
+              const int m = std::min(kMR, mc - ir), n = std::min(kNR, nc - jr);
+              if (trans_a) {
+                micro_kernel<kMR, kNV, true>(kc, ap + static_cast<size_t>(ir) * kc, bpanel, ctile,
+                                             ldc, m, n, scale);
+              } else {
+                micro_kernel<kMR, kNV, false>(kc, ap + static_cast<size_t>(ir) * kKC, bpanel,
+                                              ctile, ldc, m, n, scale);
+              }
             }
           }
         }
