@@ -71,7 +71,7 @@ if [[ $TUNE == 1 ]]; then
            "LD_LIBRARY_PATH=$OPENBLAS_DIR"
            "LD_PRELOAD=$JEMALLOC"
            "MALLOC_CONF=retain:true,dirty_decay_ms:-1,muzzy_decay_ms:-1"
-           "OMP_NUM_THREADS=$THREADS")
+           "OMP_NUM_THREADS=$THREADS" "OMP_PROC_BIND=close" "OMP_PLACES=cores")
 else
   RUN_ENV=(env -u OPENBLAS_L2_SIZE -u OPENBLAS_CORETYPE -u LD_PRELOAD -u MALLOC_CONF
            -u LD_LIBRARY_PATH "OMP_NUM_THREADS=$THREADS")

@@ -124,7 +124,23 @@ class Gpt(nn.Module):
 
 # ----------------------------------------------------------------- data ----
 
+def ft_kjv_path():
+    """ft's cached KJV text (verse references stripped), so both engines see the same bytes."""
+    for base in (os.environ.get("FT_CACHE_DIR"),
+                 os.path.join(os.environ["XDG_CACHE_HOME"], "ft") if os.environ.get("XDG_CACHE_HOME") else None,
+                 os.path.join(os.path.expanduser("~"), ".cache", "ft")):
+        if base and os.path.exists(os.path.join(base, "kjv.txt")):
+            return os.path.join(base, "kjv.txt")
+    return None
+
+
 def load_kjv():
+    ft_path = ft_kjv_path()
+    if ft_path:
+        with open(ft_path, "rb") as f:
+            return f.read()
+    print("torch_gpt: ft's kjv.txt cache not found; using raw `bible` output (losses not comparable)",
+          file=sys.stderr)
     if not os.path.exists(KJV_CACHE) or os.path.getsize(KJV_CACHE) == 0:
         text = subprocess.run(["bible", "-f", "Gen1:1-Rev22:21"], check=True,
                               capture_output=True).stdout
@@ -168,7 +184,7 @@ def lr_at(step, args):
         return args.lr * (step + 1) / warm
     if args.steps <= warm:
         return args.lr
-    ratio = (step - warm) / max(1, args.steps - warm)
+    ratio = min(1.0, (step - warm) / max(1, args.steps - 1 - warm))  # as ft: min-lr at the last step
     coeff = 0.5 * (1.0 + math.cos(math.pi * ratio))
     return args.min_lr + coeff * (args.lr - args.min_lr)
 

@@ -62,7 +62,7 @@ EnvInfo collect_env_info() {
     e.kernel = std::string(u.sysname) + " " + u.release;
   }
   for (const char* name : {"OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",
-                           "OMP_NUM_THREADS", "OMP_PROC_BIND", "LD_PRELOAD", "LD_LIBRARY_PATH",
+                           "OMP_NUM_THREADS", "OMP_PROC_BIND", "OMP_PLACES", "LD_PRELOAD", "LD_LIBRARY_PATH",
                            "MALLOC_CONF", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
     if (const char* v = std::getenv(name)) e.variables[name] = v;
   }
