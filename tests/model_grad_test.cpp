@@ -70,11 +70,12 @@ double compare_grads(const GptModel& m, const std::vector<double>& ref, const fl
   return worst;
 }
 
-void check_against_double(AttentionImpl attn, Checkpointing ckpt) {
+void check_against_double(AttentionImpl attn, Checkpointing ckpt, size_t head_chunk_bytes = 0) {
   const GptConfig g = tiny_config();
   const int B = 2, T = 8;
   CachingAllocator alloc;
   GptModel m(g, alloc, {Precision::kFp32, ckpt, attn});
+  if (head_chunk_bytes) m.set_head_chunk_bytes(head_chunk_bytes);
   randomize(m, 7);
   std::vector<int32_t> in, tg;
   make_batch(in, tg, B, T, g.vocab_size, 11);
@@ -115,6 +116,11 @@ TEST(ModelGrad, FlashAttentionMatchesDoubleReference) {
 
 TEST(ModelGrad, MaterializedAttentionMatchesDoubleReference) {
   check_against_double(AttentionImpl::kMaterialized, Checkpointing::kNone);
+}
+
+TEST(ModelGrad, ChunkedLmHeadMatchesDoubleReference) {
+  // 5 rows of logits per chunk: 16 rows make 4 chunks, the last one partial.
+  check_against_double(AttentionImpl::kFlash, Checkpointing::kNone, 5 * 64 * sizeof(float));
 }
 
 TEST(ModelGrad, BlockCheckpointMatchesDoubleReference) {

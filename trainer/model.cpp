@@ -264,17 +264,70 @@ double GptModel::run_forward(const int32_t* inputs, int B, int T, Workspace& w, 
   w.lnf_rstd = Buffer<float>(alloc_, BT, "act.lnf_rstd");
   ops::layernorm_forward(w.lnf.data(), w.lnf_mean.data(), w.lnf_rstd.data(), x_last, param(kLnfw),
                          param(kLnfb), N, C);
+  w.losses = Buffer<float>(alloc_, BT, "act.losses");
+  (void)Vp;
+  return 0.0;
+}
+
+int GptModel::head_chunk_rows(int N) const {
+  // Rows of logits per chunk: about kHeadChunkBytes, so that the logits of a
+  // chunk stay in the last-level cache from the LM-head GEMM through the loss to
+  // the two backward GEMMs, and never travel to DRAM.
+  const size_t kHeadChunkBytes = std::max<size_t>(head_chunk_bytes_, 1);
+  const size_t elem = options_.precision == Precision::kBf16 ? 2 : 4;
+  const size_t row_bytes = static_cast<size_t>(config_.padded_vocab) * elem;
+  const size_t chunks = (static_cast<size_t>(N) * row_bytes + kHeadChunkBytes - 1) / kHeadChunkBytes;
+  return static_cast<int>((static_cast<size_t>(N) + chunks - 1) / chunks);
+}
+
+double GptModel::head_chunk(Workspace& w, const int32_t* targets, int r0, int rows,
+                            float dloss_per_token, float* dlnf, bool overwrite_dwte) {
+  const int C = config_.channels, V = config_.vocab_size, Vp = config_.padded_vocab;
+  const float* lnf = w.lnf.data() + static_cast<size_t>(r0) * C;  // (rows, C)
+  float* losses = w.losses.data() + r0;                           // (rows)
+  double loss_sum;
   if (options_.precision == Precision::kBf16) {
     // bf16 logits, as PyTorch autocast: half the bytes of the step's largest tensor.
-    w.logits_bf16 = Buffer<uint16_t>(alloc_, BT * Vp, "act.logits_bf16");
-    gemm_.forward_bf16_out(w.logits_bf16.data(), w.lnf.data(), lp_weight(kWte, 0), N, C, Vp);
+    uint16_t* logits = w.logits_bf16.data();  // (rows, Vp)
+    {
+      FT_RANGE("fwd.head", RangeKind::kCompute, r0);
+      gemm_.forward_bf16_out(logits, lnf, lp_weight(kWte, 0), rows, C, Vp);
+    }
+    FT_RANGE("loss", RangeKind::kCompute, r0);
+    if (!dlnf) return ops::crossentropy_forward_bf16(logits, losses, targets + r0, rows, V, Vp);
+    loss_sum = ops::crossentropy_forward_backward_bf16(logits, losses, targets + r0, rows, V, Vp,
+                                                       dloss_per_token);
   } else {
-    w.logits = Buffer<float>(alloc_, BT * Vp, "act.logits");
-    gemm_.forward(w.logits.data(), w.lnf.data(), param(kWte), lp_weight(kWte, 0), nullptr, N, C,
-                  Vp, options_.precision);
+    float* logits = w.logits.data();  // (rows, Vp)
+    {
+      FT_RANGE("fwd.head", RangeKind::kCompute, r0);
+      gemm_.forward(logits, lnf, param(kWte), lp_weight(kWte, 0), nullptr, rows, C, Vp,
+                    options_.precision);
+    }
+    FT_RANGE("loss", RangeKind::kCompute, r0);
+    if (!dlnf) return ops::crossentropy_forward(logits, losses, targets + r0, rows, V, Vp);
+    loss_sum = ops::crossentropy_forward_backward(logits, losses, targets + r0, rows, V, Vp,
+                                                  dloss_per_token);
   }
-  w.losses = Buffer<float>(alloc_, BT, "act.losses");
-  return 0.0;
+  FT_RANGE("bwd.head", RangeKind::kCompute, r0);
+  float* dlnf_rows = dlnf + static_cast<size_t>(r0) * C;  // (rows, C)
+  if (options_.precision == Precision::kBf16) {
+    gemm_.backward_bf16_dout(dlnf_rows, grad(kWte), w.logits_bf16.data(), lnf, lp_weight(kWte, 0),
+                             rows, C, Vp, !overwrite_dwte);
+  } else {
+    gemm_.backward(dlnf_rows, grad(kWte), nullptr, w.logits.data(), lnf, param(kWte),
+                   lp_weight(kWte, 0), rows, C, Vp, !overwrite_dwte, options_.precision);
+  }
+  return loss_sum;
+}
+
+void GptModel::allocate_head(Workspace& w, int rows) {
+  const size_t n = static_cast<size_t>(rows) * config_.padded_vocab;
+  if (options_.precision == Precision::kBf16) {
+    w.logits_bf16 = Buffer<uint16_t>(alloc_, n, "act.logits_bf16");
+  } else {
+    w.logits = Buffer<float>(alloc_, n, "act.logits");
+  }
 }
 
 double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
@@ -284,15 +337,8 @@ double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets,
   const size_t BT = static_cast<size_t>(N);
   Workspace w;
   run_forward(inputs, B, T, w, /*keep=*/true);
-  double loss_sum;
-  {
-    FT_RANGE("loss", RangeKind::kCompute);
-    loss_sum = options_.precision == Precision::kBf16
-                   ? ops::crossentropy_forward_backward_bf16(w.logits_bf16.data(), w.losses.data(),
-                                                             targets, N, V, Vp, dloss_per_token)
-                   : ops::crossentropy_forward_backward(w.logits.data(), w.losses.data(), targets,
-                                                        N, V, Vp, dloss_per_token);
-  }
+  (void)V;
+  (void)Vp;
   if (first_micro) {
     // Gradients that are only ever accumulated (+=) start from zero; the
     // matmul weight gradients are overwritten by their first GEMM instead.
@@ -301,18 +347,19 @@ double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets,
     }
   }
   Buffer<float> dres(alloc_, BT * C, "grad.dres");  // (B, T, C) gradient of the residual stream
+  double loss_sum = 0;
   {
-    FT_RANGE("bwd.head", RangeKind::kCompute);
+    // LM head, loss and LM-head backward, chunk by chunk of rows.
     Buffer<float> dlnf(alloc_, BT * C, "grad.dlnf");  // (B, T, C)
-    if (options_.precision == Precision::kBf16) {
-      gemm_.backward_bf16_dout(dlnf.data(), grad(kWte), w.logits_bf16.data(), w.lnf.data(),
-                               lp_weight(kWte, 0), N, C, Vp, !first_micro);
-    } else {
-      gemm_.backward(dlnf.data(), grad(kWte), nullptr, w.logits.data(), w.lnf.data(),
-                     param(kWte), lp_weight(kWte, 0), N, C, Vp, !first_micro, options_.precision);
+    const int rows = head_chunk_rows(N);
+    allocate_head(w, rows);
+    for (int r0 = 0; r0 < N; r0 += rows) {
+      loss_sum += head_chunk(w, targets, r0, std::min(rows, N - r0), dloss_per_token, dlnf.data(),
+                             first_micro && r0 == 0);
     }
     w.logits.reset();
     w.logits_bf16.reset();
+    FT_RANGE("bwd.lnf", RangeKind::kCompute);
     std::memset(dres.data(), 0, BT * C * sizeof(float));
     ops::layernorm_backward(dres.data(), grad(kLnfw), grad(kLnfb), dlnf.data(), w.xs[L].data(),
                             param(kLnfw), w.lnf_mean.data(), w.lnf_rstd.data(), N, C);
@@ -339,14 +386,13 @@ double GptModel::forward_loss(const int32_t* inputs, const int32_t* targets, int
   Workspace w;
   run_forward(inputs, B, T, w, /*keep=*/false);
   const int N = B * T;
-  if (options_.precision == Precision::kBf16) {
-    return ops::crossentropy_forward_bf16(w.logits_bf16.data(), w.losses.data(), targets, N,
-                                          config_.vocab_size, config_.padded_vocab) /
-           N;
+  const int rows = head_chunk_rows(N);
+  allocate_head(w, rows);
+  double sum = 0;
+  for (int r0 = 0; r0 < N; r0 += rows) {
+    sum += head_chunk(w, targets, r0, std::min(rows, N - r0), 0.0f, nullptr, false);
   }
-  return ops::crossentropy_forward(w.logits.data(), w.losses.data(), targets, N,
-                                   config_.vocab_size, config_.padded_vocab) /
-         N;
+  return sum / N;
 }
 
 ActivationMemory GptModel::activation_memory(int B, int T) const {

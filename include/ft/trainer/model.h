@@ -75,6 +75,9 @@ class GptModel {
   double forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T);
 
   ActivationMemory activation_memory(int B, int T) const;
+  // Bytes of logits per LM-head chunk (default 48 MiB: stays in this machine's
+  // 300 MiB L3 through GEMM, loss and backward). Smaller values are for tests.
+  void set_head_chunk_bytes(size_t bytes) { head_chunk_bytes_ = bytes; }
   Gemm& gemm() { return gemm_; }
 
  private:
@@ -85,6 +88,11 @@ class GptModel {
                       bool first_micro);
   const void* lp_weight(int index, int layer);
   double run_forward(const int32_t* inputs, int B, int T, Workspace& w, bool keep);
+  int head_chunk_rows(int N) const;
+  void allocate_head(Workspace& w, int rows);
+  // LM head + loss (+ backward when dlnf is non-null) for rows [r0, r0 + rows).
+  double head_chunk(Workspace& w, const int32_t* targets, int r0, int rows, float dloss_per_token,
+                    float* dlnf, bool overwrite_dwte);
 
   GptConfig config_;
   CachingAllocator& alloc_;
@@ -94,6 +102,7 @@ class GptModel {
   Buffer<float> grads_;   // (num_params)
   Buffer<char> params_lp_;  // bf16 bits or fp16-rounded floats of the matmul weights
   Gemm gemm_;
+  size_t head_chunk_bytes_ = size_t{48} << 20;
 };
 
 }  // namespace ft::trainer
