@@ -34,6 +34,7 @@ void TrainConfig::validate() const {
   need(val_batches >= 0, "--val-batches must be >= 0");
   need(loss_scale > 0, "--loss-scale must be > 0");
   need(stop_after >= 0, "--stop-after must be >= 0");
+  need(head_chunk_mb >= 0, "--head-chunk-mb must be >= 0");
   need(loss_scale_window > 0, "--loss-scale-window must be > 0");
 }
 
@@ -120,6 +121,7 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
     ("peak-gflops", po::value(&c.peak_gflops)->default_value(0), "peak for MFU (0: ft's stated default)")
     ("loss-scale", po::value(&c.loss_scale)->default_value(65536.0f, "65536"), "fp16 initial loss scale")
     ("loss-scale-window", po::value(&c.loss_scale_window)->default_value(1000), "fp16: clean steps before the scale doubles")
+    ("head-chunk-mb", po::value(&c.head_chunk_mb)->default_value(0), "MiB of logits per LM-head chunk (0: auto, fp32 1024 / bf16 48)")
     ("stop-after", po::value(&c.stop_after)->default_value(0), "stop (and --save) after N steps of this run; resume later")
     ("quiet,q", po::bool_switch(&c.quiet), "no per-step table");
   // clang-format on

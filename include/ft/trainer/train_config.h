@@ -44,6 +44,7 @@ struct TrainConfig {
   double peak_gflops = 0;  // 0: ft's stated default for the precision and threads
   float loss_scale = 65536.0f;
   int loss_scale_window = 1000;
+  int head_chunk_mb = 0;   // logits per LM-head chunk (MiB); 0 = auto (fp32/fp16 1024, bf16 48)
   int stop_after = 0;      // stop (and save) after this many steps of this invocation; 0: run to --steps
   bool quiet = false;      // no per-step table
 
