@@ -12,6 +12,7 @@
 #include "ft/core/env_info.h"
 #include "ft/core/error.h"
 #include "ft/trainer/checkpoint_io.h"
+#include "ft/trainer/device.h"
 #include "ft/trainer/matmul.h"
 #include "ft/trainer/trainer.h"
 
@@ -48,6 +49,12 @@ void print_header(const TrainConfig& c, Trainer& t) {
              core, env.variables.count("OMP_PROC_BIND") ? env.variables.at("OMP_PROC_BIND") : "unset",
              env.variables.count("OMP_PLACES") ? env.variables.at("OMP_PLACES") : "unset");
   fmt::print("  MFU peak {:.0f} GFLOP/s ({})\n", t.peak_gflops(), t.peak_source());
+  std::string no_cuda;
+  const auto gpus = ft::trainer::cuda_devices(&no_cuda);
+  fmt::print("  backend cpu; CUDA {}\n",
+             gpus.empty() ? "unavailable: " + no_cuda
+                          : fmt::format("{} device(s), first {} (sm_{}{}); CUDA training is not built yet",
+                                        gpus.size(), gpus[0].name, gpus[0].sm_major, gpus[0].sm_minor));
   if (c.memory_limit) fmt::print("  memory limit {}\n", ft::format_bytes(c.memory_limit));
   fmt::print("{:>6} {:>8} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>10}\n", "step", "loss",
              "lr", "gnorm", "ms", "tok/s", "MFU%", "mem", "reserved", "peak");
@@ -126,8 +133,7 @@ int run(int argc, char** argv) {
   sum.memory = t.allocator().stats();
   sum.activations = t.model().activation_memory(c.micro_batch, c.seq_len);
   if (metrics) metrics << nlohmann::json{{"summary", sum.to_json()}}.dump() << "\n";
-  {
-    fmt::print(
+  fmt::print(
         "summary: {} steps, mean {:.0f} tok/s ({:.1f} ms/step, MFU {:.1f}%) after {} warm-up "
         "steps, final loss {:.4f}, val loss {}, peak memory {} (reserved {}, {:.1f}% of it unused at peak; "
         "cache fragmentation {:.1f}%)\n",
@@ -136,7 +142,6 @@ int run(int argc, char** argv) {
         sum.val_loss >= 0 ? fmt::format("{:.4f}", sum.val_loss) : std::string("n/a"),
         ft::format_bytes(sum.memory.peak_allocated), ft::format_bytes(sum.memory.peak_reserved),
         100 * sum.reserved_unused_at_peak(), 100 * sum.memory.fragmentation());
-  }
   return g_interrupted ? 130 : 0;
 }
 

@@ -20,22 +20,12 @@ const char* device_name(DeviceKind d) { return d == DeviceKind::kCuda ? "cuda" :
 
 bool built_with_cuda() { return FT_WITH_CUDA; }
 
-std::vector<CudaDeviceInfo> cuda_devices() {
+std::vector<CudaDeviceInfo> cuda_devices(std::string* reason) {
 #if FT_WITH_CUDA
-  std::string reason;
-  return cuda_query_devices(&reason);
+  return cuda_query_devices(reason);
 #else
+  if (reason) *reason = "ft was built without FT_WITH_CUDA";
   return {};
-#endif
-}
-
-std::string cuda_unavailable_reason() {
-#if FT_WITH_CUDA
-  std::string reason;
-  auto devs = cuda_query_devices(&reason);
-  return devs.empty() ? reason : "";
-#else
-  return "ft was built without FT_WITH_CUDA";
 #endif
 }
 

@@ -192,10 +192,9 @@ void GptModel::layer_forward(int l, const float* x, float* x_out, LayerActs& a, 
   ops::residual_forward(x_out, x_out, a.res2.data(), static_cast<size_t>(N) * C);
 }
 
-void GptModel::layer_backward(int l, const float* x, float* dres, LayerActs& a, Workspace& w,
-                              int B, int T, bool first_micro) {
+void GptModel::layer_backward(int l, const float* x, float* dres, LayerActs& a, int B, int T,
+                              bool first_micro) {
   FT_RANGE("bwd.block", RangeKind::kCompute, l);
-  (void)w;
   const int C = config_.channels, NH = config_.num_heads, N = B * T;
   const size_t C_ = C, BT = static_cast<size_t>(N);
   const Precision prec = options_.precision;
@@ -232,9 +231,9 @@ void GptModel::layer_backward(int l, const float* x, float* dres, LayerActs& a, 
                           param(kLn1w) + l * C_, a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
 }
 
-double GptModel::run_forward(const int32_t* inputs, int B, int T, Workspace& w, bool keep) {
+void GptModel::run_forward(const int32_t* inputs, int B, int T, Workspace& w, bool keep) {
   const int C = config_.channels, NH = config_.num_heads, L = config_.num_layers;
-  const int Vp = config_.padded_vocab, N = B * T;
+  const int N = B * T;
   if (T > config_.max_seq_len) {
     throw ConfigError("sequence length " + std::to_string(T) + " exceeds the model's maximum " +
                       std::to_string(config_.max_seq_len));
@@ -265,8 +264,6 @@ double GptModel::run_forward(const int32_t* inputs, int B, int T, Workspace& w, 
   ops::layernorm_forward(w.lnf.data(), w.lnf_mean.data(), w.lnf_rstd.data(), x_last, param(kLnfw),
                          param(kLnfb), N, C);
   w.losses = Buffer<float>(alloc_, BT, "act.losses");
-  (void)Vp;
-  return 0.0;
 }
 
 int GptModel::head_chunk_rows(int N) const {
@@ -332,13 +329,10 @@ void GptModel::allocate_head(Workspace& w, int rows) {
 
 double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
                                   float dloss_per_token, bool first_micro) {
-  const int C = config_.channels, L = config_.num_layers, V = config_.vocab_size;
-  const int Vp = config_.padded_vocab, N = B * T;
+  const int C = config_.channels, L = config_.num_layers, N = B * T;
   const size_t BT = static_cast<size_t>(N);
   Workspace w;
   run_forward(inputs, B, T, w, /*keep=*/true);
-  (void)V;
-  (void)Vp;
   if (first_micro) {
     // Gradients that are only ever accumulated (+=) start from zero; the
     // matmul weight gradients are overwritten by their first GEMM instead.
@@ -373,7 +367,7 @@ double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets,
       Buffer<float> scratch(alloc_, BT * C, "act.recompute_out");
       layer_forward(l, w.xs[l].data(), scratch.data(), a, B, T);
     }
-    layer_backward(l, w.xs[l].data(), dres.data(), a, w, B, T, first_micro);
+    layer_backward(l, w.xs[l].data(), dres.data(), a, B, T, first_micro);
   }
   {
     FT_RANGE("bwd.encoder", RangeKind::kCompute);

@@ -27,6 +27,14 @@ constexpr const char* kCheckpointFile = "checkpoint.ft";
 constexpr int kCheckpointVersion = 1;
 }  // namespace
 
+namespace {
+// Whether oneDNN's bf16 GEMMs run on AMX here (read from /proc/cpuinfo once).
+bool cpu_has_amx_bf16() {
+  static const bool amx = collect_env_info().amx_bf16;
+  return amx;
+}
+}  // namespace
+
 double default_peak_gflops(Precision p, int threads) {
   // Per-core peaks measured with bench/fma_peak on this machine kind (see
   // docs/benchmarks.md): AVX-512 FMA for fp32 (and for fp16, which runs fp32
@@ -36,8 +44,7 @@ double default_peak_gflops(Precision p, int threads) {
   constexpr double kAmxBf16PerCore = 2300.0;
   constexpr double kDpBf16PerCore = 87.0;
   if (p != Precision::kBf16) return kFp32PerCore * threads;
-  static const bool amx = collect_env_info().amx_bf16;
-  return (amx ? kAmxBf16PerCore : kDpBf16PerCore) * threads;
+  return (cpu_has_amx_bf16() ? kAmxBf16PerCore : kDpBf16PerCore) * threads;
 }
 
 nlohmann::json StepMetrics::to_json() const {
@@ -100,7 +107,7 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm)
     peak_source_ = "--peak-gflops";
   } else {
     peak_gflops_ = default_peak_gflops(config_.options.precision, threads);
-    const bool amx = config_.options.precision == Precision::kBf16 && collect_env_info().amx_bf16;
+    const bool amx = cpu_has_amx_bf16();
     peak_source_ = fmt::format("{} peak x {} threads, measured by bench/fma_peak",
                                config_.options.precision == Precision::kBf16
                                    ? (amx ? "AMX bf16 tile" : "AVX512-BF16 dot-product")

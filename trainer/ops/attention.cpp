@@ -21,17 +21,10 @@ namespace {
 
 using detail::Init;
 using detail::Limits;
+using detail::packed_ld;
+using detail::thread_scratch;
 constexpr int kTile = kFlashTile;
 
-float* thread_scratch(size_t floats) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < floats) buf.resize(floats);
-  return buf.data();
-}
-
-// Leading dim for packed (HS, T) transposes: 16-aligned plus one vector, so the rows do not
-// fall into the same few L1 sets (a power-of-two stride would).
-int packed_ld(int T) { return ((T + 15) & ~15) + 16; }
 }  // namespace
 
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {

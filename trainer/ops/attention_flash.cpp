@@ -22,19 +22,11 @@ namespace {
 
 using detail::Init;
 using detail::Limits;
+using detail::packed_ld;
+using detail::thread_scratch;
 constexpr int kTile = kFlashTile;
 constexpr int kTT = kTile * kTile;
 
-// Per-thread scratch, grown once to the largest size seen and reused across calls.
-float* thread_scratch(size_t floats) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < floats) buf.resize(floats);
-  return buf.data();
-}
-
-// Leading dim for packed (HS, T) transposes: 16-aligned plus one vector, so the rows do not
-// fall into the same few L1 sets (a power-of-two stride would).
-int packed_ld(int T) { return ((T + 15) & ~15) + 16; }
 // Online-softmax step for one key tile in transposed layout. st (nk, kTile) holds raw scores
 // S^T[j][i] (key j, query i < nq); query i sees key j iff j <= i + off (every query sees key 0).
 // Updates the running max m and sum l (nq), writes the O rescale corr (nq, unless first) and

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <vector>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -259,5 +260,18 @@ inline void copy_rows(float* dst, const float* src, size_t stride, int n, int HS
 #endif
   }
 }
+
+// Per-thread attention scratch, grown once to the largest size seen and reused across
+// calls (fresh pages cost ~13 us each here). Shared by both attention kernels: neither
+// calls the other while holding its pointer.
+inline float* thread_scratch(size_t floats) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < floats) buf.resize(floats);
+  return buf.data();
+}
+
+// Leading dim for packed (HS, T) transposes: 16-aligned plus one vector, so the rows do not
+// fall into the same few L1 sets (a power-of-two stride would).
+inline int packed_ld(int T) { return ((T + 15) & ~15) + 16; }
 
 }  // namespace ft::trainer::ops::detail

@@ -19,10 +19,9 @@ struct CudaDeviceInfo {
 };
 
 // CUDA devices visible to this process. Empty when ft was built without CUDA
-// or when the runtime reports any error (no driver, no device: treated alike).
-std::vector<CudaDeviceInfo> cuda_devices();
-// Why there are no CUDA devices ("built without FT_WITH_CUDA", "cudaGetDeviceCount: error 35 ..."), or "".
-std::string cuda_unavailable_reason();
+// or when the runtime reports any error (no driver, no device: treated alike);
+// then *reason (if given) says why, e.g. "cudaGetDeviceCount: error 35 (...)".
+std::vector<CudaDeviceInfo> cuda_devices(std::string* reason = nullptr);
 bool built_with_cuda();
 
 }  // namespace ft::trainer

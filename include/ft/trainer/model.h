@@ -84,10 +84,11 @@ class GptModel {
   struct LayerActs;
   struct Workspace;
   void layer_forward(int l, const float* x, float* x_out, LayerActs& a, int B, int T);
-  void layer_backward(int l, const float* x, float* dres, LayerActs& a, Workspace& w, int B, int T,
+  void layer_backward(int l, const float* x, float* dres, LayerActs& a, int B, int T,
                       bool first_micro);
   const void* lp_weight(int index, int layer);
-  double run_forward(const int32_t* inputs, int B, int T, Workspace& w, bool keep);
+  // Embeddings, blocks and the final LayerNorm; the LM head runs in head_chunk().
+  void run_forward(const int32_t* inputs, int B, int T, Workspace& w, bool keep);
   int head_chunk_rows(int N) const;
   void allocate_head(Workspace& w, int rows);
   // LM head + loss (+ backward when dlnf is non-null) for rows [r0, r0 + rows).
