@@ -1,6 +1,7 @@
 // cli_test.cpp: ft-train end to end: per-step JSONL metrics, config files, llm.c export/import, clear errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -95,6 +96,36 @@ TEST(Cli, BadInputIsAClearErrorWithExitCode) {
   EXPECT_NE(r.out.find("/nonexistent/path.txt"), std::string::npos) << r.out;
   r = run("--config /nonexistent.cfg");
   EXPECT_EQ(r.status, 2);
+}
+
+TEST(Cli, ValDataReplacesTheHeldOutSplit) {
+  const fs::path d = temp_dir("valdata");
+  // Held-out text unlike the training corpus: its loss must differ from the split's.
+  std::string held_out;
+  for (int i = 0; i < 50; ++i) held_out += "zqxj vvkk 0192 ##@@ " + std::to_string(i) + "\n\n";
+  ft::write_file_atomic(d / "held_out.txt", held_out);
+  const std::string common = "--data " + corpus(d).string() + kSmall + "--steps 3 --seed 7 ";
+  Result a = run(common + "--metrics " + (d / "a.jsonl").string());
+  Result b = run(common + "--val-data " + (d / "held_out.txt").string() + " --metrics " +
+                 (d / "b.jsonl").string());
+  ASSERT_EQ(a.status, 0) << a.out;
+  ASSERT_EQ(b.status, 0) << b.out;
+  EXPECT_NE(b.out.find("validation: all of"), std::string::npos) << b.out;
+  auto summary = [](const fs::path& p) {
+    std::ifstream in(p);
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    return nlohmann::json::parse(last)["summary"];
+  };
+  const auto sa = summary(d / "a.jsonl"), sb = summary(d / "b.jsonl");
+  EXPECT_DOUBLE_EQ(sa["final_loss"].get<double>(), sb["final_loss"].get<double>())
+      << "training is unchanged by --val-data";
+  EXPECT_GT(std::abs(sa["val_loss"].get<double>() - sb["val_loss"].get<double>()), 1e-3)
+      << "validation ran on the held-out file";
+  Result missing = run(common + "--val-data /nonexistent/held_out.txt");
+  EXPECT_NE(missing.status, 0);
+  EXPECT_NE(missing.out.find("/nonexistent/held_out.txt"), std::string::npos) << missing.out;
+  fs::remove_all(d);
 }
 
 TEST(Cli, LlmcExportThenImportReproducesTheModel) {

@@ -48,7 +48,7 @@ nlohmann::json TrainConfig::to_json() const {
       {"precision", precision_name(options.precision)},
       {"checkpoint", checkpointing_name(options.checkpointing)},
       {"attention", attention_name(options.attention)}, {"threads", threads},
-      {"memory_limit", memory_limit}, {"allocator_caching", allocator_caching}, {"data", data},
+      {"memory_limit", memory_limit}, {"allocator_caching", allocator_caching}, {"data", data}, {"val_data", val_data},
       {"seed", seed}, {"loss_scale", loss_scale}, {"loss_scale_window", loss_scale_window}};
 }
 
@@ -108,6 +108,7 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
     ("memory-limit", po::value(&memory_limit)->default_value("0"), "allocator budget, e.g. 2G (0: none)")
     ("allocator-caching", po::value(&caching)->default_value(true), "false: return memory to the OS on every free")
     ("data", po::value(&c.data)->default_value("kjv"), "kjv | text file | llm.c shard | shard directory")
+    ("val-data", po::value(&c.val_data), "held-out data for validation, used whole (replaces the split of --data)")
     ("seed", po::value(&c.seed)->default_value(1337), "random seed")
     ("metrics", po::value(&c.metrics), "write per-step metrics as JSONL to FILE")
     ("save", po::value(&c.save_dir), "checkpoint directory")

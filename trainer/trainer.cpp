@@ -120,6 +120,12 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm)
   alloc_ = std::make_unique<CachingAllocator>(ao);
 
   split_ = data::load_data(config_.data, tokenizer_);
+  if (!config_.val_data.empty()) {
+    data::TrainValSplit held_out = data::load_data(config_.val_data, tokenizer_);
+    split_.val = data::make_concat_source({held_out.train, held_out.val});
+    split_.description += fmt::format("; validation: all of '{}' ({} tokens)", config_.val_data,
+                                      split_.val->size());
+  }
   const int max_token = std::max(split_.train->max_token(), split_.val->max_token());
   if (max_token >= config_.model.vocab_size) {
     throw ConfigError(fmt::format("data '{}' has token id {} but --vocab is {}", config_.data,

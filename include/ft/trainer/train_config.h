@@ -31,6 +31,7 @@ struct TrainConfig {
   size_t memory_limit = 0; // 0 = unlimited
   bool allocator_caching = true;
   std::string data = "kjv";
+  std::string val_data;  // optional held-out data used whole for validation
   uint64_t seed = 1337;
   std::string metrics;     // JSONL path
   std::string save_dir;
