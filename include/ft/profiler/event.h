@@ -1,0 +1,103 @@
+// event.h: ft's trace event model (spans, instants, counters, flows on host and device tracks).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace ft::profiler {
+
+// What an event is about. The host categories mirror ft::RangeKind (core/annotate.h); the
+// device ones come from CUPTI or an imported Kineto trace.
+enum class Category : uint8_t {
+  kCompute,    // host compute, or a device kernel
+  kData,       // loader wait / preprocessing
+  kH2D,        // host-to-device copy (flags: kPinned / kPageable, bytes)
+  kD2H,        // device-to-host copy
+  kD2D,        // device-to-device copy
+  kMemset,     // device memset
+  kComm,       // collective or point-to-point (bytes, peers)
+  kAlloc,      // allocator slow path, retry, OOM
+  kSync,       // synchronisation (stream/event/device sync, barrier)
+  kOptimizer,  // optimizer update
+  kHost,       // host/launch overhead, runtime API calls
+  kStep,       // a training step (ProfilerStep#N)
+  kCounter,    // counter samples (loss, lr, grad-norm, memory)
+  kOther,
+};
+const char* category_name(Category c);            // "compute", "data", "h2d", ...
+bool parse_category(std::string_view s, Category* out);
+
+enum class Phase : uint8_t {
+  kSpan,       // complete event: ts, dur
+  kInstant,    // ts only
+  kCounter,    // ts, value
+  kFlowStart,  // ts, flow id (e.g. launch -> kernel)
+  kFlowEnd,
+};
+
+// A track: a host thread (pid, tid) or a device stream (device, stream).
+struct Track {
+  uint32_t pid = 0;
+  uint32_t tid = 0;
+  bool device = false;
+  bool operator<(const Track& o) const {
+    return device != o.device ? device < o.device : pid != o.pid ? pid < o.pid : tid < o.tid;
+  }
+  bool operator==(const Track& o) const = default;
+};
+
+// Event flags.
+enum EventFlags : uint8_t {
+  kPinned = 1 << 0,    // copy from/to page-locked memory
+  kPageable = 1 << 1,  // copy from/to pageable memory (silently synchronous on CUDA)
+  kSynchronous = 1 << 2,  // a synchronous copy/memset/collective
+  kSlowPath = 1 << 3,  // allocator: went to the OS / device allocator
+  kRetry = 1 << 4,     // allocator: freed the cache and retried
+  kOom = 1 << 5,       // allocator: out of memory
+};
+
+// One event, plain data: per-thread buffers hold these directly.
+struct Event {
+  int64_t ts_ns = 0;   // monotonic clock (CLOCK_MONOTONIC) ns, or trace time for imports
+  int64_t dur_ns = 0;  // spans only
+  int64_t step = -1;   // training step the event belongs to, -1 if unknown
+  int64_t arg = -1;    // free integer argument (layer index, chunk row, peer rank, ...)
+  uint64_t bytes = 0;  // copies, collectives, allocations
+  double value = 0.0;  // counters
+  uint64_t id = 0;     // flow / correlation id (0 = none)
+  Track track;
+  uint32_t name = 0;  // index into Trace::names
+  Phase phase = Phase::kSpan;
+  Category category = Category::kOther;
+  uint8_t flags = 0;  // EventFlags
+  int64_t end_ns() const { return ts_ns + dur_ns; }
+};
+
+// Interned event names: events carry a 32-bit index.
+class StringTable {
+ public:
+  uint32_t intern(std::string_view s);
+  const std::string& at(uint32_t i) const { return strings_.at(i); }
+  size_t size() const { return strings_.size(); }
+
+ private:
+  std::vector<std::string> strings_;
+  std::unordered_map<std::string, uint32_t> index_;
+};
+
+// A recorded or imported trace: what the classifier, the reports and the trace writers consume.
+struct Trace {
+  StringTable names;
+  std::vector<Event> events;            // any order; consumers sort as they need
+  std::map<Track, std::string> tracks;  // display names ("main", "loader worker 0", "stream 7")
+  std::map<uint32_t, std::string> processes;  // pid -> name
+  uint64_t dropped_events = 0;          // lost to bounded buffers (reported, never silent)
+  std::string source;                   // "ft", "kineto", ...
+  std::map<std::string, std::string> metadata;  // config, environment, versions
+};
+
+}  // namespace ft::profiler
