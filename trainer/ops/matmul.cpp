@@ -54,6 +54,38 @@ struct CachedPrimitive {
   std::string impl;
 };
 
+// The matmul primitive descriptor for key k over cp's memory descriptors (user scratchpad,
+// a sum post-op when accumulating).
+dnnl::matmul::primitive_desc make_pd(const GemmKey& k, const CachedPrimitive& cp,
+                                     const dnnl::engine& eng) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (k.accumulate) {
+    dnnl::post_ops po;
+    po.append_sum(1.0f);
+    attr.set_post_ops(po);
+  }
+  auto d = k.bias ? dnnl::matmul::desc(cp.a, cp.b, cp.bias, cp.c)
+                  : dnnl::matmul::desc(cp.a, cp.b, cp.c);
+  return dnnl::matmul::primitive_desc(d, attr, eng);
+}
+
+// oneDNN's scratchpad bytes for key k, without creating the primitive.
+size_t scratchpad_bytes(const GemmKey& k) {
+  static const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  CachedPrimitive cp;
+  cp.a = dnnl::memory::desc({k.M, k.K}, k.type, dnnl::memory::dims{k.a_rs, k.a_cs});
+  cp.b = dnnl::memory::desc({k.K, k.N}, k.type, dnnl::memory::dims{k.b_rs, k.b_cs});
+  cp.c = dnnl::memory::desc({k.M, k.N}, k.c_type, dnnl::memory::dims{k.N, 1});
+  if (k.bias) cp.bias = dnnl::memory::desc({1, k.N}, dt::f32, dnnl::memory::dims{k.N, 1});
+  try {
+    return make_pd(k, cp, eng).scratchpad_desc().get_size();
+  } catch (const dnnl::error& e) {
+    throw Error(fmt::format("oneDNN cannot create a matmul M={} K={} N={}: {}", k.M, k.K, k.N,
+                            e.what()));
+  }
+}
+
 }  // namespace
 
 struct Gemm::Impl {
@@ -72,17 +104,8 @@ struct Gemm::Impl {
     cp.b = dnnl::memory::desc({k.K, k.N}, k.type, dnnl::memory::dims{k.b_rs, k.b_cs});
     cp.c = dnnl::memory::desc({k.M, k.N}, k.c_type, dnnl::memory::dims{k.N, 1});
     if (k.bias) cp.bias = dnnl::memory::desc({1, k.N}, dt::f32, dnnl::memory::dims{k.N, 1});
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (k.accumulate) {
-      dnnl::post_ops po;
-      po.append_sum(1.0f);
-      attr.set_post_ops(po);
-    }
     try {
-      auto d = k.bias ? dnnl::matmul::desc(cp.a, cp.b, cp.bias, cp.c)
-                      : dnnl::matmul::desc(cp.a, cp.b, cp.c);
-      dnnl::matmul::primitive_desc pd(d, attr, eng);
+      dnnl::matmul::primitive_desc pd = make_pd(k, cp, eng);
       cp.scratch = pd.scratchpad_desc();
       cp.impl = pd.impl_info_str();
       cp.prim = dnnl::matmul(pd);
@@ -315,6 +338,47 @@ void Gemm::backward_bf16_dout(float* dinp, float* dweight, const uint16_t* dout,
     ++stats_.calls;
     stats_.flops += 2.0 * N * IC * OC;
   }
+}
+
+size_t Gemm::transient_bytes(Call call, int N, int IC, int OC, Precision p, bool has_bias,
+                             bool accumulate_dweight, size_t round_to) {
+  auto r = [round_to](size_t b) { return b == 0 ? 0 : (b + round_to - 1) / round_to * round_to; };
+  const size_t n = static_cast<size_t>(N), ic = static_cast<size_t>(IC), oc = static_cast<size_t>(OC);
+  // Bytes prepare() allocates for an operand of `count` floats.
+  auto operand = [&](size_t count) -> size_t {
+    if (p == Precision::kFp32) return 0;
+    return r(count * (p == Precision::kBf16 ? 2 : 4));
+  };
+  const dt type = operand_type(p);
+  switch (call) {
+    case Call::kForward: {
+      const size_t a = operand(n * ic);
+      if (use_ft_sgemm(p) && N >= kMinRowsForFtForward) return a;
+      return a + r(scratchpad_bytes(GemmKey{N, IC, OC, IC, 1, 1, IC, type, false, has_bias}));
+    }
+    case Call::kBackward: {
+      const size_t d = operand(n * oc);
+      size_t dinp = 0, dweight = operand(n * ic);
+      if (!use_ft_sgemm(p)) {
+        dinp = r(scratchpad_bytes(GemmKey{N, OC, IC, OC, 1, IC, 1, type, false, false}));
+        dweight += r(scratchpad_bytes(
+            GemmKey{OC, N, IC, 1, OC, IC, 1, type, accumulate_dweight, false}));
+      }
+      return d + std::max(dinp, dweight);
+    }
+    case Call::kForwardBf16Out:
+      return r(n * ic * 2) +
+             r(scratchpad_bytes(GemmKey{N, IC, OC, IC, 1, 1, IC, dt::bf16, false, false, dt::bf16}));
+    case Call::kBackwardBf16Dout: {
+      const size_t dinp =
+          r(scratchpad_bytes(GemmKey{N, OC, IC, OC, 1, IC, 1, dt::bf16, false, false}));
+      const size_t dweight =
+          r(n * ic * 2) +
+          r(scratchpad_bytes(GemmKey{OC, N, IC, 1, OC, IC, 1, dt::bf16, accumulate_dweight, false}));
+      return std::max(dinp, dweight);
+    }
+  }
+  return 0;
 }
 
 }  // namespace ft::trainer

@@ -58,6 +58,14 @@ class Gemm {
                           LowPrecisionWeight weight_lp, int N, int IC, int OC,
                           bool accumulate_dweight);
 
+  // Peak bytes one call takes from the allocator at once, as the call would route it: the
+  // converted operands (bf16 / fp16) plus oneDNN's scratchpad, each rounded to `round_to`
+  // like the caching allocator's blocks. For memory prediction (tuner); creates the oneDNN
+  // primitive descriptors it needs but runs nothing.
+  enum class Call { kForward, kBackward, kForwardBf16Out, kBackwardBf16Dout };
+  static size_t transient_bytes(Call call, int N, int IC, int OC, Precision p, bool has_bias,
+                                bool accumulate_dweight, size_t round_to = 512);
+
   const GemmStats& stats() const { return stats_; }
   // The oneDNN implementation chosen for the last-created primitive (e.g. "brg:avx512_core_amx_bf16").
   std::string last_impl() const;

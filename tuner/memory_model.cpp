@@ -1,0 +1,115 @@
+// memory_model.cpp: ft's peak-memory prediction from the model shape, precision and recompute policy.
+#include "ft/tuner/memory_model.h"
+
+#include <algorithm>
+
+#include "ft/trainer/gpt_config.h"
+#include "ft/trainer/matmul.h"
+#include "ft/trainer/model.h"
+
+namespace ft::tuner {
+namespace {
+
+constexpr size_t kRound = 512;  // the caching allocator's block rounding (AllocatorOptions)
+size_t rounded(size_t bytes) { return (std::max<size_t>(bytes, 1) + kRound - 1) / kRound * kRound; }
+
+// Bytes of logits per LM-head chunk and the chunk's rows, as GptModel::head_chunk_rows.
+int head_rows(const trainer::TrainConfig& c, int N) {
+  const size_t elem = c.options.precision == trainer::Precision::kBf16 ? 2 : 4;
+  size_t chunk = static_cast<size_t>(c.head_chunk_mb) << 20;
+  if (chunk == 0) {
+    chunk = c.options.precision == trainer::Precision::kBf16 ? size_t{48} << 20 : size_t{1} << 30;
+  }
+  const size_t row_bytes = static_cast<size_t>(c.model.padded_vocab) * elem;
+  const size_t chunks = (static_cast<size_t>(N) * row_bytes + chunk - 1) / chunk;
+  return static_cast<int>((static_cast<size_t>(N) + chunks - 1) / chunks);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, size_t>> MemoryEstimate::components() const {
+  return {{"params", params},
+          {"grads", grads},
+          {"optimizer", optimizer},
+          {"low_precision_weights", low_precision_weights},
+          {"activations", activations},
+          {"head_transient", head_transient},
+          {"block_transient", block_transient},
+          {"batch", batch}};
+}
+
+MemoryEstimate predict_memory(const trainer::TrainConfig& config, const ParallelLayout& layout) {
+  trainer::GptConfig g = config.model;
+  g.validate();
+  const trainer::ParamLayout pl = trainer::ParamLayout::make(g);
+  const size_t P = pl.total;
+  const int B = config.micro_batch, T = config.seq_len, C = g.channels, NH = g.num_heads;
+  const int L = g.num_layers, Vp = g.padded_vocab;
+  const size_t BT = static_cast<size_t>(B) * T, N = BT;
+  const trainer::Precision prec = config.options.precision;
+  const bool bf16 = prec == trainer::Precision::kBf16, fp16 = prec == trainer::Precision::kFp16;
+  const size_t dp = static_cast<size_t>(std::max(1, layout.dp));
+
+  MemoryEstimate m;
+  m.params = rounded(4 * P);
+  m.grads = rounded(4 * P / (layout.zero_stage >= 2 ? dp : 1));
+  m.optimizer = 2 * rounded(4 * P / (layout.zero_stage >= 1 ? dp : 1));
+  if (bf16) m.low_precision_weights = rounded(2 * P);
+  if (fp16) m.low_precision_weights = rounded(4 * P);
+  m.batch = 2 * rounded(4 * BT);
+
+  // Activations, buffer by buffer as GptModel allocates them (each rounded by the allocator).
+  const size_t act = rounded(4 * BT * C), stat = rounded(4 * BT);
+  const size_t att = config.options.attention == trainer::AttentionImpl::kFlash
+                         ? rounded(4 * static_cast<size_t>(B) * NH * T)
+                         : rounded(4 * static_cast<size_t>(B) * NH * T * T);
+  // ln1, atty, res2, ln2 (B,T,C); qkv (B,T,3C); fch, fch_gelu (B,T,4C); 4 row statistics.
+  m.activations_per_layer = 4 * act + rounded(12 * BT * C) + 2 * rounded(16 * BT * C) + 4 * stat + att;
+  const bool recompute = config.options.checkpointing == trainer::Checkpointing::kBlock;
+  const size_t stream = static_cast<size_t>(L + 1) * act;
+  const size_t head_saved = act + 3 * stat;  // lnf, its mean and rstd, per-token losses
+  m.activations = stream + (recompute ? 1 : L) * m.activations_per_layer + head_saved;
+
+  // LM-head phase: dres and dlnf (B,T,C), the logits chunk, and the larger of the head GEMMs'
+  // transients (converted operands and oneDNN scratchpad, as Gemm routes them).
+  using Call = trainer::Gemm::Call;
+  const int rows = head_rows(config, static_cast<int>(N));
+  const size_t logits = rounded(static_cast<size_t>(rows) * Vp * (bf16 ? 2 : 4));
+  size_t head_gemm = 0;
+  for (bool acc : {false, true}) {
+    head_gemm = std::max(
+        {head_gemm,
+         trainer::Gemm::transient_bytes(bf16 ? Call::kForwardBf16Out : Call::kForward, rows, C, Vp,
+                                        prec, false, acc, kRound),
+         trainer::Gemm::transient_bytes(bf16 ? Call::kBackwardBf16Dout : Call::kBackward, rows, C,
+                                        Vp, prec, false, acc, kRound)});
+  }
+  m.head_transient = 2 * act + logits + head_gemm;
+
+  // Block phases: backward holds dres, dbt (B,T,C) and dbig (B,T,4C) plus the largest of its
+  // four GEMMs' transients; forward (and recompute) only the GEMM transient.
+  const int n = static_cast<int>(N);
+  const int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // (IC, OC)
+  size_t bwd_gemm = 0, fwd_gemm = 0;
+  for (const auto& sh : shapes) {
+    bwd_gemm = std::max(bwd_gemm, trainer::Gemm::transient_bytes(Call::kBackward, n, sh[0], sh[1],
+                                                                 prec, true, false, kRound));
+    fwd_gemm = std::max(fwd_gemm, trainer::Gemm::transient_bytes(Call::kForward, n, sh[0], sh[1],
+                                                                 prec, true, false, kRound));
+  }
+  m.block_transient = std::max(2 * act + rounded(16 * BT * C) + bwd_gemm,
+                               (recompute ? act : 0) + fwd_gemm);
+
+  const bool head_wins = m.head_transient >= m.block_transient;
+  m.phase_at_peak = head_wins ? "lm-head" : "block backward";
+  m.peak = m.params + m.grads + m.optimizer + m.low_precision_weights + m.batch + m.activations +
+           std::max(m.head_transient, m.block_transient);
+  return m;
+}
+
+double korthikanti_activation_bytes_per_layer(int B, int T, int C, int NH, bool recompute) {
+  const double s = T, b = B, h = C, a = NH;
+  return recompute ? 2.0 * s * b * h : s * b * h * (34.0 + 5.0 * a * s / h);
+}
+
+}  // namespace ft::tuner
