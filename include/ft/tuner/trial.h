@@ -1,0 +1,59 @@
+// trial.h: one tuner trial: an ft-train child process with a time limit, and what it measured.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ft::tuner {
+
+// An ft-train configuration as its long flags (without "--"), e.g. {"precision", "bf16"}.
+// A flag with an empty value is passed alone (a switch).
+using Config = std::map<std::string, std::string>;
+
+std::vector<std::string> config_args(const Config& c);  // {"--precision", "bf16", ...}
+std::string config_key(const Config& c);                 // canonical "k=v;k=v" for identity
+std::string describe_diff(const Config& base, const Config& c);  // "precision bf16, checkpoint block"
+// The ft-train --config file text ("key = value" lines), loadable by ft-train --config.
+std::string config_file_text(const Config& c);
+// Parses "--flag value" / "--flag=value" / "--switch" words into a Config. Throws ConfigError
+// on a word that is not a flag.
+Config parse_flag_words(const std::vector<std::string>& words);
+
+enum class TrialStatus { kOk, kOom, kCrash, kTimeout, kRejected };
+const char* trial_status_name(TrialStatus s);  // ok, oom, crash, timeout, rejected
+bool parse_trial_status(const std::string& s, TrialStatus* out);
+
+struct TrialResult {
+  TrialStatus status = TrialStatus::kCrash;
+  std::string reason;             // why it failed or was rejected; empty when ok
+  double tokens_per_s = 0;        // mean after ft-train's warm-up steps
+  double step_ms = 0;
+  double mem_peak = 0;            // bytes
+  double final_loss = 0;
+  std::vector<double> losses;     // per step
+  std::vector<double> tokens;     // tokens seen after each step
+  double wall_s = 0;
+  int exit_code = 0;
+};
+
+struct TrialOptions {
+  std::filesystem::path ft_train;  // executable
+  std::filesystem::path work_dir;  // where the trial writes its metrics and log
+  double timeout_s = 300;
+};
+
+// Runs ft-train with `config` as a child process in its own process group; kills the group
+// after the time limit. Exit 3 (ft-train's out-of-memory status) is kOom, a signal or other
+// nonzero exit is kCrash with the log's last error line, a killed run is kTimeout. Never
+// throws for a failing trial; throws IoError if the child cannot be started at all.
+TrialResult run_trial(const std::string& id, const Config& config, const TrialOptions& options);
+
+// Reads an ft-train metrics JSONL (per-step lines plus a final {"summary": ...}); fills
+// tokens_per_s, step_ms, mem_peak, final_loss, losses, tokens. Returns false (reason set) when
+// the file is missing or has no summary.
+bool read_metrics(const std::filesystem::path& path, TrialResult* r);
+
+}  // namespace ft::tuner

@@ -1,0 +1,236 @@
+// trial.cpp: runs an ft-train trial as a child process with a time limit and reads its metrics.
+#include "ft/tuner/trial.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "ft/core/error.h"
+
+namespace ft::tuner {
+namespace fs = std::filesystem;
+
+std::vector<std::string> config_args(const Config& c) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : c) {
+    out.push_back("--" + k);
+    if (!v.empty()) out.push_back(v);
+  }
+  return out;
+}
+
+std::string config_key(const Config& c) {
+  std::string s;
+  for (const auto& [k, v] : c) s += k + "=" + v + ";";
+  return s;
+}
+
+std::string describe_diff(const Config& base, const Config& c) {
+  std::string s;
+  auto add = [&](const std::string& part) { s += (s.empty() ? "" : ", ") + part; };
+  for (const auto& [k, v] : c) {
+    const auto it = base.find(k);
+    if (it == base.end() || it->second != v) add(v.empty() ? k : k + " " + v);
+  }
+  for (const auto& [k, v] : base) {
+    if (!c.count(k)) add("no " + k);
+  }
+  return s.empty() ? "baseline" : s;
+}
+
+std::string config_file_text(const Config& c) {
+  std::string s = "# written by ft-tune; load with ft-train --config FILE\n";
+  for (const auto& [k, v] : c) {
+    if (k == "config" || k == "metrics" || k == "save" || k == "resume") continue;
+    s += k + " = " + (v.empty() ? "true" : v) + "\n";
+  }
+  return s;
+}
+
+Config parse_flag_words(const std::vector<std::string>& words) {
+  Config c;
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (w.size() < 3 || w.compare(0, 2, "--") != 0) {
+      throw ConfigError(fmt::format("expected an ft-train flag, got '{}'", w));
+    }
+    const std::string body = w.substr(2);
+    const size_t eq = body.find('=');
+    if (eq != std::string::npos) {
+      c[body.substr(0, eq)] = body.substr(eq + 1);
+    } else if (i + 1 < words.size() && (words[i + 1].compare(0, 2, "--") != 0 ||
+                                        words[i + 1].size() == 2)) {
+      c[body] = words[++i];
+    } else {
+      c[body] = "";
+    }
+  }
+  return c;
+}
+
+const char* trial_status_name(TrialStatus s) {
+  switch (s) {
+    case TrialStatus::kOk: return "ok";
+    case TrialStatus::kOom: return "oom";
+    case TrialStatus::kCrash: return "crash";
+    case TrialStatus::kTimeout: return "timeout";
+    case TrialStatus::kRejected: return "rejected";
+  }
+  return "crash";
+}
+
+bool parse_trial_status(const std::string& s, TrialStatus* out) {
+  for (TrialStatus t : {TrialStatus::kOk, TrialStatus::kOom, TrialStatus::kCrash,
+                        TrialStatus::kTimeout, TrialStatus::kRejected}) {
+    if (s == trial_status_name(t)) {
+      *out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool read_metrics(const fs::path& path, TrialResult* r) {
+  std::ifstream in(path);
+  if (!in) {
+    r->reason = "no metrics file " + path.string();
+    return false;
+  }
+  std::string line;
+  bool summary = false;
+  r->losses.clear();
+  r->tokens.clear();
+  double tokens = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) continue;  // a torn last line of a killed run
+    if (j.contains("summary")) {
+      const auto& s = j["summary"];
+      r->tokens_per_s = s.value("mean_tokens_per_s", 0.0);
+      r->step_ms = s.value("mean_step_ms", 0.0);
+      r->mem_peak = s.value("mem_peak", 0.0);
+      r->final_loss = s.value("final_loss", std::nan(""));
+      summary = true;
+    } else if (j.contains("loss")) {
+      const double loss = j["loss"].is_number() ? j["loss"].get<double>() : std::nan("");
+      // Tokens of this step: throughput x duration (B T K, exactly up to rounding).
+      tokens += std::round(j.value("tokens_per_s", 0.0) * j.value("step_ms", 0.0) / 1000.0);
+      r->losses.push_back(loss);
+      r->tokens.push_back(tokens);
+    }
+  }
+  if (!summary) r->reason = "metrics have no summary line";
+  return summary;
+}
+
+namespace {
+
+// The last line of the log that looks like an error, for the failure reason.
+std::string last_error_line(const fs::path& log) {
+  std::ifstream in(log);
+  std::string line, last, any;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    any = line;
+    if (line.find("error") != std::string::npos || line.find("Error") != std::string::npos ||
+        line.find("out of memory") != std::string::npos) {
+      last = line;
+    }
+  }
+  const std::string s = last.empty() ? any : last;
+  return s.size() > 300 ? s.substr(0, 300) + "..." : s;
+}
+
+}  // namespace
+
+TrialResult run_trial(const std::string& id, const Config& config, const TrialOptions& options) {
+  fs::create_directories(options.work_dir);
+  const fs::path metrics = options.work_dir / (id + ".jsonl");
+  const fs::path log = options.work_dir / (id + ".log");
+  fs::remove(metrics);
+  Config c = config;
+  c["metrics"] = metrics.string();
+  std::vector<std::string> args = config_args(c);
+  args.insert(args.begin(), options.ft_train.string());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid < 0) throw IoError(fmt::format("cannot fork for trial {}: {}", id, std::strerror(errno)));
+  if (pid == 0) {
+    setpgid(0, 0);  // its own group, so a timeout kills everything it started
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  TrialResult r;
+  int status = 0;
+  bool timed_out = false;
+  for (;;) {
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) break;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (elapsed > options.timeout_s) {
+      timed_out = true;
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the child, not work
+  }
+  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (timed_out) {
+    r.status = TrialStatus::kTimeout;
+    r.reason = fmt::format("killed after the {:.0f} s time limit", options.timeout_s);
+    read_metrics(metrics, &r);
+    return r;
+  }
+  if (WIFSIGNALED(status)) {
+    r.status = TrialStatus::kCrash;
+    r.exit_code = 128 + WTERMSIG(status);
+    r.reason = fmt::format("killed by signal {} ({}); log: {}", WTERMSIG(status),
+                           strsignal(WTERMSIG(status)), last_error_line(log));
+    return r;
+  }
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (r.exit_code == 3) {
+    r.status = TrialStatus::kOom;
+    r.reason = "out of memory: " + last_error_line(log);
+    return r;
+  }
+  if (r.exit_code != 0) {
+    r.status = TrialStatus::kCrash;
+    r.reason = fmt::format("exit status {}: {}", r.exit_code,
+                           r.exit_code == 127 ? "cannot execute " + options.ft_train.string()
+                                              : last_error_line(log));
+    return r;
+  }
+  if (!read_metrics(metrics, &r)) {
+    r.status = TrialStatus::kCrash;
+    return r;
+  }
+  r.status = TrialStatus::kOk;
+  return r;
+}
+
+}  // namespace ft::tuner
