@@ -1,11 +1,11 @@
 // format.cpp: deterministic number formatting, escaping and run summaries for the report writers.
 #include "format.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-
-#include <fmt/format.h>
 
 #include "ft/reports/report.h"
 
@@ -16,13 +16,26 @@ std::string html_escape(std::string_view s) {
   out.reserve(s.size() + 16);
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      case '\0': out += "\xEF\xBF\xBD"; break;  // U+FFFD: NUL is not allowed in HTML text
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      case '\0':
+        out += "\xEF\xBF\xBD";
+        break;  // U+FFFD: NUL is not allowed in HTML text
+      default:
+        out += c;
     }
   }
   return out;
@@ -33,16 +46,37 @@ std::string markdown_escape(std::string_view s) {
   out.reserve(s.size() + 16);
   for (char c : s) {
     switch (c) {
-      case '\\': case '`': case '*': case '_': case '|': case '[': case ']': case '#': case '~':
+      case '\\':
+      case '`':
+      case '*':
+      case '_':
+      case '|':
+      case '[':
+      case ']':
+      case '#':
+      case '~':
         out += '\\';
         out += c;
         break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '\n': case '\r': case '\t': out += ' '; break;
-      case '\0': out += "\xEF\xBF\xBD"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '\n':
+      case '\r':
+      case '\t':
+        out += ' ';
+        break;
+      case '\0':
+        out += "\xEF\xBF\xBD";
+        break;
+      default:
+        out += c;
     }
   }
   return out;

@@ -1,8 +1,8 @@
 // html_report.cpp: report.html, one self-contained offline page with inline SVG charts.
+#include <fmt/format.h>
+
 #include <cmath>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "format.h"
 #include "ft/core/atomic_file.h"
@@ -111,9 +111,10 @@ std::string findings_html(const Diagnosis& d) {
   int rank = 0;
   for (const auto& f : d.findings) {
     const char* sev = profiler::severity_name(f.severity);
-    out += fmt::format("<article class=\"finding {}\"><h3>{}. <span class=\"badge sev\">{}</span>"
-                       "<span class=\"badge\">{}</span>{}</h3>\n",
-                       sev, ++rank, sev, h(f.cls), h(f.title));
+    out += fmt::format(
+        "<article class=\"finding {}\"><h3>{}. <span class=\"badge sev\">{}</span>"
+        "<span class=\"badge\">{}</span>{}</h3>\n",
+        sev, ++rank, sev, h(f.cls), h(f.title));
     if (f.share > 0) {
       out += fmt::format("<p><b>Recoverable:</b> {} of wall time</p>\n", percent(f.share));
     }
@@ -143,7 +144,8 @@ std::string steps_table(const Diagnosis& d) {
   for (int c = 0; c < kNumWaitClasses; ++c) {
     out += fmt::format("<th class=\"n\">{}</th>", profiler::wait_class_name(WaitClass(c)));
   }
-  out += "<th class=\"n\">loss</th><th class=\"n\">tokens/s</th><th class=\"n\">allocated</th></tr>\n";
+  out +=
+      "<th class=\"n\">loss</th><th class=\"n\">tokens/s</th><th class=\"n\">allocated</th></tr>\n";
   const auto rows = abbreviated_rows(d.steps.size(), kStepRowLimit);
   for (size_t i = 0; i < rows.size(); ++i) {
     if (i > 0 && rows[i] != rows[i - 1] + 1) {
@@ -151,11 +153,14 @@ std::string steps_table(const Diagnosis& d) {
                          kNumWaitClasses + 5, rows[i] - rows[i - 1] - 1);
     }
     const auto& s = d.steps[rows[i]];
-    out += fmt::format("<tr><td class=\"n\">{}</td><td class=\"n\">{}</td>", s.step, fixed(s.wall_ms, 2));
-    for (int c = 0; c < kNumWaitClasses; ++c) out += fmt::format("<td class=\"n\">{}</td>", fixed(s.ms[c], 2));
-    out += fmt::format("<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
-                       std::isnan(s.loss) ? "n/a" : fixed(s.loss, 4), fixed(s.tokens_per_s, 0),
-                       bytes_h(s.mem_allocated));
+    out += fmt::format("<tr><td class=\"n\">{}</td><td class=\"n\">{}</td>", s.step,
+                       fixed(s.wall_ms, 2));
+    for (int c = 0; c < kNumWaitClasses; ++c)
+      out += fmt::format("<td class=\"n\">{}</td>", fixed(s.ms[c], 2));
+    out +=
+        fmt::format("<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
+                    std::isnan(s.loss) ? "n/a" : fixed(s.loss, 4), fixed(s.tokens_per_s, 0),
+                    bytes_h(s.mem_allocated));
   }
   return out + "</table>\n";
 }
@@ -177,8 +182,9 @@ std::string render_html(const Diagnosis& d) {
   out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   out += "<title>ft diagnosis report</title>\n<style>" + std::string(kStyle) + "</style>\n";
   out += fmt::format("<script nonce=\"{}\">{}</script>\n</head>\n<body>\n", nonce, kHookScript);
-  out += fmt::format("<header><h1>ft diagnosis report</h1><p class=\"source\">{}</p></header>\n<main>\n",
-                     h(d.source.empty() ? std::string("(unknown source)") : d.source));
+  out += fmt::format(
+      "<header><h1>ft diagnosis report</h1><p class=\"source\">{}</p></header>\n<main>\n",
+      h(d.source.empty() ? std::string("(unknown source)") : d.source));
 
   out += "<section id=\"summary\"><h2>Summary</h2><div class=\"cards\">";
   out += card("tokens/s", fixed(d.tokens_per_s, 0));
@@ -194,23 +200,29 @@ std::string render_html(const Diagnosis& d) {
   }
   out += "</section>\n";
 
-  out += "<section id=\"breakdown\"><h2>Where each step's time goes</h2>\n<div class=\"legend-row\">";
+  out +=
+      "<section id=\"breakdown\"><h2>Where each step's time goes</h2>\n<div class=\"legend-row\">";
   for (int c = 0; c < kNumWaitClasses; ++c) {
-    out += fmt::format("<span><span class=\"swatch\" style=\"background:{}\"></span>{} {}</span>",
-                       class_colour(c), profiler::wait_class_name(WaitClass(c)), percent(d.totals[c]));
+    out +=
+        fmt::format("<span><span class=\"swatch\" style=\"background:{}\"></span>{} {}</span>",
+                    class_colour(c), profiler::wait_class_name(WaitClass(c)), percent(d.totals[c]));
   }
   out += "</div>\n" + breakdown_svg(d) + "<div id=\"ft-readout\"></div>\n";
-  out += "<table id=\"ft-totals\"><tr><th>class</th><th class=\"n\">share</th><th class=\"n\">ms per step</th></tr>\n";
+  out +=
+      "<table id=\"ft-totals\"><tr><th>class</th><th class=\"n\">share</th><th class=\"n\">ms per "
+      "step</th></tr>\n";
   for (int c = 0; c < kNumWaitClasses; ++c) {
     const double per_step = sum.steps ? sum.class_ms[c] / static_cast<double>(sum.steps) : 0.0;
-    out += fmt::format("<tr><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td>"
-                       "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
-                       class_colour(c), profiler::wait_class_name(WaitClass(c)),
-                       percent(d.totals[c]), fixed(per_step, 2));
+    out += fmt::format(
+        "<tr><td><span class=\"swatch\" style=\"background:{}\"></span>{}</td>"
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
+        class_colour(c), profiler::wait_class_name(WaitClass(c)), percent(d.totals[c]),
+        fixed(per_step, 2));
   }
   out += "</table></section>\n";
 
-  out += "<section id=\"findings\"><h2>Findings (ranked)</h2>\n" + findings_html(d) + "</section>\n";
+  out +=
+      "<section id=\"findings\"><h2>Findings (ranked)</h2>\n" + findings_html(d) + "</section>\n";
 
   std::vector<Series> loss(1), mem;
   loss[0] = {"loss", "#4e79a7", {}};
@@ -218,7 +230,8 @@ std::string render_html(const Diagnosis& d) {
   for (const auto& s : d.steps) {
     loss[0].points.emplace_back(static_cast<double>(s.step), s.loss);
     reserved.points.emplace_back(s.start_ms + s.wall_ms, s.mem_reserved);
-    if (d.memory_timeline.empty()) allocated.points.emplace_back(s.start_ms + s.wall_ms, s.mem_allocated);
+    if (d.memory_timeline.empty())
+      allocated.points.emplace_back(s.start_ms + s.wall_ms, s.mem_allocated);
   }
   for (const auto& [t, b] : d.memory_timeline) allocated.points.emplace_back(t, b);
   mem.push_back(std::move(allocated));
@@ -227,22 +240,27 @@ std::string render_html(const Diagnosis& d) {
   out += "<section id=\"loss\"><h2>Loss curve</h2>\n";
   out += line_svg("ft-loss-chart", loss, "step", AxisUnit::kPlain);
   out += fmt::format(
-      "<p>Verdict: <b>{}</b> · NaN: {} · diverged: {} · spikes: {} · oscillation: {}</p></section>\n",
+      "<p>Verdict: <b>{}</b> · NaN: {} · diverged: {} · spikes: {} · oscillation: "
+      "{}</p></section>\n",
       h(lh.verdict.empty() ? std::string("n/a") : lh.verdict), lh.has_nan ? "yes" : "no",
       lh.diverged ? "yes" : "no", lh.spikes, fixed(lh.oscillation, 3));
 
   out += "<section id=\"memory\"><h2>Memory over time</h2>\n";
-  out += line_svg("ft-memory-chart", mem, "time since trace start", AxisUnit::kBytes, AxisUnit::kMs);
+  out +=
+      line_svg("ft-memory-chart", mem, "time since trace start", AxisUnit::kBytes, AxisUnit::kMs);
   out += fmt::format(
-      "<table><tr><th class=\"n\">peak</th><th class=\"n\">reserved</th><th class=\"n\">fragmentation</th>"
-      "<th class=\"n\">allocator retries</th><th class=\"n\">OOMs</th><th class=\"n\">page faults</th></tr>"
-      "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+      "<table><tr><th class=\"n\">peak</th><th class=\"n\">reserved</th><th "
+      "class=\"n\">fragmentation</th>"
+      "<th class=\"n\">allocator retries</th><th class=\"n\">OOMs</th><th class=\"n\">page "
+      "faults</th></tr>"
+      "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
+      "class=\"n\">{}</td>"
       "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr></table></section>\n",
       bytes_h(d.memory.peak), bytes_h(d.memory.reserved), percent(d.memory.fragmentation),
       d.memory.alloc_retries, d.memory.ooms, d.memory.page_faults);
 
-  out += "<section id=\"steps\"><details><summary><b>Per-step table</b></summary>\n" + steps_table(d) +
-         "</details></section>\n";
+  out += "<section id=\"steps\"><details><summary><b>Per-step table</b></summary>\n" +
+         steps_table(d) + "</details></section>\n";
   out += "<section id=\"config\"><h2>Configuration</h2>\n" + map_table(d.config, "flag") +
          "<h2>Environment</h2>\n" + map_table(d.environment, "key") + "</section>\n";
   out += "</main>\n";

@@ -1,9 +1,9 @@
 // json_report.cpp: report.json writer and reader (round trip for ft-tune and CI gates).
-#include <cmath>
-#include <string>
-
 #include <fmt/format.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
@@ -94,13 +94,15 @@ struct Reader {
   std::map<std::string, std::string> string_map(const Json& o, const std::string& path) const {
     if (!o.is_object()) fail(path, "expected an object of strings");
     std::map<std::string, std::string> m;
-    for (auto it = o.begin(); it != o.end(); ++it) m[it.key()] = string(it.value(), path + "/" + it.key());
+    for (auto it = o.begin(); it != o.end(); ++it)
+      m[it.key()] = string(it.value(), path + "/" + it.key());
     return m;
   }
 };
 
 profiler::Severity parse_severity(const Reader& r, const std::string& s, const std::string& path) {
-  for (auto sev : {profiler::Severity::kInfo, profiler::Severity::kWarning, profiler::Severity::kCritical}) {
+  for (auto sev :
+       {profiler::Severity::kInfo, profiler::Severity::kWarning, profiler::Severity::kCritical}) {
     if (s == profiler::severity_name(sev)) return sev;
   }
   r.fail(path, fmt::format("unknown severity \"{}\" (info, warning, critical)", s));
@@ -208,9 +210,11 @@ Diagnosis parse_report_json(std::string_view text, const std::string& origin) {
     profiler::Finding f;
     f.cls = r.string(r.field(o, p, "class"), p + "/class");
     f.share = r.num_field(o, p, "share");
-    f.severity = parse_severity(r, r.string(r.field(o, p, "severity"), p + "/severity"), p + "/severity");
+    f.severity =
+        parse_severity(r, r.string(r.field(o, p, "severity"), p + "/severity"), p + "/severity");
     f.title = r.string(r.field(o, p, "title"), p + "/title");
-    if (const Json* e = r.optional(o, "explanation")) f.explanation = r.string(*e, p + "/explanation");
+    if (const Json* e = r.optional(o, "explanation"))
+      f.explanation = r.string(*e, p + "/explanation");
     const Json& ev = r.field(o, p, "evidence");
     const std::string pe = p + "/evidence";
     if (const Json* s = r.optional(ev, "steps")) {
@@ -238,7 +242,8 @@ Diagnosis parse_report_json(std::string_view text, const std::string& origin) {
   d.memory.peak = r.num_field(mem, "/memory", "peak");
   d.memory.reserved = r.num_field(mem, "/memory", "reserved");
   d.memory.fragmentation = r.num_field(mem, "/memory", "fragmentation");
-  d.memory.alloc_retries = r.integer(r.field(mem, "/memory", "alloc_retries"), "/memory/alloc_retries");
+  d.memory.alloc_retries =
+      r.integer(r.field(mem, "/memory", "alloc_retries"), "/memory/alloc_retries");
   d.memory.ooms = r.integer(r.field(mem, "/memory", "ooms"), "/memory/ooms");
   if (const Json* v = r.optional(mem, "page_faults")) {
     d.memory.page_faults = r.integer(*v, "/memory/page_faults");
@@ -247,7 +252,8 @@ Diagnosis parse_report_json(std::string_view text, const std::string& origin) {
   const Json& lh = r.field(j, "", "loss_health");
   d.loss_health.verdict = r.string(r.field(lh, "/loss_health", "verdict"), "/loss_health/verdict");
   d.loss_health.has_nan = r.boolean(r.field(lh, "/loss_health", "has_nan"), "/loss_health/has_nan");
-  d.loss_health.diverged = r.boolean(r.field(lh, "/loss_health", "diverged"), "/loss_health/diverged");
+  d.loss_health.diverged =
+      r.boolean(r.field(lh, "/loss_health", "diverged"), "/loss_health/diverged");
   d.loss_health.spikes =
       static_cast<int>(r.integer(r.field(lh, "/loss_health", "spikes"), "/loss_health/spikes"));
   d.loss_health.oscillation = r.num_field(lh, "/loss_health", "oscillation");
@@ -290,7 +296,8 @@ Diagnosis parse_report_json(std::string_view text, const std::string& origin) {
     }
   }
   if (const Json* c = r.optional(j, "config")) d.config = r.string_map(*c, "/config");
-  if (const Json* e = r.optional(j, "environment")) d.environment = r.string_map(*e, "/environment");
+  if (const Json* e = r.optional(j, "environment"))
+    d.environment = r.string_map(*e, "/environment");
   return d;
 }
 
@@ -301,7 +308,9 @@ profiler::Diagnosis read_report_json(const std::filesystem::path& path) {
 void write_reports(const Diagnosis& d, const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) throw IoError(fmt::format("{}: cannot create report directory: {}", dir.string(), ec.message()));
+  if (ec)
+    throw IoError(
+        fmt::format("{}: cannot create report directory: {}", dir.string(), ec.message()));
   // Render all three first so a rendering error leaves no partial set behind.
   const std::string json = render_json(d);
   const std::string md = render_markdown(d);

@@ -1,8 +1,9 @@
-// markdown_report.cpp: report.md (summary, class totals, ranked findings, steps, memory, loss, config).
+// markdown_report.cpp: report.md (summary, class totals, ranked findings, steps, memory, loss,
+// config).
+#include <fmt/format.h>
+
 #include <cmath>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "format.h"
 #include "ft/reports/report.h"
@@ -61,10 +62,12 @@ std::string render_markdown(const Diagnosis& d) {
       d.loss_health.verdict.empty() ? "n/a" : md(d.loss_health.verdict));
   if (!d.findings.empty()) {
     const auto& f = d.findings.front();
-    out += fmt::format("**Top finding:** {} ({}, {})\n\n", md(f.title), md(f.cls), percent(f.share));
+    out +=
+        fmt::format("**Top finding:** {} ({}, {})\n\n", md(f.title), md(f.cls), percent(f.share));
   }
 
-  out += "## Where the time goes\n\n| class | share of wall time | ms per step |\n|---|---:|---:|\n";
+  out +=
+      "## Where the time goes\n\n| class | share of wall time | ms per step |\n|---|---:|---:|\n";
   for (int c = 0; c < kNumWaitClasses; ++c) {
     const double per_step = sum.steps ? sum.class_ms[c] / static_cast<double>(sum.steps) : 0.0;
     out += fmt::format("| {} | {} | {} |\n", profiler::wait_class_name(WaitClass(c)),
@@ -106,7 +109,8 @@ std::string render_markdown(const Diagnosis& d) {
     out += "No steps recorded.\n\n";
   } else {
     out += "| step | wall ms |";
-    for (int c = 0; c < kNumWaitClasses; ++c) out += fmt::format(" {} |", profiler::wait_class_name(WaitClass(c)));
+    for (int c = 0; c < kNumWaitClasses; ++c)
+      out += fmt::format(" {} |", profiler::wait_class_name(WaitClass(c)));
     out += " loss | tokens/s |\n|---:|---:|";
     for (int c = 0; c < kNumWaitClasses; ++c) out += "---:|";
     out += "---:|---:|\n";
@@ -131,24 +135,25 @@ std::string render_markdown(const Diagnosis& d) {
     }
   }
 
-  out += "## Memory\n\n| peak | reserved | fragmentation | allocator retries | OOMs | page faults |\n"
-         "|---:|---:|---:|---:|---:|---:|\n";
+  out +=
+      "## Memory\n\n| peak | reserved | fragmentation | allocator retries | OOMs | page faults |\n"
+      "|---:|---:|---:|---:|---:|---:|\n";
   out += fmt::format("| {} | {} | {} | {} | {} | {} |\n\n", bytes_h(d.memory.peak),
                      bytes_h(d.memory.reserved), percent(d.memory.fragmentation),
                      d.memory.alloc_retries, d.memory.ooms, d.memory.page_faults);
 
   const auto& lh = d.loss_health;
   out += "## Loss health\n\n";
-  out += fmt::format(
-      "Verdict: **{}** · NaN: {} · diverged: {} · spikes: {} · oscillation: {}\n\n",
-      lh.verdict.empty() ? "n/a" : md(lh.verdict), yes_no(lh.has_nan), yes_no(lh.diverged),
-      lh.spikes, fixed(lh.oscillation, 3));
+  out += fmt::format("Verdict: **{}** · NaN: {} · diverged: {} · spikes: {} · oscillation: {}\n\n",
+                     lh.verdict.empty() ? "n/a" : md(lh.verdict), yes_no(lh.has_nan),
+                     yes_no(lh.diverged), lh.spikes, fixed(lh.oscillation, 3));
 
   out += "## Configuration\n\n";
   map_table(out, d.config, "flag");
   out += "## Environment\n\n";
   map_table(out, d.environment, "key");
-  while (out.size() >= 2 && out[out.size() - 1] == '\n' && out[out.size() - 2] == '\n') out.pop_back();
+  while (out.size() >= 2 && out[out.size() - 1] == '\n' && out[out.size() - 2] == '\n')
+    out.pop_back();
   return out;
 }
 

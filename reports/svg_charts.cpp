@@ -1,11 +1,11 @@
 // svg_charts.cpp: hand-written inline SVG charts for report.html (no scripts, no external assets).
 #include "svg_charts.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "format.h"
 #include "ft/reports/report.h"
@@ -29,6 +29,15 @@ double nice_step(double span, int target) {
   return 10 * mag;
 }
 
+// Tick spacing in the axis' unit: byte axes step in whole KiB/MiB/GiB multiples.
+double axis_step(double lo, double hi, int target, AxisUnit unit) {
+  if (unit != AxisUnit::kBytes) return nice_step(hi - lo, target);
+  double scale = 1;
+  while (std::max(std::fabs(hi), std::fabs(lo)) / scale >= 1024 && scale < 1099511627776.0)
+    scale *= 1024;
+  return nice_step((hi - lo) / scale, target) * scale;
+}
+
 std::string tick_label(double v, AxisUnit unit, double step) {
   if (unit == AxisUnit::kBytes) return bytes_h(v);
   if (unit == AxisUnit::kMs && std::fabs(v) >= 10000) return fixed(v / 1000.0, 1) + " s";
@@ -46,7 +55,7 @@ std::string svg_open(const std::string& id, const std::string& label) {
 // Horizontal grid lines and y labels for [0 or lo, hi]; returns the axis maximum used.
 std::string y_axis(double lo, double hi, AxisUnit unit) {
   std::string out;
-  const double step = nice_step(hi - lo, 5);
+  const double step = axis_step(lo, hi, 5, unit);
   for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) {
     const double y = kTop + kPlotH * (1 - (v - lo) / (hi - lo));
     out += fmt::format(
@@ -78,8 +87,9 @@ std::string x_axis(double lo, double hi, AxisUnit unit, const std::string& capti
 
 std::string empty_chart(const std::string& id, const std::string& what) {
   return svg_open(id, what) +
-         fmt::format("<text class=\"caption\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text></svg>\n",
-                     kWidth / 2, kHeight / 2, html_escape(what));
+         fmt::format(
+             "<text class=\"caption\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text></svg>\n",
+             kWidth / 2, kHeight / 2, html_escape(what));
 }
 
 // Keeps at most kMaxLinePoints points: per bucket the first, min and max (so spikes survive).
@@ -152,8 +162,9 @@ std::string breakdown_svg(const profiler::Diagnosis& d, size_t max_bars) {
   for (size_t b = 0; b < bars; ++b) {
     const Bar& bar = bs[b];
     const int64_t s0 = d.steps[bar.first].step, s1 = d.steps[bar.last].step;
-    std::string tip = s0 == s1 ? fmt::format("step {}: {} ms", s0, fixed(bar.wall, 2))
-                               : fmt::format("steps {}-{} (mean): {} ms", s0, s1, fixed(bar.wall, 2));
+    std::string tip = s0 == s1
+                          ? fmt::format("step {}: {} ms", s0, fixed(bar.wall, 2))
+                          : fmt::format("steps {}-{} (mean): {} ms", s0, s1, fixed(bar.wall, 2));
     for (int c = 0; c < profiler::kNumWaitClasses; ++c) {
       if (bar.ms[c] > 0) {
         tip += fmt::format("\n{} {} ms", profiler::wait_class_name(profiler::WaitClass(c)),
@@ -182,14 +193,16 @@ std::string breakdown_svg(const profiler::Diagnosis& d, size_t max_bars) {
   for (double v = std::ceil(x_lo / step_tick) * step_tick; v <= x_hi; v += step_tick) {
     const double frac = x_hi > x_lo ? (v - x_lo) / (x_hi - x_lo) : 0.5;
     const double x = kLeft + slot / 2 + (kPlotW - slot) * frac;
-    out += fmt::format("<text class=\"tick\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
-                       x, kTop + kPlotH + 16, static_cast<int64_t>(v));
+    out += fmt::format(
+        "<text class=\"tick\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", x,
+        kTop + kPlotH + 16, static_cast<int64_t>(v));
   }
   out += fmt::format(
       "<line class=\"axis\" x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\"/>"
       "<text class=\"caption\" x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">step{}</text>\n",
       kLeft, kLeft + kPlotW, kTop + kPlotH, kTop + kPlotH, kLeft + kPlotW / 2, kHeight - 6,
-      bars < n ? fmt::format(" ({} steps averaged per bar)", fixed(double(n) / double(bars), 1)) : "");
+      bars < n ? fmt::format(" ({} steps averaged per bar)", fixed(double(n) / double(bars), 1))
+               : "");
   out += "</svg>\n";
   return out;
 }
@@ -215,7 +228,7 @@ std::string line_svg(const std::string& id, const std::vector<Series>& series,
     ylo -= pad;
     yhi += pad;
   }
-  const double ystep = nice_step(yhi - ylo, 5);
+  const double ystep = axis_step(ylo, yhi, 5, y_unit);
   ylo = std::floor(ylo / ystep) * ystep;
   yhi = std::ceil(yhi / ystep) * ystep;
   if (xhi <= xlo) xhi = xlo + 1;
@@ -234,8 +247,9 @@ std::string line_svg(const std::string& id, const std::vector<Series>& series,
       if (!std::isfinite(x)) continue;
       if (!std::isfinite(y)) {
         pen = false;
-        gaps += fmt::format("<line class=\"nan\" x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\"/>",
-                            px(x), kTop, kTop + 10);
+        gaps += fmt::format(
+            "<line class=\"nan\" x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1:.1f}\" y2=\"{2:.1f}\"/>",
+            px(x), kTop, kTop + 10);
         continue;
       }
       path += fmt::format("{}{:.1f},{:.1f} ", pen ? "L" : "M", px(x), py(y));

@@ -24,6 +24,7 @@ enum class AxisUnit { kPlain, kBytes, kMs };
 
 // Line chart with axes; `id` is the element id, `x_label` the x-axis caption.
 std::string line_svg(const std::string& id, const std::vector<Series>& series,
-                     const std::string& x_label, AxisUnit y_unit, AxisUnit x_unit = AxisUnit::kPlain);
+                     const std::string& x_label, AxisUnit y_unit,
+                     AxisUnit x_unit = AxisUnit::kPlain);
 
 }  // namespace ft::reports::detail

@@ -1,9 +1,10 @@
-// report_html_test.cpp: report.html structure (charts, findings, config), self-containment, escaping.
+// report_html_test.cpp: report.html structure (charts, findings, config), self-containment,
+// escaping.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "ft/reports/report.h"
 #include "reference/report_sample.h"
@@ -89,7 +90,8 @@ TEST(ReportHtml, EscapesEverythingFromTraces) {
   EXPECT_EQ(html.find("<img"), std::string::npos);
   EXPECT_EQ(html.find("<svg onload"), std::string::npos);
   EXPECT_EQ(html.find("<b>bold</b>"), std::string::npos);
-  EXPECT_EQ(std::regex_search(html, std::regex("<[^>]*\\son(error|load)=", std::regex::icase)), false);
+  EXPECT_EQ(std::regex_search(html, std::regex("<[^>]*\\son(error|load)=", std::regex::icase)),
+            false);
   // They are shown as text.
   EXPECT_NE(html.find("span &lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
   EXPECT_NE(html.find("&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"), std::string::npos);

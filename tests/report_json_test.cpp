@@ -1,10 +1,11 @@
-// report_json_test.cpp: report.json golden, round trip, null for NaN, and clear errors on bad input.
+// report_json_test.cpp: report.json golden, round trip, null for NaN, and clear errors on bad
+// input.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <filesystem>
-#include <string>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
@@ -47,7 +48,8 @@ TEST(ReportJson, CarriesTheInterfaceFields) {
   EXPECT_NEAR(total_share, 1.0, 1e-5);
   ASSERT_EQ(j["findings"].size(), 2u);
   const auto& f = j["findings"][0];
-  for (const char* k : {"class", "share", "severity", "title", "evidence", "knobs", "explanation"}) {
+  for (const char* k :
+       {"class", "share", "severity", "title", "evidence", "knobs", "explanation"}) {
     EXPECT_TRUE(f.contains(k)) << k;
   }
   EXPECT_EQ(f["class"], "data");
@@ -83,7 +85,8 @@ TEST(ReportJson, RoundTripsThroughTheReader) {
     EXPECT_NEAR(back.steps[i].lr, d.steps[i].lr, 1e-5 * d.steps[i].lr);
     EXPECT_EQ(back.steps[i].detail.size(), d.steps[i].detail.size());
   }
-  for (int c = 0; c < profiler::kNumWaitClasses; ++c) EXPECT_NEAR(back.totals[c], d.totals[c], 5e-7);
+  for (int c = 0; c < profiler::kNumWaitClasses; ++c)
+    EXPECT_NEAR(back.totals[c], d.totals[c], 5e-7);
   ASSERT_EQ(back.findings.size(), 2u);
   EXPECT_EQ(back.findings[0].title, d.findings[0].title);
   EXPECT_EQ(back.findings[0].knobs, d.findings[0].knobs);
@@ -136,11 +139,13 @@ TEST(ReportJson, MalformedInputGivesAClearFormatError) {
   auto j = nlohmann::json::parse(render_json(testing::sample_diagnosis(3)));
   auto broken = j;
   broken["steps"][1]["breakdown"].erase("comm");
-  EXPECT_NE(error_of(broken.dump()).find("/steps/1/breakdown: missing field \"comm\""), std::string::npos)
+  EXPECT_NE(error_of(broken.dump()).find("/steps/1/breakdown: missing field \"comm\""),
+            std::string::npos)
       << error_of(broken.dump());
   broken = j;
   broken["findings"][0]["knobs"][1] = 42;
-  EXPECT_NE(error_of(broken.dump()).find("/findings/0/knobs/1: expected a string"), std::string::npos)
+  EXPECT_NE(error_of(broken.dump()).find("/findings/0/knobs/1: expected a string"),
+            std::string::npos)
       << error_of(broken.dump());
   broken = j;
   broken["findings"][1]["severity"] = "fatal";
@@ -150,7 +155,8 @@ TEST(ReportJson, MalformedInputGivesAClearFormatError) {
   EXPECT_NE(error_of(broken.dump()).find("/memory/ooms: expected an integer"), std::string::npos);
   broken = j;
   broken["memory_timeline"][0] = nlohmann::json::array({1});
-  EXPECT_NE(error_of(broken.dump()).find("/memory_timeline/0: expected [ms, bytes]"), std::string::npos);
+  EXPECT_NE(error_of(broken.dump()).find("/memory_timeline/0: expected [ms, bytes]"),
+            std::string::npos);
   broken = j;
   broken.erase("totals");
   EXPECT_NE(error_of(broken.dump()).find("missing field \"totals\""), std::string::npos);

@@ -1,7 +1,7 @@
 // report_markdown_test.cpp: report.md golden, escaping of trace names, abbreviation of long runs.
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "ft/reports/report.h"
 #include "reference/report_sample.h"
@@ -33,7 +33,8 @@ TEST(ReportMarkdown, HasEverySection) {
 }
 
 TEST(ReportMarkdown, EscapesNamesFromTraces) {
-  EXPECT_EQ(markdown_escape("a|b*c_d`e<f>g&h\\i[j]"), "a\\|b\\*c\\_d\\`e&lt;f&gt;g&amp;h\\\\i\\[j\\]");
+  EXPECT_EQ(markdown_escape("a|b*c_d`e<f>g&h\\i[j]"),
+            "a\\|b\\*c\\_d\\`e&lt;f&gt;g&amp;h\\\\i\\[j\\]");
   EXPECT_EQ(markdown_escape("two\nlines"), "two lines");
   const std::string md = render_markdown(testing::hostile_diagnosis());
   EXPECT_EQ(md.find("<script>"), std::string::npos);

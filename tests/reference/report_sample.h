@@ -86,8 +86,11 @@ inline profiler::Diagnosis sample_diagnosis(int num_steps = 12) {
   d.loss_health.spikes = 1;
   d.loss_health.oscillation = 0.4375;
   d.loss_health.verdict = "spiky";
-  d.config = {{"--micro-batch", "4"}, {"--seq-len", "256"}, {"--loader-workers", "0"},
-              {"--precision", "fp32"}, {"--data", "/data/my_corpus|v2.txt"}};
+  d.config = {{"--micro-batch", "4"},
+              {"--seq-len", "256"},
+              {"--loader-workers", "0"},
+              {"--precision", "fp32"},
+              {"--data", "/data/my_corpus|v2.txt"}};
   d.environment = {{"cpu", "Intel(R) Xeon(R) Processor (2 logical CPUs, AVX-512)"},
                    {"blas", "oneDNN 2.6 (brg:avx512_core)"},
                    {"OPENBLAS_CORETYPE", "Haswell"},
@@ -97,8 +100,8 @@ inline profiler::Diagnosis sample_diagnosis(int num_steps = 12) {
 }
 
 // The sample with hostile names in every place a trace or the command line can reach.
-inline profiler::Diagnosis hostile_diagnosis() {
-  profiler::Diagnosis d = sample_diagnosis(6);
+inline profiler::Diagnosis hostile_diagnosis(int num_steps = 6) {
+  profiler::Diagnosis d = sample_diagnosis(num_steps);
   const std::string xss = "<script>alert(1)</script>";
   const std::string img = "\"><img src=x onerror=alert(1)>";
   d.source = xss + " & " + img;
@@ -118,12 +121,12 @@ inline profiler::Diagnosis hostile_diagnosis() {
 
 }  // namespace ft::testing
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 namespace ft::testing {
 
@@ -131,7 +134,8 @@ namespace ft::testing {
 // on a mismatch the actual text is written next to the build tree and the first differing line
 // is reported.
 inline void expect_golden(const std::string& name, const std::string& actual) {
-  const std::filesystem::path golden = std::filesystem::path(FT_SOURCE_DIR) / "tests/data/golden" / name;
+  const std::filesystem::path golden =
+      std::filesystem::path(FT_SOURCE_DIR) / "tests/data/golden" / name;
   const char* update = std::getenv("FT_UPDATE_GOLDEN");
   if (update && std::string(update) == "1") {
     std::ofstream(golden, std::ios::binary) << actual;

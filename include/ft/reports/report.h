@@ -1,4 +1,5 @@
-// report.h: renders a diagnosis as JSON, Markdown and self-contained HTML, and reads report.json back.
+// report.h: renders a diagnosis as JSON, Markdown and self-contained HTML, and reads report.json
+// back.
 #pragma once
 
 #include <filesystem>
@@ -21,7 +22,8 @@ std::string render_json(const profiler::Diagnosis& d);
 
 // Parses render_json's output. Throws FormatError (naming `origin`, the byte offset of a syntax
 // error or the JSON path of a missing/mistyped field) on malformed input.
-profiler::Diagnosis parse_report_json(std::string_view text, const std::string& origin = "report.json");
+profiler::Diagnosis parse_report_json(std::string_view text,
+                                      const std::string& origin = "report.json");
 // Reads a report.json file: IoError when it cannot be read, FormatError when malformed.
 profiler::Diagnosis read_report_json(const std::filesystem::path& path);
 
