@@ -9,6 +9,9 @@
 
 namespace ft::reports::detail {
 
+// report.json without indentation (for embedding in report.html).
+std::string render_json_compact(const profiler::Diagnosis& d);
+
 std::string fixed(double x, int decimals);            // "12.35"; NaN/inf -> "n/a"
 std::string percent(double share, int decimals = 1);  // 0.1234 -> "12.3%"
 std::string bytes_h(double bytes);                    // "1.50 GiB", "12.0 MiB", "512 B"

@@ -169,7 +169,7 @@ std::string steps_table(const Diagnosis& d) {
 
 std::string render_html(const Diagnosis& d) {
   const RunSummary sum = summarize(d);
-  const std::string json = render_json(d);
+  const std::string json = render_json_compact(d);
   const std::string nonce = fmt::format("ft{:08x}", crc32(json.data(), json.size()));
   std::string out;
   out.reserve(json.size() * 2 + 65536);

@@ -7,6 +7,7 @@
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
+#include "format.h"
 #include "ft/reports/report.h"
 
 namespace ft::reports {
@@ -108,9 +109,7 @@ profiler::Severity parse_severity(const Reader& r, const std::string& s, const s
   r.fail(path, fmt::format("unknown severity \"{}\" (info, warning, critical)", s));
 }
 
-}  // namespace
-
-std::string render_json(const Diagnosis& d) {
+Json build_json(const Diagnosis& d) {
   Json j;
   j["format"] = "ft-report";
   j["version"] = kReportJsonVersion;
@@ -176,9 +175,21 @@ std::string render_json(const Diagnosis& d) {
   j["memory_timeline"] = std::move(timeline);
   j["config"] = d.config;
   j["environment"] = d.environment;
-  // Names from traces may hold invalid UTF-8: replace it rather than throw.
-  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+  return j;
 }
+
+}  // namespace
+
+// Names from traces may hold invalid UTF-8: replace it rather than throw.
+std::string render_json(const Diagnosis& d) {
+  return build_json(d).dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+namespace detail {
+std::string render_json_compact(const Diagnosis& d) {
+  return build_json(d).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+}  // namespace detail
 
 Diagnosis parse_report_json(std::string_view text, const std::string& origin) {
   Json j;

@@ -242,9 +242,10 @@ TEST(ReportHtmlBrowser, DetectsABrokenPage) {
   REQUIRE_CHROMIUM();
   TempDir tmp;
   std::string html = render_html(testing::sample_diagnosis(4));
-  const size_t at = html.find("\"format\": \"ft-report\"");
+  const std::string marker = "\"format\":\"ft-report\"";
+  const size_t at = html.find(marker);
   ASSERT_NE(at, std::string::npos);
-  html.replace(at, 21, "\"format\": \"ft-broken\"");
+  html.replace(at, marker.size(), "\"format\":\"ft-broken\"");
   write_file_atomic(tmp.path / "broken.html", html);
   const RunResult r = run_chromium(tmp, tmp.path / "broken.html", "--dump-dom");
   ASSERT_EQ(r.status, 0) << r.err;
