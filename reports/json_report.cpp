@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -34,7 +35,8 @@ Json whole(double x) {
 Json sig6(double x) {
   if (!std::isfinite(x)) return nullptr;
   if (x == 0) return 0.0;
-  return std::stod(fmt::format("{:.6g}", x));
+  // strtod, not stod: a subnormal result sets ERANGE, which stod turns into an exception.
+  return std::strtod(fmt::format("{:.6g}", x).c_str(), nullptr);
 }
 
 Json classes(const std::array<double, kNumWaitClasses>& v, Json (*conv)(double)) {

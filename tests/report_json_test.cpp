@@ -118,6 +118,21 @@ TEST(ReportJson, UnknownValuesAreNullAndReadBackAsNaN) {
   EXPECT_FALSE(std::isnan(back.steps[0].loss));
 }
 
+TEST(ReportJson, ExtremeValuesRoundTrip) {
+  Diagnosis d = testing::sample_diagnosis(4);
+  d.steps[0].loss = 1e-313;  // subnormal
+  d.steps[1].loss = 1.5e300;
+  d.steps[2].loss = -0.0;
+  d.steps[3].lr = 3e-9;
+  const std::string text = render_json(d);
+  const Diagnosis back = parse_report_json(text);
+  EXPECT_NEAR(back.steps[0].loss, 1e-313, 1e-318);
+  EXPECT_DOUBLE_EQ(back.steps[1].loss, 1.5e300);
+  EXPECT_EQ(back.steps[2].loss, 0.0);
+  EXPECT_DOUBLE_EQ(back.steps[3].lr, 3e-9);
+  EXPECT_EQ(render_json(back), text);
+}
+
 TEST(ReportJson, InvalidUtf8FromATraceIsReplacedNotThrown) {
   Diagnosis d = testing::sample_diagnosis(2);
   d.findings[0].evidence.examples = {std::string("span \xff\xfe name")};
