@@ -12,7 +12,19 @@
 namespace ft::reports {
 namespace {
 
-using namespace detail;
+using detail::abbreviated_rows;
+using detail::AxisUnit;
+using detail::breakdown_svg;
+using detail::bytes_h;
+using detail::class_colour;
+using detail::fixed;
+using detail::line_svg;
+using detail::percent;
+using detail::render_json_compact;
+using detail::RunSummary;
+using detail::Series;
+using detail::step_ranges;
+using detail::summarize;
 using profiler::Diagnosis;
 using profiler::kNumWaitClasses;
 using profiler::WaitClass;

@@ -6,9 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "format.h"
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
-#include "format.h"
 #include "ft/reports/report.h"
 
 namespace ft::reports {

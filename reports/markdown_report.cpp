@@ -11,7 +11,14 @@
 namespace ft::reports {
 namespace {
 
-using namespace detail;
+using detail::abbreviated_rows;
+using detail::bytes_h;
+using detail::fixed;
+using detail::percent;
+using detail::RunSummary;
+using detail::slowest_steps;
+using detail::step_ranges;
+using detail::summarize;
 using profiler::Diagnosis;
 using profiler::kNumWaitClasses;
 using profiler::WaitClass;
