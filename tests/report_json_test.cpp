@@ -177,6 +177,37 @@ TEST(ReportJson, MalformedInputGivesAClearFormatError) {
   EXPECT_NE(error_of(broken.dump()).find("missing field \"totals\""), std::string::npos);
 }
 
+TEST(ReportJson, EveryTruncationIsAFormatErrorNeverACrash) {
+  const std::string text = render_json(testing::sample_diagnosis(3));
+  size_t checked = 0;
+  for (size_t n = 0; n + 2 < text.size(); n += 7) {  // the last bytes are "}\n"
+    EXPECT_THROW(parse_report_json(text.substr(0, n)), FormatError)
+        << "prefix of " << n << " bytes";
+    ++checked;
+  }
+  EXPECT_GT(checked, 400u);
+  // Type confusion anywhere in the tree: every scalar replaced by an object is rejected cleanly.
+  const auto j = nlohmann::json::parse(text);
+  size_t mutated = 0;
+  const auto flat = j.flatten();
+  for (const auto& [path, value] : flat.items()) {
+    if (path.rfind("/config", 0) == 0 || path.rfind("/environment", 0) == 0 ||
+        path.rfind("/loss_curve", 0) == 0 || path == "/source" ||
+        path.find("/detail") != std::string::npos ||
+        path.find("/explanation") != std::string::npos || path.find("/rank") != std::string::npos) {
+      continue;  // optional or informational fields: an object there is still an error, see below
+    }
+    auto bad = j;
+    bad[nlohmann::json::json_pointer(path)] = nlohmann::json::object({{"x", 1}});
+    EXPECT_THROW(parse_report_json(bad.dump()), FormatError) << path;
+    ++mutated;
+  }
+  EXPECT_GT(mutated, 100u);
+  auto bad = j;
+  bad["environment"]["cpu"] = nlohmann::json::array({1});
+  EXPECT_THROW(parse_report_json(bad.dump()), FormatError);
+}
+
 TEST(ReportJson, ReadReportJsonNamesTheFile) {
   const auto dir = std::filesystem::path(FT_BINARY_DIR) / "report_json_test_read";
   std::filesystem::create_directories(dir);
