@@ -1,0 +1,37 @@
+// format.h: deterministic number formatting and summary helpers shared by the report writers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ft/profiler/diagnosis.h"
+
+namespace ft::reports::detail {
+
+// report.json without indentation (for embedding in report.html).
+std::string render_json_compact(const profiler::Diagnosis& d);
+
+std::string fixed(double x, int decimals);            // "12.35"; NaN/inf -> "n/a"
+std::string percent(double share, int decimals = 1);  // 0.1234 -> "12.3%"
+std::string bytes_h(double bytes);                    // "1.50 GiB", "12.0 MiB", "512 B"
+std::string sig(double x, int digits = 4);  // significant digits, e.g. loss "3.142" / lr "0.0006"
+
+// Run-level numbers derived from the steps.
+struct RunSummary {
+  int64_t steps = 0;
+  double total_ms = 0;
+  double mean_ms = 0, median_ms = 0, min_ms = 0, max_ms = 0;
+  std::array<double, profiler::kNumWaitClasses> class_ms{};  // summed over steps
+};
+RunSummary summarize(const profiler::Diagnosis& d);
+
+// Indices of the steps to list in a table: all when there are at most `limit`, otherwise the
+// first and last limit/2 (the caller marks the gap).
+std::vector<size_t> abbreviated_rows(size_t n, size_t limit);
+// Indices of the `k` slowest steps, slowest first.
+std::vector<size_t> slowest_steps(const profiler::Diagnosis& d, size_t k);
+// "3-7, 12, 20-22" for a sorted or unsorted list of step numbers.
+std::string step_ranges(std::vector<int64_t> steps, size_t max_items = 12);
+
+}  // namespace ft::reports::detail

@@ -1,0 +1,167 @@
+// markdown_report.cpp: report.md (summary, class totals, ranked findings, steps, memory, loss,
+// config).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <string>
+
+#include "format.h"
+#include "ft/reports/report.h"
+
+namespace ft::reports {
+namespace {
+
+using detail::abbreviated_rows;
+using detail::bytes_h;
+using detail::fixed;
+using detail::percent;
+using detail::RunSummary;
+using detail::slowest_steps;
+using detail::step_ranges;
+using detail::summarize;
+using profiler::Diagnosis;
+using profiler::kNumWaitClasses;
+using profiler::WaitClass;
+
+constexpr size_t kStepRowLimit = 40;  // longer runs: first 20, last 20, plus the slowest steps
+constexpr size_t kSlowestListed = 5;
+
+std::string md(std::string_view s) { return markdown_escape(s); }
+
+// A knob as inline code when that is safe, else as escaped text.
+std::string knob(std::string_view k) {
+  if (k.find_first_of("`\n\r<>&|") == std::string_view::npos && !k.empty()) {
+    return fmt::format("`{}`", k);
+  }
+  return md(k);
+}
+
+std::string yes_no(bool b) { return b ? "yes" : "no"; }
+
+void step_row(std::string& out, const profiler::StepBreakdown& s) {
+  out += fmt::format("| {} | {} |", s.step, fixed(s.wall_ms, 2));
+  for (int c = 0; c < kNumWaitClasses; ++c) out += fmt::format(" {} |", fixed(s.ms[c], 2));
+  out += fmt::format(" {} | {} |\n", std::isnan(s.loss) ? "n/a" : fixed(s.loss, 4),
+                     fixed(s.tokens_per_s, 0));
+}
+
+void map_table(std::string& out, const std::map<std::string, std::string>& m, const char* key) {
+  if (m.empty()) {
+    out += "(none recorded)\n\n";
+    return;
+  }
+  out += fmt::format("| {} | value |\n|---|---|\n", key);
+  for (const auto& [k, v] : m) out += fmt::format("| {} | {} |\n", md(k), md(v));
+  out += "\n";
+}
+
+}  // namespace
+
+std::string render_markdown(const Diagnosis& d) {
+  const RunSummary sum = summarize(d);
+  std::string out = "# ft diagnosis report\n\n";
+  if (!d.source.empty()) out += fmt::format("Source: {}\n\n", md(d.source));
+  out += fmt::format(
+      "**Summary:** {} tokens/s · MFU {} · step time {} ms mean (median {}, min {}, max {}) over "
+      "{} steps · loss {}\n\n",
+      fixed(d.tokens_per_s, 0), percent(d.mfu), fixed(sum.mean_ms, 2), fixed(sum.median_ms, 2),
+      fixed(sum.min_ms, 2), fixed(sum.max_ms, 2), sum.steps,
+      d.loss_health.verdict.empty() ? "n/a" : md(d.loss_health.verdict));
+  if (!d.findings.empty()) {
+    const auto& f = d.findings.front();
+    out +=
+        fmt::format("**Top finding:** {} ({}, {})\n\n", md(f.title), md(f.cls), percent(f.share));
+  }
+
+  out +=
+      "## Where the time goes\n\n| class | share of wall time | ms per step |\n|---|---:|---:|\n";
+  for (int c = 0; c < kNumWaitClasses; ++c) {
+    const double per_step = sum.steps ? sum.class_ms[c] / static_cast<double>(sum.steps) : 0.0;
+    out += fmt::format("| {} | {} | {} |\n", profiler::wait_class_name(WaitClass(c)),
+                       percent(d.totals[c]), fixed(per_step, 2));
+  }
+  out += "\n";
+
+  out += "## Findings\n\n";
+  if (d.findings.empty()) out += "No findings.\n\n";
+  int rank = 0;
+  for (const auto& f : d.findings) {
+    out += fmt::format("### {}. [{}] {}: {}\n\n", ++rank, profiler::severity_name(f.severity),
+                       md(f.cls), md(f.title));
+    if (f.share > 0) out += fmt::format("Recoverable: {} of wall time.\n\n", percent(f.share));
+    if (!f.explanation.empty()) out += md(f.explanation) + "\n\n";
+    const auto& e = f.evidence;
+    if (!e.steps.empty()) {
+      out += fmt::format("- Steps: {}", md(step_ranges(e.steps)));
+      if (e.share > 0) out += fmt::format(" ({} of wall time)", percent(e.share));
+      out += "\n";
+    } else if (e.share > 0) {
+      out += fmt::format("- Share: {} of wall time\n", percent(e.share));
+    }
+    if (!e.detail.empty()) out += fmt::format("- Detail: {}\n", md(e.detail));
+    if (!e.examples.empty()) {
+      out += "- Examples:\n";
+      for (const auto& x : e.examples) out += fmt::format("  - {}\n", md(x));
+    }
+    if (!f.knobs.empty()) {
+      out += "- Knobs:";
+      for (size_t i = 0; i < f.knobs.size(); ++i) out += (i ? ", " : " ") + knob(f.knobs[i]);
+      out += "\n";
+    }
+    out += "\n";
+  }
+
+  out += "## Steps\n\n";
+  if (d.steps.empty()) {
+    out += "No steps recorded.\n\n";
+  } else {
+    out += "| step | wall ms |";
+    for (int c = 0; c < kNumWaitClasses; ++c)
+      out += fmt::format(" {} |", profiler::wait_class_name(WaitClass(c)));
+    out += " loss | tokens/s |\n|---:|---:|";
+    for (int c = 0; c < kNumWaitClasses; ++c) out += "---:|";
+    out += "---:|---:|\n";
+    const auto rows = abbreviated_rows(d.steps.size(), kStepRowLimit);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (i > 0 && rows[i] != rows[i - 1] + 1) {
+        out += fmt::format("| … | {} steps omitted |", rows[i] - rows[i - 1] - 1);
+        for (int c = 0; c < kNumWaitClasses + 2; ++c) out += "  |";
+        out += "\n";
+      }
+      step_row(out, d.steps[rows[i]]);
+    }
+    out += "\n";
+    if (rows.size() < d.steps.size()) {
+      out += "Slowest steps:";
+      const auto slow = slowest_steps(d, kSlowestListed);
+      for (size_t i = 0; i < slow.size(); ++i) {
+        const auto& s = d.steps[slow[i]];
+        out += fmt::format("{} {} ({} ms)", i ? "," : "", s.step, fixed(s.wall_ms, 2));
+      }
+      out += "\n\n";
+    }
+  }
+
+  out +=
+      "## Memory\n\n| peak | reserved | fragmentation | allocator retries | OOMs | page faults |\n"
+      "|---:|---:|---:|---:|---:|---:|\n";
+  out += fmt::format("| {} | {} | {} | {} | {} | {} |\n\n", bytes_h(d.memory.peak),
+                     bytes_h(d.memory.reserved), percent(d.memory.fragmentation),
+                     d.memory.alloc_retries, d.memory.ooms, d.memory.page_faults);
+
+  const auto& lh = d.loss_health;
+  out += "## Loss health\n\n";
+  out += fmt::format("Verdict: **{}** · NaN: {} · diverged: {} · spikes: {} · oscillation: {}\n\n",
+                     lh.verdict.empty() ? "n/a" : md(lh.verdict), yes_no(lh.has_nan),
+                     yes_no(lh.diverged), lh.spikes, fixed(lh.oscillation, 3));
+
+  out += "## Configuration\n\n";
+  map_table(out, d.config, "flag");
+  out += "## Environment\n\n";
+  map_table(out, d.environment, "key");
+  while (out.size() >= 2 && out[out.size() - 1] == '\n' && out[out.size() - 2] == '\n')
+    out.pop_back();
+  return out;
+}
+
+}  // namespace ft::reports

@@ -1,0 +1,30 @@
+// svg_charts.h: inline SVG charts (stacked per-step breakdown, line charts) for report.html.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ft/profiler/diagnosis.h"
+
+namespace ft::reports::detail {
+
+// Fill colour of each wait class (Tableau 10), indexed by WaitClass.
+const char* class_colour(int cls);
+
+// Stacked bars, one per step (steps bucketed to at most `max_bars` averaged bars), the 8 classes.
+std::string breakdown_svg(const profiler::Diagnosis& d, size_t max_bars = 300);
+
+struct Series {
+  std::string name;    // escaped by the chart
+  std::string colour;  // CSS colour literal chosen by the caller (not from a trace)
+  std::vector<std::pair<double, double>> points;  // (x, y); NaN y marks a gap (and a red tick)
+};
+enum class AxisUnit { kPlain, kBytes, kMs };
+
+// Line chart with axes; `id` is the element id, `x_label` the x-axis caption.
+std::string line_svg(const std::string& id, const std::vector<Series>& series,
+                     const std::string& x_label, AxisUnit y_unit,
+                     AxisUnit x_unit = AxisUnit::kPlain);
+
+}  // namespace ft::reports::detail
