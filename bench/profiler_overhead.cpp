@@ -6,7 +6,6 @@
 // ABBA order so that slow drifts cancel. Prints the median of the per-pair overhead
 // (on - off) / off, the medians of both step times, and the trace bytes per profiled step.
 #include <fmt/format.h>
-
 #include <time.h>
 
 #include <algorithm>
@@ -104,15 +103,16 @@ int run(int argc, char** argv) {
   std::filesystem::remove(path);
   std::vector<double> sorted = ratio;
   std::sort(sorted.begin(), sorted.end());
-  fmt::print("profiler overhead: {} pairs (ABBA), median step {:.2f} ms off, {:.2f} ms on\n",
-             pairs, median(off_ms), median(on_ms));
+  fmt::print("profiler overhead: {} pairs (ABBA), median step {:.2f} ms off, {:.2f} ms on\n", pairs,
+             median(off_ms), median(on_ms));
   fmt::print("  median per-pair overhead {:+.2f}% (quartiles {:+.2f}% .. {:+.2f}%)\n",
              100 * median(ratio), 100 * sorted[sorted.size() / 4],
              100 * sorted[(3 * sorted.size()) / 4]);
-  fmt::print("  trace: {} events over {} profiled steps ({:.0f} events/step), {} bytes = {:.0f} "
-             "bytes/step, {} dropped\n",
-             trace.events.size(), steps, steps ? double(trace.events.size()) / steps : 0.0, bytes,
-             steps ? double(bytes) / steps : 0.0, trace.dropped_events);
+  fmt::print(
+      "  trace: {} events over {} profiled steps ({:.0f} events/step), {} bytes = {:.0f} "
+      "bytes/step, {} dropped\n",
+      trace.events.size(), steps, steps ? double(trace.events.size()) / steps : 0.0, bytes,
+      steps ? double(bytes) / steps : 0.0, trace.dropped_events);
   // The cost of one FT_RANGE scope, recorded against not: explains the step-level number.
   {
     ft::profiler::RecorderOptions ro;
@@ -140,10 +140,12 @@ int run(int argc, char** argv) {
     }
     const double per_range = median(on_ns) - median(off_ns);
     const double events_per_step = steps ? double(trace.events.size()) / steps : 0.0;
-    fmt::print("  one range (thread CPU time): {:.1f} ns recorded, {:.1f} ns without a sink (median of 7 x {}); "
-               "{:.0f} events/step x {:.1f} ns = {:.4f}% of a {:.2f} ms step\n",
-               median(on_ns), median(off_ns), kRanges, events_per_step, per_range,
-               100 * events_per_step * per_range * 1e-6 / median(off_ms), median(off_ms));
+    fmt::print(
+        "  one range (thread CPU time): {:.1f} ns recorded, {:.1f} ns without a sink (median of 7 "
+        "x {}); "
+        "{:.0f} events/step x {:.1f} ns = {:.4f}% of a {:.2f} ms step\n",
+        median(on_ns), median(off_ns), kRanges, events_per_step, per_range,
+        100 * events_per_step * per_range * 1e-6 / median(off_ms), median(off_ms));
   }
   return 0;
 }

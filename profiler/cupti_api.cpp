@@ -1,16 +1,14 @@
 // cupti_api.cpp: the only file that includes cupti.h: record decoding and the CUPTI source.
 #if FT_WITH_CUPTI
 #include <cupti.h>
+#include <fmt/format.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <pthread.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
-
-#include <fmt/format.h>
 
 #include "ft/profiler/activity_source.h"
 #include "ft/profiler/cupti_source.h"
@@ -28,24 +26,37 @@ uint8_t host_memory_flags(uint8_t kind) {
 
 const char* memory_kind_name(uint8_t kind) {
   switch (kind) {
-    case CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE: return "Pageable";
-    case CUPTI_ACTIVITY_MEMORY_KIND_PINNED: return "Pinned";
-    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE: return "Device";
-    case CUPTI_ACTIVITY_MEMORY_KIND_ARRAY: return "Array";
-    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED: return "Managed";
-    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC: return "Device Static";
-    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC: return "Managed Static";
-    default: return "Unknown";
+    case CUPTI_ACTIVITY_MEMORY_KIND_PAGEABLE:
+      return "Pageable";
+    case CUPTI_ACTIVITY_MEMORY_KIND_PINNED:
+      return "Pinned";
+    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE:
+      return "Device";
+    case CUPTI_ACTIVITY_MEMORY_KIND_ARRAY:
+      return "Array";
+    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED:
+      return "Managed";
+    case CUPTI_ACTIVITY_MEMORY_KIND_DEVICE_STATIC:
+      return "Device Static";
+    case CUPTI_ACTIVITY_MEMORY_KIND_MANAGED_STATIC:
+      return "Managed Static";
+    default:
+      return "Unknown";
   }
 }
 
 const char* sync_name(CUpti_ActivitySynchronizationType t) {
   switch (t) {
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE: return "cudaEventSynchronize";
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT: return "cudaStreamWaitEvent";
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE: return "cudaStreamSynchronize";
-    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE: return "cudaDeviceSynchronize";
-    default: return "Synchronize";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_EVENT_SYNCHRONIZE:
+      return "cudaEventSynchronize";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_WAIT_EVENT:
+      return "cudaStreamWaitEvent";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE:
+      return "cudaStreamSynchronize";
+    case CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_CONTEXT_SYNCHRONIZE:
+      return "cudaDeviceSynchronize";
+    default:
+      return "Synchronize";
   }
 }
 
@@ -79,9 +90,14 @@ bool CuptiActivityParser::parse(const void* raw) {
         case CUPTI_ACTIVITY_MEMCPY_KIND_ATOH:
           c = Category::kD2H, dir = "DtoH", flags = host_memory_flags(m->dstKind);
           break;
-        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: dir = "HtoH"; break;
-        case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: dir = "PtoP"; break;
-        default: break;
+        case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH:
+          dir = "HtoH";
+          break;
+        case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP:
+          dir = "PtoP";
+          break;
+        default:
+          break;
       }
       if (!(m->flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC)) flags |= kSynchronous;
       add_device_op(fmt::format("Memcpy {} ({} -> {})", dir, memory_kind_name(m->srcKind),
@@ -93,9 +109,10 @@ bool CuptiActivityParser::parse(const void* raw) {
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
       const uint8_t flags = (m->flags & CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC) ? 0 : kSynchronous;
-      add_device_op(fmt::format("Memset ({})", memory_kind_name(static_cast<uint8_t>(m->memoryKind))),
-                    Category::kMemset, m->deviceId, m->streamId, m->start, m->end,
-                    m->correlationId, m->bytes, flags);
+      add_device_op(
+          fmt::format("Memset ({})", memory_kind_name(static_cast<uint8_t>(m->memoryKind))),
+          Category::kMemset, m->deviceId, m->streamId, m->start, m->end, m->correlationId, m->bytes,
+          flags);
       break;
     }
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
@@ -108,7 +125,8 @@ bool CuptiActivityParser::parse(const void* raw) {
       const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
       const bool driver = record->kind == CUPTI_ACTIVITY_KIND_DRIVER;
       std::string name = api_name_ ? api_name_(driver, a->cbid) : std::string();
-      if (name.empty()) name = fmt::format("{}#{}", driver ? "cuda_driver" : "cuda_runtime", a->cbid);
+      if (name.empty())
+        name = fmt::format("{}#{}", driver ? "cuda_driver" : "cuda_runtime", a->cbid);
       add_api_call(name, driver, a->processId, a->threadId, a->start, a->end, a->correlationId);
       break;
     }
@@ -119,7 +137,8 @@ bool CuptiActivityParser::parse(const void* raw) {
       if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_END) kind |= 2;
       if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS) kind |= 4;
       uint32_t pid = 0, tid = 0;
-      if (m->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD || m->objectKind == CUPTI_ACTIVITY_OBJECT_PROCESS) {
+      if (m->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ||
+          m->objectKind == CUPTI_ACTIVITY_OBJECT_PROCESS) {
         pid = m->objectId.pt.processId;
         tid = m->objectId.pt.threadId;
       }
@@ -162,7 +181,8 @@ class CuptiSource final : public ActivitySource {
     try {
       std::string reason;
       if (trainer::cuda_devices(&reason).empty()) {
-        if (why) *why = "not available: " + (reason.empty() ? std::string("no CUDA device") : reason);
+        if (why)
+          *why = "not available: " + (reason.empty() ? std::string("no CUDA device") : reason);
         return false;
       }
       CuptiSource* expected = nullptr;
@@ -178,15 +198,15 @@ class CuptiSource final : public ActivitySource {
       }
       parser_.map_thread(static_cast<uint32_t>(pthread_self()),
                          static_cast<uint32_t>(syscall(SYS_gettid)));
-      if (!check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable kernels", why)) {
+      if (!check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable kernels",
+                 why)) {
         g_source.store(nullptr);
         return false;
       }
       enabled_.push_back(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-      for (CUpti_ActivityKind k :
-           {CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
-            CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUPTI_ACTIVITY_KIND_RUNTIME,
-            CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_MARKER}) {
+      for (CUpti_ActivityKind k : {CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
+                                   CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUPTI_ACTIVITY_KIND_RUNTIME,
+                                   CUPTI_ACTIVITY_KIND_DRIVER, CUPTI_ACTIVITY_KIND_MARKER}) {
         if (cuptiActivityEnable(k) == CUPTI_SUCCESS) {
           enabled_.push_back(k);
         } else {
@@ -248,8 +268,8 @@ class CuptiSource final : public ActivitySource {
     if (*buffer) s->outstanding_.fetch_add(1);
   }
 
-  static void CUPTIAPI on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer,
-                                           size_t, size_t valid) {
+  static void CUPTIAPI on_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t* buffer, size_t,
+                                           size_t valid) {
     CuptiSource* s = g_source.load();
     if (s != nullptr && buffer != nullptr) {
       std::lock_guard<std::mutex> lock(s->mu_);

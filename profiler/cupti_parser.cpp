@@ -69,8 +69,8 @@ void CuptiActivityParser::add_sync(const std::string& name, uint32_t device, uin
   processes_.emplace(device, fmt::format("GPU {}", device));
 }
 
-void CuptiActivityParser::add_marker(int kind, uint32_t id, uint64_t ts, uint32_t pid,
-                                     uint32_t tid, const char* name, const char* domain) {
+void CuptiActivityParser::add_marker(int kind, uint32_t id, uint64_t ts, uint32_t pid, uint32_t tid,
+                                     const char* name, const char* domain) {
   const bool start = kind & 1, finish = kind & 2, instant = kind & 4;
   if ((start || instant) && domain != nullptr && std::string_view(domain) == "ft") {
     return;  // ft's own ranges come from the host tracer
@@ -171,7 +171,9 @@ class UnsupportedSource final : public ActivitySource {
 };
 }  // namespace
 
-std::unique_ptr<ActivitySource> make_cupti_source() { return std::make_unique<UnsupportedSource>(); }
+std::unique_ptr<ActivitySource> make_cupti_source() {
+  return std::make_unique<UnsupportedSource>();
+}
 #endif
 
 }  // namespace ft::profiler

@@ -1,27 +1,37 @@
 // host_tracer.cpp: RangeKind -> Category mapping, step spans and per-step counters.
 #include "ft/profiler/host_tracer.h"
 
+#include <fmt/format.h>
 #include <sys/resource.h>
 
 #include <cstring>
-
-#include <fmt/format.h>
 
 namespace ft::profiler {
 
 Category category_of(RangeKind kind) {
   switch (kind) {
-    case RangeKind::kCompute: return Category::kCompute;
-    case RangeKind::kData: return Category::kData;
-    case RangeKind::kH2D: return Category::kH2D;
-    case RangeKind::kD2H: return Category::kD2H;
-    case RangeKind::kComm: return Category::kComm;
-    case RangeKind::kAlloc: return Category::kAlloc;
-    case RangeKind::kSync: return Category::kSync;
-    case RangeKind::kOptimizer: return Category::kOptimizer;
-    case RangeKind::kHost: return Category::kHost;
-    case RangeKind::kStep: return Category::kStep;
-    case RangeKind::kOther: return Category::kOther;
+    case RangeKind::kCompute:
+      return Category::kCompute;
+    case RangeKind::kData:
+      return Category::kData;
+    case RangeKind::kH2D:
+      return Category::kH2D;
+    case RangeKind::kD2H:
+      return Category::kD2H;
+    case RangeKind::kComm:
+      return Category::kComm;
+    case RangeKind::kAlloc:
+      return Category::kAlloc;
+    case RangeKind::kSync:
+      return Category::kSync;
+    case RangeKind::kOptimizer:
+      return Category::kOptimizer;
+    case RangeKind::kHost:
+      return Category::kHost;
+    case RangeKind::kStep:
+      return Category::kStep;
+    case RangeKind::kOther:
+      return Category::kOther;
   }
   return Category::kOther;
 }

@@ -1,6 +1,7 @@
 // recorder.cpp: per-thread ring buffers, the monotonic clock, the step window and collect().
 #include "ft/profiler/recorder.h"
 
+#include <fmt/format.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -10,8 +11,6 @@
 #include <cstring>
 #include <thread>
 #include <unordered_map>
-
-#include <fmt/format.h>
 
 #include "ft/core/error.h"
 
@@ -73,10 +72,10 @@ struct Recorder::ThreadBuffer {
   };
   uint32_t tid = 0;
   std::string name;
-  std::vector<Slot> ring;           // fixed capacity; slot = head % capacity
-  std::atomic<uint64_t> head{0};    // events ever written by the owner
-  std::atomic<bool> writing{false};  // owner is inside append()
-  std::vector<Open> stack;          // owner only
+  std::vector<Slot> ring;             // fixed capacity; slot = head % capacity
+  std::atomic<uint64_t> head{0};      // events ever written by the owner
+  std::atomic<bool> writing{false};   // owner is inside append()
+  std::vector<Open> stack;            // owner only
   std::atomic<uint64_t> overflow{0};  // begins dropped because the stack was full
 };
 
@@ -154,7 +153,8 @@ Recorder::ThreadBuffer* Recorder::register_thread() noexcept {
       char name[32] = {};
       if (tid == static_cast<uint32_t>(getpid())) {
         b->name = "main";
-      } else if (pthread_getname_np(pthread_self(), name, sizeof(name)) == 0 && name[0]) {
+      } else if (pthread_getname_np(pthread_self(), name, sizeof(name)) == 0 && name[0] &&
+                 process_name() != name) {  // a name of its own, not the inherited one
         b->name = name;
       } else {
         b->name = fmt::format("thread {}", tid);
@@ -255,8 +255,8 @@ void Recorder::counter(const char* name, double value) noexcept {
   append(b, s);
 }
 
-void Recorder::complete(const char* name, Category cat, int64_t ts_ns, int64_t dur_ns,
-                        int64_t arg, uint64_t bytes, uint8_t flags) noexcept {
+void Recorder::complete(const char* name, Category cat, int64_t ts_ns, int64_t dur_ns, int64_t arg,
+                        uint64_t bytes, uint8_t flags) noexcept {
   if (!active()) return;
   ThreadBuffer* b = buffer();
   if (b == nullptr) return;
@@ -297,8 +297,9 @@ Trace Recorder::collect() {
   t.processes[pid] = process_name();
   t.metadata["clock"] = "CLOCK_MONOTONIC";
   t.metadata["profile_steps"] =
-      options_.window.whole_run() ? std::string("all")
-                                  : fmt::format("{}-{}", options_.window.first, options_.window.last);
+      options_.window.whole_run()
+          ? std::string("all")
+          : fmt::format("{}-{}", options_.window.first, options_.window.last);
   t.metadata["events_per_thread"] = std::to_string(options_.events_per_thread);
   std::unordered_map<const char*, uint32_t> by_ptr;
   std::lock_guard<std::mutex> lock(mu_);

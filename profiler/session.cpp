@@ -1,11 +1,11 @@
 // session.cpp: starts/stops the host tracer and the device source; merges their events.
 #include "ft/profiler/session.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <unordered_map>
-
-#include <fmt/format.h>
 
 namespace ft::profiler {
 

@@ -1,11 +1,11 @@
 // trace_reader.cpp: Chrome trace-event JSON back into ft's Trace, with clear format errors.
 #include "ft/profiler/trace_reader.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <limits>
 #include <map>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "ft/core/atomic_file.h"
@@ -25,7 +25,8 @@ class Reader {
     try {
       root = json::parse(text.begin(), text.end());
     } catch (const json::parse_error& e) {
-      throw FormatError(fmt::format("{}: not valid JSON at byte {}: {}", origin_, e.byte, e.what()));
+      throw FormatError(
+          fmt::format("{}: not valid JSON at byte {}: {}", origin_, e.byte, e.what()));
     }
     const json* events = nullptr;
     if (root.is_array()) {
@@ -33,7 +34,8 @@ class Reader {
     } else if (root.is_object() && root.contains("traceEvents") && root["traceEvents"].is_array()) {
       events = &root["traceEvents"];
     } else {
-      throw FormatError(fmt::format("{}: not a trace: expected an object with a 'traceEvents' array", origin_));
+      throw FormatError(
+          fmt::format("{}: not a trace: expected an object with a 'traceEvents' array", origin_));
     }
     Trace t;
     t.source = "chrome";
@@ -43,7 +45,8 @@ class Reader {
         throw FormatError(fmt::format("{}: 'ft' header does not say format 'ft-trace'", origin_));
       }
       if (ft.value("version", 0) != 1) {
-        throw FormatError(fmt::format("{}: unsupported ft trace version {}", origin_, ft.value("version", 0)));
+        throw FormatError(
+            fmt::format("{}: unsupported ft trace version {}", origin_, ft.value("version", 0)));
       }
       t.source = ft.value("source", "ft");
       base_ns_ = ft.value("base_ns", int64_t{0});
@@ -114,7 +117,8 @@ class Reader {
     } else {
       throw error(i, fmt::format("has a non-numeric '{}'", key));
     }
-    if (!std::isfinite(us) || std::fabs(us) > 9e12) throw error(i, fmt::format("has an out-of-range '{}'", key));
+    if (!std::isfinite(us) || std::fabs(us) > 9e12)
+      throw error(i, fmt::format("has an out-of-range '{}'", key));
     return std::llround(us * 1000.0);
   }
 
@@ -162,7 +166,8 @@ class Reader {
     }
     if (e.contains("name") && !e["name"].is_string()) throw error(i, "has a non-string 'name'");
     const std::string name = e.value("name", "");
-    const std::string cat = e.contains("cat") && e["cat"].is_string() ? e["cat"].get<std::string>() : "";
+    const std::string cat =
+        e.contains("cat") && e["cat"].is_string() ? e["cat"].get<std::string>() : "";
     const json args = e.contains("args") && e["args"].is_object() ? e["args"] : json::object();
     ev.track.pid = id_field(e, "pid", i);
     ev.track.tid = id_field(e, "tid", i);
@@ -175,10 +180,12 @@ class Reader {
     }
     ev.name = t.names.intern(name);
     if (ev.phase == Phase::kFlowStart || ev.phase == Phase::kFlowEnd) {
-      if (!e.contains("id") || !e["id"].is_number_unsigned()) throw error(i, "(flow) has no numeric 'id'");
+      if (!e.contains("id") || !e["id"].is_number_unsigned())
+        throw error(i, "(flow) has no numeric 'id'");
       ev.id = e["id"].get<uint64_t>();
       ev.category = Category::kOther;
-      if (e.contains("ft_step") && e["ft_step"].is_number_integer()) ev.step = e["ft_step"].get<int64_t>();
+      if (e.contains("ft_step") && e["ft_step"].is_number_integer())
+        ev.step = e["ft_step"].get<int64_t>();
       t.events.push_back(ev);
       return;
     }
@@ -189,14 +196,16 @@ class Reader {
       } else if (!args.empty()) {
         ev.value = number(args.begin().value());
       }
-      if (e.contains("ft_step") && e["ft_step"].is_number_integer()) ev.step = e["ft_step"].get<int64_t>();
+      if (e.contains("ft_step") && e["ft_step"].is_number_integer())
+        ev.step = e["ft_step"].get<int64_t>();
       t.events.push_back(ev);
       return;
     }
     Category c;
     if (args.contains("ft_cat") && args["ft_cat"].is_string()) {
       if (!parse_category(args["ft_cat"].get<std::string>(), &c)) {
-        throw error(i, fmt::format("has an unknown ft_cat '{}'", args["ft_cat"].get<std::string>()));
+        throw error(i,
+                    fmt::format("has an unknown ft_cat '{}'", args["ft_cat"].get<std::string>()));
       }
     } else {
       c = guess_category(cat, name, ev.phase);

@@ -33,13 +33,16 @@ size_t utf8_length(std::string_view s, size_t i) {
     if ((cc & 0xC0) != 0x80) return 0;
     cp = (cp << 6) | (cc & 0x3F);
   }
-  if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF))) {
+  if ((n == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+      (n == 4 && (cp < 0x10000 || cp > 0x10FFFF))) {
     return 0;
   }
   return n;
 }
 
-void append(fmt::memory_buffer& out, std::string_view s) { out.append(s.data(), s.data() + s.size()); }
+void append(fmt::memory_buffer& out, std::string_view s) {
+  out.append(s.data(), s.data() + s.size());
+}
 
 // Finite doubles in shortest round-trip form; NaN and infinities as strings (JSON has none).
 void append_number(fmt::memory_buffer& out, double v) {
@@ -58,13 +61,27 @@ void append_json_string(fmt::memory_buffer& out, std::string_view s) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
       switch (c) {
-        case '"': append(out, "\\\""); break;
-        case '\\': append(out, "\\\\"); break;
-        case '\n': append(out, "\\n"); break;
-        case '\r': append(out, "\\r"); break;
-        case '\t': append(out, "\\t"); break;
-        case '\b': append(out, "\\b"); break;
-        case '\f': append(out, "\\f"); break;
+        case '"':
+          append(out, "\\\"");
+          break;
+        case '\\':
+          append(out, "\\\\");
+          break;
+        case '\n':
+          append(out, "\\n");
+          break;
+        case '\r':
+          append(out, "\\r");
+          break;
+        case '\t':
+          append(out, "\\t");
+          break;
+        case '\b':
+          append(out, "\\b");
+          break;
+        case '\f':
+          append(out, "\\f");
+          break;
         default:
           if (c < 0x20 || c == 0x7F || c == '<' || c == '>' || c == '&') {
             fmt::format_to(std::back_inserter(out), "\\u{:04x}", c);
@@ -92,13 +109,18 @@ const char* kineto_category(const Event& e) {
   if (e.phase == Phase::kCounter) return "counter";
   if (e.track.device) {
     switch (e.category) {
-      case Category::kCompute: return "kernel";
+      case Category::kCompute:
+        return "kernel";
       case Category::kH2D:
       case Category::kD2H:
-      case Category::kD2D: return "gpu_memcpy";
-      case Category::kMemset: return "gpu_memset";
-      case Category::kSync: return "cuda_sync";
-      default: return "gpu_user_annotation";
+      case Category::kD2D:
+        return "gpu_memcpy";
+      case Category::kMemset:
+        return "gpu_memset";
+      case Category::kSync:
+        return "cuda_sync";
+      default:
+        return "gpu_user_annotation";
     }
   }
   // Runtime API calls carry their correlation id; ft's own ranges never do.
@@ -141,8 +163,8 @@ void ChromeTraceWriter::begin(const Trace& trace) {
   auto out = std::back_inserter(buf_);
   fmt::format_to(out, "{{\"schemaVersion\":1,\"displayTimeUnit\":\"ms\",\"traceName\":");
   append_json_string(buf_, trace.source.empty() ? std::string("ft") : trace.source);
-  fmt::format_to(out, ",\n\"ft\":{{\"format\":\"ft-trace\",\"version\":{},\"source\":",
-                 kFormatVersion);
+  fmt::format_to(out,
+                 ",\n\"ft\":{{\"format\":\"ft-trace\",\"version\":{},\"source\":", kFormatVersion);
   append_json_string(buf_, trace.source);
   fmt::format_to(out, ",\"base_ns\":{},\"dropped_events\":{},\"metadata\":{{", base_ns_,
                  trace.dropped_events);
@@ -168,21 +190,27 @@ void ChromeTraceWriter::begin(const Trace& trace) {
   for (const auto& [pid, device] : pids) {
     separator();
     const auto it = trace.processes.find(pid);
-    const std::string name = it != trace.processes.end()
-                                 ? it->second
-                                 : (device ? fmt::format("GPU {}", pid) : fmt::format("process {}", pid));
-    fmt::format_to(out, "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":", pid);
+    const std::string name =
+        it != trace.processes.end()
+            ? it->second
+            : (device ? fmt::format("GPU {}", pid) : fmt::format("process {}", pid));
+    fmt::format_to(
+        out,
+        "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"tid\":0,\"args\":{{\"name\":", pid);
     append_json_string(buf_, name);
     append(buf_, device ? ",\"ft_device\":true}}" : "}}");
   }
   for (const Track& t : tracks) {
     separator();
     const auto it = trace.tracks.find(t);
-    const std::string name = it != trace.tracks.end()
-                                 ? it->second
-                                 : (t.device ? fmt::format("stream {}", t.tid) : fmt::format("thread {}", t.tid));
-    fmt::format_to(out, "{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":",
-                   t.pid, t.tid);
+    const std::string name =
+        it != trace.tracks.end()
+            ? it->second
+            : (t.device ? fmt::format("stream {}", t.tid) : fmt::format("thread {}", t.tid));
+    fmt::format_to(
+        out,
+        "{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":", t.pid,
+        t.tid);
     append_json_string(buf_, name);
     append(buf_, t.device ? ",\"ft_device\":true}}" : "}}");
   }
@@ -194,11 +222,21 @@ void ChromeTraceWriter::event(const Trace& trace, const Event& e) {
   auto out = std::back_inserter(buf_);
   const char* ph = "X";
   switch (e.phase) {
-    case Phase::kSpan: ph = "X"; break;
-    case Phase::kInstant: ph = "i"; break;
-    case Phase::kCounter: ph = "C"; break;
-    case Phase::kFlowStart: ph = "s"; break;
-    case Phase::kFlowEnd: ph = "f"; break;
+    case Phase::kSpan:
+      ph = "X";
+      break;
+    case Phase::kInstant:
+      ph = "i";
+      break;
+    case Phase::kCounter:
+      ph = "C";
+      break;
+    case Phase::kFlowStart:
+      ph = "s";
+      break;
+    case Phase::kFlowEnd:
+      ph = "f";
+      break;
   }
   fmt::format_to(out, "{{\"ph\":\"{}\",\"cat\":\"{}\",\"name\":", ph, kineto_category(e));
   append_json_string(buf_, e.name < trace.names.size() ? trace.names.at(e.name) : std::string());

@@ -76,7 +76,9 @@ std::unique_ptr<ft::profiler::Session> start_profiler(const TrainConfig& c, Trai
   ft::profiler::enable_nvtx_if_tool_attached();  // Nsight Systems sees ft's phases
   if (c.trace.empty() && c.profile_steps.empty()) return nullptr;
   ft::profiler::SessionOptions o;
-  if (!c.profile_steps.empty()) o.recorder.window = ft::profiler::parse_step_window(c.profile_steps);
+  if (!c.profile_steps.empty()) {
+    o.recorder.window = ft::profiler::parse_step_window(c.profile_steps);
+  }
   auto s = std::make_unique<ft::profiler::Session>(o);
   s->start();
   t.set_observer(s->observer());
@@ -93,7 +95,8 @@ void finish_profiler(ft::profiler::Session& s, const TrainConfig& c, Trainer& t)
     size_t steps = 0;
     for (const auto& e : trace.events) steps += e.category == ft::profiler::Category::kStep;
     const uint64_t bytes = ft::profiler::write_trace_json(trace, path);
-    fmt::print("trace: {} ({} events, {} steps, {} bytes = {:.0f} per step, {} dropped; device: {})\n",
+    fmt::print("trace: {} ({} events, {} steps, {} bytes = {:.0f} per step, {} dropped; "
+               "device: {})\n",
                path, trace.events.size(), steps, bytes, steps ? double(bytes) / steps : 0.0,
                trace.dropped_events, s.device_status());
   } catch (const std::exception& e) {
@@ -105,6 +108,8 @@ int run(int argc, char** argv) {
   auto parsed = ft::trainer::parse_train_args(argc, argv);
   if (!parsed) return 0;
   TrainConfig c = *parsed;
+  // Declared before the trainer so that it outlives any thread the trainer runs.
+  std::unique_ptr<ft::profiler::Session> profiler;
   Trainer t(c);
   c = t.config();
   std::ofstream metrics;
@@ -113,7 +118,7 @@ int run(int argc, char** argv) {
     if (!metrics) throw ft::IoError("cannot open metrics file '" + c.metrics + "'");
   }
   if (!c.quiet) print_header(c, t);
-  auto profiler = start_profiler(c, t);
+  profiler = start_profiler(c, t);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
 

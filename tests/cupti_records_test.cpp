@@ -75,7 +75,8 @@ TEST(CuptiParser, BuildersPairFlowsAndSkipFtMarkers) {
   EXPECT_EQ(fe->ts_ns, 3000);
   EXPECT_EQ(fe->track, (Track{0, 7, true}));
   int flows = 0;
-  for (const Event& e : t.events) flows += e.phase == Phase::kFlowStart || e.phase == Phase::kFlowEnd;
+  for (const Event& e : t.events)
+    flows += e.phase == Phase::kFlowStart || e.phase == Phase::kFlowEnd;
   EXPECT_EQ(flows, 2);
   EXPECT_EQ(find(t, "fwd.block"), nullptr);  // ft's own NVTX ranges come from the host tracer
   const Event* nccl = find(t, "nccl:AllReduce");

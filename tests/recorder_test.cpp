@@ -1,5 +1,7 @@
 // recorder_test.cpp: per-thread recording, ring bound and dropped count, step window, nesting,
 // and the host tracer (FT_RANGE spans, allocator events, step counters).
+#include "ft/profiler/recorder.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,7 +17,6 @@
 #include "ft/core/annotate.h"
 #include "ft/core/error.h"
 #include "ft/profiler/host_tracer.h"
-#include "ft/profiler/recorder.h"
 
 namespace ft::profiler {
 namespace {
@@ -127,7 +128,8 @@ TEST(Recorder, RingKeepsTheNewestAndCountsTheDropped) {
   const Trace t = r.collect();
   ASSERT_EQ(t.events.size(), 16u);
   EXPECT_EQ(t.dropped_events, 84u);
-  for (size_t k = 0; k < t.events.size(); ++k) EXPECT_EQ(t.events[k].arg, 84 + static_cast<int64_t>(k));
+  for (size_t k = 0; k < t.events.size(); ++k)
+    EXPECT_EQ(t.events[k].arg, 84 + static_cast<int64_t>(k));
 }
 
 TEST(Recorder, DepthBeyondTheLimitIsCountedNotRecorded) {
@@ -160,7 +162,9 @@ TEST(Recorder, StepWindowKeepsOnlyItsSteps) {
   }
   const Trace t = r.collect();
   std::vector<int64_t> spans, counters;
-  for (const Event& e : t.events) (e.phase == Phase::kSpan ? spans : counters).push_back(e.arg >= 0 ? e.arg : static_cast<int64_t>(e.value));
+  for (const Event& e : t.events)
+    (e.phase == Phase::kSpan ? spans : counters)
+        .push_back(e.arg >= 0 ? e.arg : static_cast<int64_t>(e.value));
   EXPECT_EQ(spans, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(counters, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(t.metadata.at("profile_steps"), "2-3");
@@ -237,16 +241,12 @@ TEST_F(HostTracerTest, RangesBecomeCategorisedSpansAndStepsGetCounters) {
   tracer.on_step_begin(0);
   {
     FT_RANGE("step", RangeKind::kStep, 0);
-    {
-      FT_RANGE("data.next", RangeKind::kData, 0);
-    }
+    { FT_RANGE("data.next", RangeKind::kData, 0); }
     {
       FT_RANGE("fwd.block", RangeKind::kCompute, 1);
       mark("alloc.oom", RangeKind::kAlloc, 12345);
     }
-    {
-      FT_RANGE("optimizer", RangeKind::kOptimizer);
-    }
+    { FT_RANGE("optimizer", RangeKind::kOptimizer); }
     tracer.on_step_end(m);
   }
   tracer.uninstall();
@@ -285,7 +285,7 @@ TEST_F(HostTracerTest, AllocatorEventsCarryBytesAndFlags) {
   CachingAllocator alloc(ao);
   void* a = alloc.allocate(6u << 20, "a");
   alloc.deallocate(a);
-  void* b = alloc.allocate(5u << 20, "b");  // reuses the cached 6 MiB segment
+  void* b = alloc.allocate(5u << 20, "b");                        // reuses the cached 6 MiB segment
   EXPECT_THROW(alloc.allocate(4u << 20, "c"), OutOfMemoryError);  // no cached segment to free
   alloc.deallocate(b);
   void* d = alloc.allocate(7u << 20, "d");  // new segment over budget: flush the cache, retry

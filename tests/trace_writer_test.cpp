@@ -1,7 +1,8 @@
 // trace_writer_test.cpp: Chrome trace JSON: golden file, structure, escaping, round trip through
 // the reader, reader errors, and a profiled ft-train run producing a valid trace.
-#include <gtest/gtest.h>
+#include "ft/profiler/trace_writer.h"
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,17 +12,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
 #include "ft/profiler/trace_reader.h"
-#include "ft/profiler/trace_writer.h"
 
 namespace ft::profiler {
 namespace {
@@ -30,13 +29,15 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("ft_trace_test_" + name + "_" + std::to_string(::getpid()));
+  fs::path d =
+      fs::temp_directory_path() / ("ft_trace_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
 }
 
-Event span(Trace& t, const char* name, Category c, int64_t ts, int64_t dur, Track track, int64_t step = -1) {
+Event span(Trace& t, const char* name, Category c, int64_t ts, int64_t dur, Track track,
+           int64_t step = -1) {
   Event e;
   e.ts_ns = ts;
   e.dur_ns = dur;
@@ -93,11 +94,13 @@ Trace synthetic_trace() {
   fe.name = fs_.name;
   fe.category = Category::kOther;
   t.events.push_back(fe);
-  Event copy = span(t, "Memcpy HtoD (Pageable -> Device)", Category::kH2D, t0 + 600'000, 40'000, stream, 1);
+  Event copy =
+      span(t, "Memcpy HtoD (Pageable -> Device)", Category::kH2D, t0 + 600'000, 40'000, stream, 1);
   copy.bytes = 65536;
   copy.flags = kPageable | kSynchronous;
   t.events.push_back(copy);
-  t.events.push_back(span(t, "optimizer", Category::kOptimizer, t0 + 1'300'000, 3'000'000, host, 1));
+  t.events.push_back(
+      span(t, "optimizer", Category::kOptimizer, t0 + 1'300'000, 3'000'000, host, 1));
   Event loss = span(t, "loss", Category::kCounter, t0 + 4'900'000, 0, host, 1);
   loss.phase = Phase::kCounter;
   loss.value = 2.718281828459045;
@@ -113,7 +116,8 @@ TEST(TraceWriter, MatchesGoldenFile) {
   const std::string got = trace_to_json(synthetic_trace());
   const fs::path golden = fs::path(FT_SOURCE_DIR) / "tests/data/golden/trace_small.json";
   if (std::getenv("FT_UPDATE_GOLDEN")) write_file_atomic(golden, got);
-  EXPECT_EQ(got, read_file(golden)) << "regenerate with FT_UPDATE_GOLDEN=1 after a deliberate change";
+  EXPECT_EQ(got, read_file(golden))
+      << "regenerate with FT_UPDATE_GOLDEN=1 after a deliberate change";
 }
 
 TEST(TraceWriter, StructureIsLoadableChromeTraceFormat) {
@@ -133,7 +137,8 @@ TEST(TraceWriter, StructureIsLoadableChromeTraceFormat) {
     ASSERT_TRUE(e.at("tid").is_number_integer());
     const std::string ph = e["ph"];
     if (ph == "M") {
-      if (e["name"] == "thread_name") named_threads.insert({e["pid"].get<int>(), e["tid"].get<int>()});
+      if (e["name"] == "thread_name")
+        named_threads.insert({e["pid"].get<int>(), e["tid"].get<int>()});
       continue;
     }
     ASSERT_TRUE(e.at("ts").is_number());
@@ -189,7 +194,9 @@ TEST(TraceWriter, EscapesNamesAndReplacesInvalidUtf8) {
   ASSERT_EQ(names.size(), 3u);
   EXPECT_EQ(names[0], nasty);
   EXPECT_EQ(names[1], utf8);
-  EXPECT_EQ(names[2], "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(names[2],
+            "a\xef\xbf\xbd"
+            "b\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
 }
 
 using Key = std::tuple<int64_t, int64_t, std::string, uint32_t, uint32_t, bool, int, int, int64_t,
@@ -199,7 +206,8 @@ std::multiset<Key> keys(const Trace& t) {
   for (const Event& e : t.events) {
     out.insert({e.ts_ns, e.dur_ns, t.names.at(e.name), e.track.pid, e.track.tid, e.track.device,
                 static_cast<int>(e.phase), static_cast<int>(e.category), e.step, e.arg, e.bytes,
-                e.flags, e.id, std::isnan(e.value) ? std::string("nan") : fmt::format("{}", e.value)});
+                e.flags, e.id,
+                std::isnan(e.value) ? std::string("nan") : fmt::format("{}", e.value)});
   }
   return out;
 }
@@ -235,18 +243,22 @@ TEST(TraceReader, BadInputGivesClearErrors) {
   EXPECT_NE(msg("{\"traceEvents\": [{\"ph\":\"X\",\"name\":\"a\",\"pid\":1,\"tid\":1,\"dur\":1}]}")
                 .find("traceEvents[0]"),
             std::string::npos);
-  EXPECT_NE(msg("{\"traceEvents\": [{\"ph\":\"X\",\"ts\":1,\"dur\":-1}]}").find("negative"), std::string::npos);
+  EXPECT_NE(msg("{\"traceEvents\": [{\"ph\":\"X\",\"ts\":1,\"dur\":-1}]}").find("negative"),
+            std::string::npos);
   EXPECT_NE(msg("{\"traceEvents\": [5]}").find("not an object"), std::string::npos);
-  EXPECT_NE(msg("{\"traceEvents\": [{\"ph\":\"X\",\"ts\":1,\"dur\":1,\"args\":{\"ft_cat\":\"bogus\"}}]}")
-                .find("unknown ft_cat"),
-            std::string::npos);
-  EXPECT_NE(msg("{\"ft\":{\"format\":\"ft-trace\",\"version\":9},\"traceEvents\":[]}").find("version 9"),
-            std::string::npos);
+  EXPECT_NE(
+      msg("{\"traceEvents\": [{\"ph\":\"X\",\"ts\":1,\"dur\":1,\"args\":{\"ft_cat\":\"bogus\"}}]}")
+          .find("unknown ft_cat"),
+      std::string::npos);
+  EXPECT_NE(
+      msg("{\"ft\":{\"format\":\"ft-trace\",\"version\":9},\"traceEvents\":[]}").find("version 9"),
+      std::string::npos);
   EXPECT_THROW(read_trace_json("/nonexistent/trace.json"), IoError);
   // A plain Chrome trace without ft's header still loads, categories guessed from cat.
   const Trace k = parse_trace_json(
       "[{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\",\"pid\":0,\"tid\":7,\"ts\":1.5,\"dur\":2},"
-      "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"ProfilerStep#3\",\"pid\":\"Spans\",\"tid\":1,\"ts\":0,\"dur\":9}]");
+      "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"ProfilerStep#3\",\"pid\":\"Spans\","
+      "\"tid\":1,\"ts\":0,\"dur\":9}]");
   ASSERT_EQ(k.events.size(), 2u);
   EXPECT_EQ(k.events[0].category, Category::kCompute);
   EXPECT_TRUE(k.events[0].track.device);
@@ -281,10 +293,11 @@ TEST(ProfiledRun, FtTrainWritesAValidTraceOfTheWindow) {
   std::string text;
   for (int i = 0; i < 300; ++i) text += "In the beginning God created the heaven and the earth. \n";
   write_file_atomic(d / "c.txt", text);
-  const std::string cmd = std::string(FT_BINARY_DIR) + "/ft-train --data " + (d / "c.txt").string() +
-                          " --layers 2 --heads 2 --channels 32 --seq-len 32 --micro-batch 4 --grad-accum 2"
-                          " --threads 2 --val-batches 1 --steps 5 --quiet --profile-steps 1-3 --trace " +
-                          (d / "trace.json").string() + " 2>&1";
+  const std::string cmd =
+      std::string(FT_BINARY_DIR) + "/ft-train --data " + (d / "c.txt").string() +
+      " --layers 2 --heads 2 --channels 32 --seq-len 32 --micro-batch 4 --grad-accum 2"
+      " --threads 2 --val-batches 1 --steps 5 --quiet --profile-steps 1-3 --trace " +
+      (d / "trace.json").string() + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;
@@ -308,7 +321,8 @@ TEST(ProfiledRun, FtTrainWritesAValidTraceOfTheWindow) {
     }
   }
   std::sort(steps.begin(), steps.end());
-  EXPECT_EQ(steps, (std::vector<std::string>{"ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"}));
+  EXPECT_EQ(steps,
+            (std::vector<std::string>{"ProfilerStep#1", "ProfilerStep#2", "ProfilerStep#3"}));
   EXPECT_EQ(phases["data.next"], 3 * 2);  // K = 2 micro-batches per step
   EXPECT_EQ(phases["fwd.block"], 3 * 2 * 2);
   EXPECT_EQ(phases["bwd.block"], 3 * 2 * 2);
@@ -339,7 +353,8 @@ TEST(ProfiledRun, FtTrainWritesAValidTraceOfTheWindow) {
 }
 
 TEST(ProfiledRun, BadProfileStepsIsAConfigError) {
-  const std::string cmd = std::string(FT_BINARY_DIR) + "/ft-train --steps 1 --profile-steps 5-2 2>&1";
+  const std::string cmd =
+      std::string(FT_BINARY_DIR) + "/ft-train --steps 1 --profile-steps 5-2 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;

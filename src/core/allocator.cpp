@@ -190,7 +190,8 @@ CachingAllocator::Block* CachingAllocator::map_segment(size_t size, bool large, 
 
 void CachingAllocator::throw_oom_locked(size_t requested, const char* tag, const std::string& why) {
   ++stats_.ooms;
-  mark("alloc.oom", RangeKind::kAlloc, static_cast<int64_t>(std::min<size_t>(requested, kMaxRequest)));
+  mark("alloc.oom", RangeKind::kAlloc,
+       static_cast<int64_t>(std::min<size_t>(requested, kMaxRequest)));
   update_largest_free_locked();
   const size_t free_bytes = stats_.reserved - stats_.allocated;
   const std::string limit =

@@ -51,8 +51,8 @@ class CuptiActivityParser {
   void add_sync(const std::string& name, uint32_t device, uint32_t stream, uint64_t start,
                 uint64_t end, uint32_t correlation);
   // flags: 1 start, 2 end, 4 instant (CUPTI_ACTIVITY_FLAG_MARKER_*); names only on start.
-  void add_marker(int kind, uint32_t id, uint64_t ts, uint32_t pid, uint32_t tid,
-                  const char* name, const char* domain);
+  void add_marker(int kind, uint32_t id, uint64_t ts, uint32_t pid, uint32_t tid, const char* name,
+                  const char* domain);
 
  private:
   struct ApiCall {

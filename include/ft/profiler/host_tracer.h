@@ -39,7 +39,7 @@ class HostTracer final : public RangeSink, public trainer::StepObserver {
   Recorder& recorder_;
   bool installed_ = false;
   const char* step_name_ = nullptr;  // "ProfilerStep#N" of the open step (training thread)
-  long minflt0_ = 0, majflt0_ = 0;  // getrusage at step begin
+  long minflt0_ = 0, majflt0_ = 0;   // getrusage at step begin
 };
 
 }  // namespace ft::profiler

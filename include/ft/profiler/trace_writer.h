@@ -1,13 +1,13 @@
 // trace_writer.h: streams a Trace as Chrome/Perfetto trace-event JSON with Kineto-like categories.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <string_view>
-
-#include <fmt/format.h>
 
 #include "ft/profiler/event.h"
 
