@@ -94,6 +94,10 @@ void finish_profiler(ft::profiler::Session& s, const TrainConfig& c, Trainer& t)
     trace.metadata["config"] = c.to_json().dump();
     size_t steps = 0;
     for (const auto& e : trace.events) steps += e.category == ft::profiler::Category::kStep;
+    if (steps == 0 && !c.profile_steps.empty()) {
+      fmt::print(stderr, "ft-train: warning: no step of --profile-steps {} was run\n",
+                 c.profile_steps);
+    }
     const uint64_t bytes = ft::profiler::write_trace_json(trace, path);
     fmt::print("trace: {} ({} events, {} steps, {} bytes = {:.0f} per step, {} dropped; "
                "device: {})\n",
