@@ -11,6 +11,8 @@
 #include "ft/core/allocator.h"
 #include "ft/core/env_info.h"
 #include "ft/core/error.h"
+#include "ft/profiler/session.h"
+#include "ft/profiler/trace_writer.h"
 #include "ft/trainer/checkpoint_io.h"
 #include "ft/trainer/device.h"
 #include "ft/trainer/matmul.h"
@@ -69,10 +71,49 @@ void print_step(const StepMetrics& m, double val_loss) {
   std::fflush(stdout);
 }
 
+// --trace / --profile-steps: a profiler session observing the trainer (null when off).
+std::unique_ptr<ft::profiler::Session> start_profiler(const TrainConfig& c, Trainer& t) {
+  ft::profiler::enable_nvtx_if_tool_attached();  // Nsight Systems sees ft's phases
+  if (c.trace.empty() && c.profile_steps.empty()) return nullptr;
+  ft::profiler::SessionOptions o;
+  if (!c.profile_steps.empty()) {
+    o.recorder.window = ft::profiler::parse_step_window(c.profile_steps);
+  }
+  auto s = std::make_unique<ft::profiler::Session>(o);
+  s->start();
+  t.set_observer(s->observer());
+  return s;
+}
+
+// Writes the trace; a failure is reported and never fails the training run.
+void finish_profiler(ft::profiler::Session& s, const TrainConfig& c, Trainer& t) {
+  t.set_observer(nullptr);
+  const std::string path = c.trace.empty() ? std::string("trace.json") : c.trace;
+  try {
+    ft::profiler::Trace trace = s.collect();
+    trace.metadata["config"] = c.to_json().dump();
+    size_t steps = 0;
+    for (const auto& e : trace.events) steps += e.category == ft::profiler::Category::kStep;
+    if (steps == 0 && !c.profile_steps.empty()) {
+      fmt::print(stderr, "ft-train: warning: no step of --profile-steps {} was run\n",
+                 c.profile_steps);
+    }
+    const uint64_t bytes = ft::profiler::write_trace_json(trace, path);
+    fmt::print("trace: {} ({} events, {} steps, {} bytes = {:.0f} per step, {} dropped; "
+               "device: {})\n",
+               path, trace.events.size(), steps, bytes, steps ? double(bytes) / steps : 0.0,
+               trace.dropped_events, s.device_status());
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "ft-train: warning: trace '{}' not written: {}\n", path, e.what());
+  }
+}
+
 int run(int argc, char** argv) {
   auto parsed = ft::trainer::parse_train_args(argc, argv);
   if (!parsed) return 0;
   TrainConfig c = *parsed;
+  // Declared before the trainer so that it outlives any thread the trainer runs.
+  std::unique_ptr<ft::profiler::Session> profiler;
   Trainer t(c);
   c = t.config();
   std::ofstream metrics;
@@ -81,6 +122,7 @@ int run(int argc, char** argv) {
     if (!metrics) throw ft::IoError("cannot open metrics file '" + c.metrics + "'");
   }
   if (!c.quiet) print_header(c, t);
+  profiler = start_profiler(c, t);
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
 
@@ -120,6 +162,7 @@ int run(int argc, char** argv) {
     if (stopping) break;
   }
   if (g_interrupted) fmt::print(stderr, "ft-train: interrupted after step {}\n", t.next_step() - 1);
+  if (profiler) finish_profiler(*profiler, c, t);
   if (!c.save_dir.empty()) t.save(c.save_dir);
   if (!c.export_llmc.empty()) {
     ft::trainer::write_llmc_model(c.export_llmc, c.model, t.model().params());

@@ -36,6 +36,16 @@ void TrainConfig::validate() const {
   need(stop_after >= 0, "--stop-after must be >= 0");
   need(head_chunk_mb >= 0, "--head-chunk-mb must be >= 0");
   need(loss_scale_window > 0, "--loss-scale-window must be > 0");
+  if (!profile_steps.empty()) {
+    const size_t dash = profile_steps.find('-');
+    const std::string a = profile_steps.substr(0, dash);
+    const std::string b = dash == std::string::npos ? a : profile_steps.substr(dash + 1);
+    auto digits = [](const std::string& x) {
+      return !x.empty() && x.size() < 10 && x.find_first_not_of("0123456789") == std::string::npos;
+    };
+    need(digits(a) && digits(b) && std::stol(a) <= std::stol(b),
+         "--profile-steps '" + profile_steps + "': expected A-B (0-based steps, A <= B) or A");
+  }
 }
 
 nlohmann::json TrainConfig::to_json() const {
@@ -124,7 +134,9 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
     ("loss-scale-window", po::value(&c.loss_scale_window)->default_value(1000), "fp16: clean steps before the scale doubles")
     ("head-chunk-mb", po::value(&c.head_chunk_mb)->default_value(0), "MiB of logits per LM-head chunk (0: auto, fp32 1024 / bf16 48)")
     ("stop-after", po::value(&c.stop_after)->default_value(0), "stop (and --save) after N steps of this run; resume later")
-    ("quiet,q", po::bool_switch(&c.quiet), "no per-step table");
+    ("quiet,q", po::bool_switch(&c.quiet), "no per-step table")
+    ("profile-steps", po::value(&c.profile_steps), "profile only steps A-B (0-based; with --trace)")
+    ("trace", po::value(&c.trace), "profile the run and write a Chrome/Perfetto trace JSON to FILE");
   // clang-format on
   cli.add(opts);
   po::variables_map vm;

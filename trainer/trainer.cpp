@@ -175,6 +175,7 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm)
     model_->refresh_low_precision();
   }
   if (comm_->world_size() > 1) {
+    FT_RANGE("comm.broadcast", RangeKind::kComm);
     comm_->broadcast(model_->params(), n, 0);
     model_->refresh_low_precision();
   }
@@ -186,6 +187,7 @@ Trainer::~Trainer() = default;
 uint64_t Trainer::data_position() const { return train_loader_->position(); }
 
 StepMetrics Trainer::step() {
+  if (observer_) observer_->on_step_begin(step_);
   FT_RANGE("step", RangeKind::kStep, step_);
   const auto t0 = Clock::now();
   const int B = config_.micro_batch, T = config_.seq_len, K = config_.grad_accum;
@@ -244,6 +246,7 @@ StepMetrics Trainer::step() {
   m.mem_reserved = s.reserved;
   m.mem_peak = s.peak_allocated;
   ++step_;
+  if (observer_) observer_->on_step_end(m);
   return m;
 }
 

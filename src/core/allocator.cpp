@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "ft/core/annotate.h"
 #include "ft/core/error.h"
 
 namespace ft {
@@ -177,6 +178,7 @@ CachingAllocator::Block* CachingAllocator::map_segment(size_t size, bool large, 
     // Release wholly free cached segments and retry once; retry only if that freed something.
     if (attempt == 0 && release_cached_locked() > 0) {
       ++stats_.cache_flush_retries;
+      mark("alloc.retry", RangeKind::kAlloc, static_cast<int64_t>(requested));
       continue;
     }
     if (failure.empty()) {
@@ -188,6 +190,8 @@ CachingAllocator::Block* CachingAllocator::map_segment(size_t size, bool large, 
 
 void CachingAllocator::throw_oom_locked(size_t requested, const char* tag, const std::string& why) {
   ++stats_.ooms;
+  mark("alloc.oom", RangeKind::kAlloc,
+       static_cast<int64_t>(std::min<size_t>(requested, kMaxRequest)));
   update_largest_free_locked();
   const size_t free_bytes = stats_.reserved - stats_.allocated;
   const std::string limit =
@@ -242,7 +246,11 @@ void* CachingAllocator::allocate(size_t bytes, const char* tag) {
   const size_t size = round_up(std::max<size_t>(bytes, 1), options_.round_to);
   const bool large = size >= kLargeThreshold;
   Block* b = find_free_block(size, large);
-  if (b == nullptr) b = map_segment(size, large, bytes, tag);
+  if (b == nullptr) {
+    // Slow path: map a new segment (and maybe flush the cache and retry), as a kAlloc range.
+    FT_RANGE("alloc.slow_path", RangeKind::kAlloc, static_cast<int64_t>(bytes));
+    b = map_segment(size, large, bytes, tag);
+  }
 
   // Split off the tail when the remainder is worth keeping as a free block.
   const size_t remainder = b->size - size;
@@ -305,6 +313,7 @@ void CachingAllocator::deallocate(void* ptr) {
     delete next;
   }
   if (!options_.caching && b->prev == nullptr && b->next == nullptr) {
+    FT_RANGE("alloc.unmap", RangeKind::kAlloc, static_cast<int64_t>(seg->size));
     unmap_segment(seg);
     return;
   }

@@ -50,6 +50,24 @@ void range_end_slow(const char* name, RangeKind kind) noexcept {
 #endif
   if (RangeSink* s = g_sink.load(std::memory_order_acquire)) s->end(name, kind);
 }
+void instant_slow(const char* name, RangeKind kind, int64_t arg) noexcept {
+#if FT_WITH_NVTX
+  if (g_nvtx.load(std::memory_order_relaxed)) {
+    nvtxEventAttributes_t attr = {};
+    attr.version = NVTX_VERSION;
+    attr.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+    attr.messageType = NVTX_MESSAGE_TYPE_ASCII;
+    attr.message.ascii = name;
+    attr.category = static_cast<uint32_t>(kind);
+    if (arg >= 0) {
+      attr.payloadType = NVTX_PAYLOAD_TYPE_INT64;
+      attr.payload.llValue = arg;
+    }
+    nvtxDomainMarkEx(nvtx_domain(), &attr);
+  }
+#endif
+  if (RangeSink* s = g_sink.load(std::memory_order_acquire)) s->instant(name, kind, arg);
+}
 }  // namespace detail
 
 void set_range_sink(RangeSink* sink) noexcept {

@@ -18,6 +18,10 @@ class RangeSink {
   virtual ~RangeSink() = default;
   virtual void begin(const char* name, RangeKind kind, int64_t arg) noexcept = 0;
   virtual void end(const char* name, RangeKind kind) noexcept = 0;
+  // A point event (allocator retry, OOM); ignored unless the sink overrides it.
+  virtual void instant(const char* name, RangeKind kind, int64_t arg) noexcept {
+    (void)name, (void)kind, (void)arg;
+  }
 };
 
 void set_range_sink(RangeSink* sink) noexcept;
@@ -29,8 +33,14 @@ bool nvtx_enabled() noexcept;
 namespace detail {
 void range_begin_slow(const char* name, RangeKind kind, int64_t arg) noexcept;
 void range_end_slow(const char* name, RangeKind kind) noexcept;
+void instant_slow(const char* name, RangeKind kind, int64_t arg) noexcept;
 extern bool g_ranges_active;  // true when a sink or NVTX is installed
 }  // namespace detail
+
+// Marks a point in time (an NVTX mark, and RangeSink::instant): `ft::mark("alloc.oom", ...)`.
+inline void mark(const char* name, RangeKind kind, int64_t arg = -1) noexcept {
+  if (detail::g_ranges_active) detail::instant_slow(name, kind, arg);
+}
 
 // Scoped range: `FT_RANGE("fwd.block", ft::RangeKind::kCompute, layer);`
 class ScopedRange {

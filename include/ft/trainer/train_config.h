@@ -48,6 +48,8 @@ struct TrainConfig {
   int head_chunk_mb = 0;   // logits per LM-head chunk (MiB); 0 = auto (fp32/fp16 1024, bf16 48)
   int stop_after = 0;      // stop (and save) after this many steps of this invocation; 0: run to --steps
   bool quiet = false;      // no per-step table
+  std::string profile_steps;  // "A-B": profile only steps A..B (empty: all, when profiling)
+  std::string trace;          // profile the run; write a Chrome/Perfetto trace.json here
 
   void validate() const;  // throws ConfigError
   nlohmann::json to_json() const;

@@ -50,6 +50,15 @@ struct TrainSummary {
   nlohmann::json to_json() const;
 };
 
+// Sees every optimizer step (e.g. a profiler session). Called on the training thread;
+// implementations must not throw.
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void on_step_begin(int64_t step) noexcept = 0;
+  virtual void on_step_end(const StepMetrics& metrics) noexcept = 0;
+};
+
 class Trainer {
  public:
   // Loads the data and builds the model (initialised, or restored from
@@ -76,6 +85,8 @@ class Trainer {
   std::string peak_source() const { return peak_source_; }
   const LossScaler& loss_scaler() const { return scaler_; }
   uint64_t data_position() const;
+  // Installs (or, with nullptr, removes) the step observer; not owned.
+  void set_observer(StepObserver* observer) { observer_ = observer; }
 
  private:
   void apply_update(float lr, float grad_scale);
@@ -95,6 +106,7 @@ class Trainer {
   int adam_t_ = 0;
   double peak_gflops_ = 0;
   std::string peak_source_;
+  StepObserver* observer_ = nullptr;
 };
 
 // ft's stated peak for MFU when --peak-gflops is not given: measured with

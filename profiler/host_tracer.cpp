@@ -1,0 +1,129 @@
+// host_tracer.cpp: RangeKind -> Category mapping, step spans and per-step counters.
+#include "ft/profiler/host_tracer.h"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <cstring>
+
+namespace ft::profiler {
+
+Category category_of(RangeKind kind) {
+  switch (kind) {
+    case RangeKind::kCompute:
+      return Category::kCompute;
+    case RangeKind::kData:
+      return Category::kData;
+    case RangeKind::kH2D:
+      return Category::kH2D;
+    case RangeKind::kD2H:
+      return Category::kD2H;
+    case RangeKind::kComm:
+      return Category::kComm;
+    case RangeKind::kAlloc:
+      return Category::kAlloc;
+    case RangeKind::kSync:
+      return Category::kSync;
+    case RangeKind::kOptimizer:
+      return Category::kOptimizer;
+    case RangeKind::kHost:
+      return Category::kHost;
+    case RangeKind::kStep:
+      return Category::kStep;
+    case RangeKind::kOther:
+      return Category::kOther;
+  }
+  return Category::kOther;
+}
+
+uint8_t alloc_flags_of(const char* name) {
+  if (name == nullptr) return 0;
+  if (std::strcmp(name, "alloc.slow_path") == 0) return kSlowPath;
+  if (std::strcmp(name, "alloc.retry") == 0) return kRetry;
+  if (std::strcmp(name, "alloc.oom") == 0) return kOom;
+  return 0;
+}
+
+HostTracer::~HostTracer() { uninstall(); }
+
+bool HostTracer::install() {
+  if (installed_) return true;
+  if (range_sink() != nullptr) return false;
+  set_range_sink(this);
+  installed_ = true;
+  return true;
+}
+
+void HostTracer::uninstall() {
+  if (!installed_) return;
+  if (range_sink() == this) set_range_sink(nullptr);
+  installed_ = false;
+}
+
+void HostTracer::begin(const char* name, RangeKind kind, int64_t arg) noexcept {
+  if (kind == RangeKind::kStep) {
+    // The step span is named as Kineto names it; begin() decides whether it is kept.
+    const char* step_name = name;
+    if (recorder_.active()) {
+      try {
+        step_name = recorder_.intern(fmt::format("ProfilerStep#{}", arg));
+      } catch (...) {
+        step_name = name;
+      }
+    }
+    step_name_ = step_name;
+    recorder_.begin(step_name, Category::kStep, arg);
+    return;
+  }
+  if (kind == RangeKind::kAlloc) {
+    recorder_.begin(name, Category::kAlloc, -1, arg > 0 ? static_cast<uint64_t>(arg) : 0,
+                    alloc_flags_of(name));
+    return;
+  }
+  recorder_.begin(name, category_of(kind), arg);
+}
+
+void HostTracer::end(const char* name, RangeKind kind) noexcept {
+  if (kind == RangeKind::kStep && step_name_ != nullptr) {
+    recorder_.end(step_name_);
+    step_name_ = nullptr;
+    return;
+  }
+  recorder_.end(name);
+}
+
+void HostTracer::instant(const char* name, RangeKind kind, int64_t arg) noexcept {
+  if (kind == RangeKind::kAlloc) {
+    recorder_.instant(name, Category::kAlloc, -1, arg > 0 ? static_cast<uint64_t>(arg) : 0,
+                      alloc_flags_of(name));
+    return;
+  }
+  recorder_.instant(name, category_of(kind), arg);
+}
+
+void HostTracer::on_step_begin(int64_t step) noexcept {
+  recorder_.set_step(step);
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) == 0) {
+    minflt0_ = ru.ru_minflt;
+    majflt0_ = ru.ru_majflt;
+  }
+}
+
+void HostTracer::on_step_end(const trainer::StepMetrics& m) noexcept {
+  if (!recorder_.active()) return;
+  recorder_.counter("loss", m.loss);
+  recorder_.counter("lr", m.lr);
+  recorder_.counter("grad_norm", m.grad_norm);
+  recorder_.counter("mem.allocated", static_cast<double>(m.mem_allocated));
+  recorder_.counter("mem.reserved", static_cast<double>(m.mem_reserved));
+  recorder_.counter("mem.peak", static_cast<double>(m.mem_peak));
+  recorder_.counter("data_ms", m.data_ms);
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) == 0) {
+    recorder_.counter("page_faults.minor", static_cast<double>(ru.ru_minflt - minflt0_));
+    recorder_.counter("page_faults.major", static_cast<double>(ru.ru_majflt - majflt0_));
+  }
+}
+
+}  // namespace ft::profiler
