@@ -4,10 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ft/core/atomic_file.h"
 #include "ft/trainer/documents.h"
@@ -57,9 +56,9 @@ std::vector<std::string> read_docs(const std::string& p) {
 
 // Distinct documents of Genesis words in random order, 120 words each.
 std::string doc(int i) {
-  static const char* kWords[] = {"light", "darkness", "waters", "firmament", "heaven", "earth",
-                                 "seed",  "fruit",    "herb",   "creature",  "cattle", "fowl",
-                                 "whale", "morning",  "evening", "gathered", "divided", "blessed"};
+  static const char* kWords[] = {"light", "darkness", "waters",  "firmament", "heaven",  "earth",
+                                 "seed",  "fruit",    "herb",    "creature",  "cattle",  "fowl",
+                                 "whale", "morning",  "evening", "gathered",  "divided", "blessed"};
   std::string s = "Verse " + std::to_string(i) + ":";
   uint32_t x = 2654435761u * (i + 1);
   for (int w = 0; w < 120; ++w) {
@@ -74,19 +73,20 @@ std::string doc(int i) {
 TEST_F(CleanCli, RemovesDuplicatesAndNoiseAndWritesStats) {
   std::string text;
   for (int i = 0; i < 30; ++i) text += doc(i) + "\n\n";
-  text += doc(3) + "\n\n" + doc(7) + "\n\n";                 // exact duplicates
+  text += doc(3) + "\n\n" + doc(7) + "\n\n";  // exact duplicates
   std::string near = doc(11);
-  near.replace(near.find(' ', 60), 1, " and ");                // one inserted word
+  near.replace(near.find(' ', 60), 1, " and ");  // one inserted word
   text += near + "\n\n";
   text += "x\x01\x02\x03 random \xFF\xFE bytes here and there\n\n";  // non-text
-  text += "ok\n\n";                                            // too short
+  text += "ok\n\n";                                                  // too short
   ft::write_file_atomic(path("in.txt"), text);
   Result r = run(path("in.txt") + " --out " + path("out.jsonl") + " --stats " + path("s.json"));
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("exact duplicates"), std::string::npos) << r.out;
   std::ifstream in(path("out.jsonl"));
   std::vector<std::string> kept;
-  for (std::string line; std::getline(in, line);) kept.push_back(nlohmann::json::parse(line)["text"]);
+  for (std::string line; std::getline(in, line);)
+    kept.push_back(nlohmann::json::parse(line)["text"]);
   ASSERT_EQ(kept.size(), 30u) << r.out;
   for (int i = 0; i < 30; ++i) EXPECT_EQ(kept[i], doc(i));  // first occurrences, in order
   const auto s = nlohmann::json::parse(ft::read_file(path("s.json")));

@@ -50,7 +50,7 @@ TEST(ExactDedup, FirstOccurrenceIsNewRepeatsAreNot) {
 
 TEST(MinHash, ExactJaccardOfKnownSets) {
   EXPECT_DOUBLE_EQ(exact_jaccard("a b c", "b c d", ShingleKind::kWord, 1), 0.5);
-  EXPECT_DOUBLE_EQ(exact_jaccard("A, b. C!", "a b c", ShingleKind::kWord, 1), 1.0);  // normalised
+  EXPECT_DOUBLE_EQ(exact_jaccard("A, b. C!", "a b c", ShingleKind::kWord, 1), 1.0);   // normalised
   EXPECT_DOUBLE_EQ(exact_jaccard("a b c d", "a b c e", ShingleKind::kWord, 2), 0.5);  // 2 of 4
   EXPECT_DOUBLE_EQ(exact_jaccard("abcd", "abce", ShingleKind::kChar, 3), 1.0 / 3);
   EXPECT_DOUBLE_EQ(exact_jaccard("x y", "p q", ShingleKind::kWord, 5), 0.0);  // short: one shingle
@@ -89,8 +89,8 @@ TEST(MinHash, SignatureEstimatesJaccard) {
 
 TEST(MinHash, PrecisionAndRecallOnLabelledKjvPairs) {
   MinHashOptions o;  // word 5-grams, 128 permutations, threshold 0.8
-  const auto pairs = make_labelled_pairs(kjv_chapters(), {0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.3},
-                                         30, o, 11);
+  const auto pairs = make_labelled_pairs(kjv_chapters(),
+                                         {0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.3}, 30, o, 11);
   size_t pos = 0;
   for (const auto& p : pairs) pos += p.true_jaccard >= o.threshold;
   ASSERT_GT(pos, 60u);
@@ -179,8 +179,10 @@ TEST(Filters, CleanTextPasses) {
 TEST(Filters, NonTextBytes) {
   EXPECT_EQ(count_non_text_bytes("plain \t text\n"), 0);
   EXPECT_EQ(count_non_text_bytes("caf\xC3\xA9 \xE2\x80\xA6"), 0);  // valid UTF-8
-  EXPECT_EQ(count_non_text_bytes("a\x01" "b\x7F"), 2);               // control bytes
-  EXPECT_EQ(count_non_text_bytes("\xFF\xC3(\xED\xA0\x80"), 5);       // invalid, surrogate
+  EXPECT_EQ(count_non_text_bytes("a\x01"
+                                 "b\x7F"),
+            2);                                                 // control bytes
+  EXPECT_EQ(count_non_text_bytes("\xFF\xC3(\xED\xA0\x80"), 5);  // invalid, surrogate
   EXPECT_EQ(rejected(kGood + "\x01"), Rule::kNonText);
   EXPECT_EQ(rejected(kGood + "\xFF\xFE"), Rule::kNonText);
   FilterOptions lax;
@@ -213,7 +215,8 @@ TEST(Filters, AlphabeticAndSymbolRatios) {
 }
 
 TEST(Filters, RepeatedLines) {
-  const TextSignals s = text_signals("buy now today\nbuy now today\nbuy now today\nsomething else here");
+  const TextSignals s =
+      text_signals("buy now today\nbuy now today\nbuy now today\nsomething else here");
   EXPECT_NEAR(s.dup_line_ratio, 0.5, 1e-12);  // 2 of 4 lines are repeats
   EXPECT_EQ(rejected("buy now today\nbuy now today\nbuy now today\nsomething else here"),
             Rule::kRepeatedLines);
@@ -237,11 +240,13 @@ TEST(Filters, RepeatedNgrams) {
 }
 
 TEST(Filters, C4BoilerplateLinesAndLoremIpsum) {
-  const FilterResult r = apply_filters(kGood + "\nThis site uses cookies. Read our Privacy Policy.", {});
+  const FilterResult r =
+      apply_filters(kGood + "\nThis site uses cookies. Read our Privacy Policy.", {});
   EXPECT_FALSE(r.rejected);
   EXPECT_EQ(r.lines_removed, 1);
   EXPECT_EQ(r.text, kGood);
-  EXPECT_EQ(rejected("Lorem ipsum dolor sit amet, consectetur adipiscing elit."), Rule::kBoilerplate);
+  EXPECT_EQ(rejected("Lorem ipsum dolor sit amet, consectetur adipiscing elit."),
+            Rule::kBoilerplate);
   EXPECT_EQ(rejected("Please enable JavaScript to view this page."), Rule::kBoilerplate);
   FilterOptions off;
   off.c4_boilerplate = false;
@@ -255,7 +260,8 @@ TEST(Filters, DisabledKeepsEverything) {
 }
 
 TEST(Cleaner, StatsCountEveryRuleAndAddUp) {
-  std::vector<std::string> docs = {kGood, "Jesus wept.", kGood, "12 34 56 78 90 light",
+  std::vector<std::string> docs = {kGood,          "Jesus wept.",
+                                   kGood,          "12 34 56 78 90 light",
                                    kGood + "\x01", "lorem ipsum dolor sit amet"};
   CleanStats s;
   const auto kept = run_cleaner(docs, CleanOptions{}, &s);

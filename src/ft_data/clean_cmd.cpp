@@ -1,15 +1,14 @@
 // clean_cmd.cpp: 'ft-data clean': noise filters, exact and near-duplicate removal, statistics.
-#include <boost/program_options.hpp>
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <boost/program_options.hpp>
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "ft/core/atomic_file.h"
@@ -26,7 +25,8 @@ namespace po = boost::program_options;
 using namespace ft::trainer::data;
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool blank_line(std::string_view line) {
@@ -117,7 +117,8 @@ int clean_main(const std::vector<std::string>& args) {
   }
   check(!inputs.empty(), "no input: give one or more files or directories");
   check(!out.empty(), "--out is required");
-  check(shingle == "word" || shingle == "char", fmt::format("--shingle '{}' must be word or char", shingle));
+  check(shingle == "word" || shingle == "char",
+        fmt::format("--shingle '{}' must be word or char", shingle));
   check(threads >= 0, "--threads must be >= 0");
   check(f.max_non_text_ratio >= 0, "--max-non-text-ratio must be >= 0");
   check(f.min_words >= 0 && f.min_words <= f.max_words, "--min-words must be in [0, --max-words]");
@@ -136,7 +137,8 @@ int clean_main(const std::vector<std::string>& args) {
   o.near_dedup = !no_near;
   const fs::path out_path(out);
   const fs::path out_dir = out_path.parent_path().empty() ? fs::path(".") : out_path.parent_path();
-  check(fs::is_directory(out_dir), fmt::format("--out: directory '{}' does not exist", out_dir.string()));
+  check(fs::is_directory(out_dir),
+        fmt::format("--out: directory '{}' does not exist", out_dir.string()));
   if (threads > 0) omp_set_num_threads(threads);
 
   const bool jsonl = ends_with(out, ".jsonl");
@@ -160,10 +162,13 @@ int clean_main(const std::vector<std::string>& args) {
   std::vector<fs::path> paths(inputs.begin(), inputs.end());
   DocumentReadOptions ro;
   ro.text_field = text_field;
-  for_each_document(paths, [&](std::string_view text, const DocumentOrigin&) {
-    cleaner.add(text);
-    return true;
-  }, ro);
+  for_each_document(
+      paths,
+      [&](std::string_view text, const DocumentOrigin&) {
+        cleaner.add(text);
+        return true;
+      },
+      ro);
   cleaner.finish();
   flush();
   writer.commit();
@@ -180,11 +185,16 @@ int clean_main(const std::vector<std::string>& args) {
     j["inputs"] = inputs;
     j["output"] = out;
     j["threads"] = omp_get_max_threads();
-    j["options"] = {{"near_dup_threshold", m.threshold}, {"shingle", shingle},
-                    {"shingle_size", m.shingle_size}, {"exact_dedup", o.exact_dedup},
-                    {"near_dedup", o.near_dedup}, {"filters", f.enabled},
-                    {"min_words", f.min_words}, {"max_words", f.max_words},
-                    {"min_chars", f.min_chars}, {"max_chars", f.max_chars},
+    j["options"] = {{"near_dup_threshold", m.threshold},
+                    {"shingle", shingle},
+                    {"shingle_size", m.shingle_size},
+                    {"exact_dedup", o.exact_dedup},
+                    {"near_dedup", o.near_dedup},
+                    {"filters", f.enabled},
+                    {"min_words", f.min_words},
+                    {"max_words", f.max_words},
+                    {"min_chars", f.min_chars},
+                    {"max_chars", f.max_chars},
                     {"max_non_text_ratio", f.max_non_text_ratio},
                     {"min_alpha_ratio", f.min_alpha_word_ratio},
                     {"max_symbol_ratio", f.max_symbol_word_ratio},

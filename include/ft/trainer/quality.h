@@ -5,12 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace ft::trainer::data {
 
@@ -148,13 +147,13 @@ struct FilterOptions {
   int64_t max_words = 100000;         // Gopher
   int64_t min_chars = 0;
   int64_t max_chars = 1000000;
-  double min_alpha_word_ratio = 0.8;   // Gopher: 80% of words contain an alphabetic character
-  double max_symbol_word_ratio = 0.1;  // Gopher: '#' or '...' per word
-  double max_dup_line_ratio = 0.3;        // Gopher: duplicate lines / lines
-  double max_dup_line_char_ratio = 0.2;   // Gopher: chars in duplicate lines / chars
-  double max_top_ngram_ratio = 0.20;  // Gopher: chars of the top 2-gram (3: -0.02, 4: -0.04)
-  double max_dup_ngram_ratio = 0.15;  // Gopher: chars in dup. 5-grams (-0.01 per n up to 10)
-  bool c4_boilerplate = true;  // C4: drop lines with "javascript", "terms of use", ...
+  double min_alpha_word_ratio = 0.8;     // Gopher: 80% of words contain an alphabetic character
+  double max_symbol_word_ratio = 0.1;    // Gopher: '#' or '...' per word
+  double max_dup_line_ratio = 0.3;       // Gopher: duplicate lines / lines
+  double max_dup_line_char_ratio = 0.2;  // Gopher: chars in duplicate lines / chars
+  double max_top_ngram_ratio = 0.20;     // Gopher: chars of the top 2-gram (3: -0.02, 4: -0.04)
+  double max_dup_ngram_ratio = 0.15;     // Gopher: chars in dup. 5-grams (-0.01 per n up to 10)
+  bool c4_boilerplate = true;            // C4: drop lines with "javascript", "terms of use", ...
 };
 
 struct FilterResult {

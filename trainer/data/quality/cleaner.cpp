@@ -23,25 +23,31 @@ nlohmann::json CleanStats::to_json() const {
   for (int i = 0; i < kRuleCount; ++i) {
     rules[rule_name(static_cast<Rule>(i))] = {{"docs", rule_docs[i]}, {"bytes", rule_bytes[i]}};
   }
-  return {
-      {"in", {{"docs", docs_in}, {"bytes", bytes_in}}},
-      {"exact_duplicates", {{"docs", exact_dups}, {"bytes", exact_dup_bytes}}},
-      {"near_duplicates", {{"docs", near_dups}, {"bytes", near_dup_bytes}}},
-      {"filters", rules},
-      {"boilerplate_lines_removed", boilerplate_lines_removed},
-      {"removed", {{"docs", docs_removed()}}},
-      {"kept", {{"docs", docs_kept}, {"bytes", bytes_kept}}},
-      {"lsh", {{"num_perm", num_perm}, {"bands", lsh.bands}, {"rows", lsh.rows},
-               {"false_positive_area", lsh.false_positive}, {"false_negative_area", lsh.false_negative}}},
-      {"memory", {{"exact_index_bytes", exact_index_bytes}, {"near_index_bytes", near_index_bytes},
-                  {"peak_rss_bytes", peak_rss_bytes}}},
-      {"seconds", seconds}};
+  return {{"in", {{"docs", docs_in}, {"bytes", bytes_in}}},
+          {"exact_duplicates", {{"docs", exact_dups}, {"bytes", exact_dup_bytes}}},
+          {"near_duplicates", {{"docs", near_dups}, {"bytes", near_dup_bytes}}},
+          {"filters", rules},
+          {"boilerplate_lines_removed", boilerplate_lines_removed},
+          {"removed", {{"docs", docs_removed()}}},
+          {"kept", {{"docs", docs_kept}, {"bytes", bytes_kept}}},
+          {"lsh",
+           {{"num_perm", num_perm},
+            {"bands", lsh.bands},
+            {"rows", lsh.rows},
+            {"false_positive_area", lsh.false_positive},
+            {"false_negative_area", lsh.false_negative}}},
+          {"memory",
+           {{"exact_index_bytes", exact_index_bytes},
+            {"near_index_bytes", near_index_bytes},
+            {"peak_rss_bytes", peak_rss_bytes}}},
+          {"seconds", seconds}};
 }
 
 std::string CleanStats::to_table() const {
   std::string s;
   auto row = [&s, this](const std::string& name, uint64_t docs, uint64_t bytes) {
-    const double pct = docs_in ? 100.0 * static_cast<double>(docs) / static_cast<double>(docs_in) : 0;
+    const double pct =
+        docs_in ? 100.0 * static_cast<double>(docs) / static_cast<double>(docs_in) : 0;
     s += fmt::format("  {:<24} {:>12} {:>7.2f}% {:>15}\n", name, docs, pct, bytes);
   };
   s += fmt::format("  {:<24} {:>12} {:>8} {:>15}\n", "", "documents", "", "bytes");
@@ -52,18 +58,21 @@ std::string CleanStats::to_table() const {
     row(fmt::format("filter {}", rule_name(static_cast<Rule>(i))), rule_docs[i], rule_bytes[i]);
   }
   row("kept", docs_kept, bytes_kept);
-  s += fmt::format("  boilerplate lines dropped from kept documents: {}\n", boilerplate_lines_removed);
+  s += fmt::format("  boilerplate lines dropped from kept documents: {}\n",
+                   boilerplate_lines_removed);
   if (lsh.bands > 0) {
-    s += fmt::format("  MinHash LSH: {} permutations, {} bands x {} rows; index {:.1f} MiB, exact {:.1f} MiB\n",
-                     num_perm, lsh.bands, lsh.rows, near_index_bytes / 1048576.0,
-                     exact_index_bytes / 1048576.0);
+    s += fmt::format(
+        "  MinHash LSH: {} permutations, {} bands x {} rows; index {:.1f} MiB, exact {:.1f} MiB\n",
+        num_perm, lsh.bands, lsh.rows, near_index_bytes / 1048576.0, exact_index_bytes / 1048576.0);
   }
   s += fmt::format("  {:.2f} s, peak RSS {:.1f} MiB\n", seconds, peak_rss_bytes / 1048576.0);
   return s;
 }
 
 Cleaner::Cleaner(CleanOptions options, Sink sink)
-    : options_(std::move(options)), sink_(std::move(sink)), hasher_(options_.minhash),
+    : options_(std::move(options)),
+      sink_(std::move(sink)),
+      hasher_(options_.minhash),
       near_(options_.minhash) {
   if (options_.batch_docs == 0) options_.batch_docs = 1;
   if (options_.near_dedup) {

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <string>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "ft/trainer/quality.h"
@@ -13,7 +12,9 @@ namespace ft::trainer::data {
 
 namespace {
 
-bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_space(unsigned char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 std::vector<std::string_view> split_words(std::string_view text) {
   std::vector<std::string_view> words;
@@ -47,7 +48,9 @@ double alpha_word_ratio(const std::vector<std::string_view>& words) {
 
 size_t count_substr(std::string_view text, std::string_view needle) {
   size_t n = 0;
-  for (size_t p = text.find(needle); p != std::string_view::npos; p = text.find(needle, p + needle.size())) ++n;
+  for (size_t p = text.find(needle); p != std::string_view::npos;
+       p = text.find(needle, p + needle.size()))
+    ++n;
   return n;
 }
 
@@ -101,6 +104,42 @@ Ngrams prepare(const std::vector<std::string_view>& words) {
   return g;
 }
 
+// Open-addressing map from 64-bit keys to counts, reused across documents (one per thread).
+class FlatCounter {
+ public:
+  void reset(size_t n) {
+    size_t cap = 64;
+    while (cap < 2 * n) cap <<= 1;
+    if (keys_.size() < cap) {
+      keys_.resize(cap);
+      counts_.resize(cap);
+    }
+    mask_ = cap - 1;
+    std::fill_n(keys_.begin(), cap, 0);
+  }
+  // The count slot of `key` (0 for a new key).
+  uint32_t& slot(uint64_t key) {
+    key |= 1;  // 0 marks empty slots
+    size_t i = (key ^ (key >> 29)) & mask_;
+    while (keys_[i] != 0 && keys_[i] != key) i = (i + 1) & mask_;
+    if (keys_[i] == 0) {
+      keys_[i] = key;
+      counts_[i] = 0;
+    }
+    return counts_[i];
+  }
+
+ private:
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> counts_;
+  size_t mask_ = 0;
+};
+
+FlatCounter& thread_counter() {
+  thread_local FlatCounter c;
+  return c;
+}
+
 uint64_t ngram_hash(const Ngrams& g, size_t i, int n) {
   return XXH3_64bits(g.hash.data() + i, n * sizeof(uint64_t));
 }
@@ -109,13 +148,13 @@ uint64_t ngram_hash(const Ngrams& g, size_t i, int n) {
 double top_ngram_ratio(const Ngrams& g, int n, size_t text_chars) {
   const size_t m = g.hash.size();
   if (m < static_cast<size_t>(n) || text_chars == 0) return 0;
-  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> counts;  // hash -> (count, first)
-  counts.reserve(m);
-  uint32_t best = 0, best_pos = 0;
+  FlatCounter& counts = thread_counter();
+  counts.reset(m);
+  uint32_t best = 0;
+  size_t best_pos = 0;
   for (size_t i = 0; i + n <= m; ++i) {
-    auto [it, fresh] = counts.try_emplace(ngram_hash(g, i, n), 0u, static_cast<uint32_t>(i));
-    const uint32_t c = ++it->second.first;
-    if (c > best) best = c, best_pos = it->second.second;
+    const uint32_t c = ++counts.slot(ngram_hash(g, i, n));
+    if (c > best) best = c, best_pos = i;  // a later occurrence of the same n-gram: same length
   }
   if (best < 2) return 0;
   const size_t chars = g.prefix[best_pos + n] - g.prefix[best_pos] + (n - 1);
@@ -126,11 +165,11 @@ double top_ngram_ratio(const Ngrams& g, int n, size_t text_chars) {
 double dup_ngram_ratio(const Ngrams& g, int n, size_t text_chars) {
   const size_t m = g.hash.size();
   if (m < static_cast<size_t>(n) || text_chars == 0) return 0;
-  std::unordered_set<uint64_t> seen;
-  seen.reserve(m);
+  FlatCounter& seen = thread_counter();
+  seen.reset(m);
   size_t repeated = 0, i = 0;
   while (i + n <= m) {
-    if (!seen.insert(ngram_hash(g, i, n)).second) {
+    if (seen.slot(ngram_hash(g, i, n))++ > 0) {
       repeated += g.prefix[i + n] - g.prefix[i];
       i += n;
     } else {
@@ -150,7 +189,7 @@ std::string lower(std::string_view s) {
 
 // C4's line rules (Raffel et al. 2020, section 2.2) that name phrases.
 bool c4_boilerplate_line(const std::string& lower_line) {
-  static constexpr const char* kPhrases[] = {"javascript",   "terms of use", "privacy policy",
+  static constexpr const char* kPhrases[] = {"javascript",    "terms of use", "privacy policy",
                                              "cookie policy", "uses cookies", "use of cookies",
                                              "use cookies"};
   for (const char* p : kPhrases) {
@@ -163,15 +202,24 @@ bool c4_boilerplate_line(const std::string& lower_line) {
 
 const char* rule_name(Rule rule) {
   switch (rule) {
-    case Rule::kNonText: return "non_text";
-    case Rule::kTooShort: return "too_short";
-    case Rule::kTooLong: return "too_long";
-    case Rule::kAlphaRatio: return "alpha_ratio";
-    case Rule::kSymbolRatio: return "symbol_ratio";
-    case Rule::kRepeatedLines: return "repeated_lines";
-    case Rule::kRepeatedNgrams: return "repeated_ngrams";
-    case Rule::kBoilerplate: return "boilerplate";
-    case Rule::kCount: break;
+    case Rule::kNonText:
+      return "non_text";
+    case Rule::kTooShort:
+      return "too_short";
+    case Rule::kTooLong:
+      return "too_long";
+    case Rule::kAlphaRatio:
+      return "alpha_ratio";
+    case Rule::kSymbolRatio:
+      return "symbol_ratio";
+    case Rule::kRepeatedLines:
+      return "repeated_lines";
+    case Rule::kRepeatedNgrams:
+      return "repeated_ngrams";
+    case Rule::kBoilerplate:
+      return "boilerplate";
+    case Rule::kCount:
+      break;
   }
   return "?";
 }
@@ -184,15 +232,19 @@ int64_t count_non_text_bytes(std::string_view text) {
   while (i < n) {
     const unsigned char c = p[i];
     if (c < 0x80) {
-      if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\v') || c == 0x7F) ++bad;
+      if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r' && c != '\f' && c != '\v') || c == 0x7F)
+        ++bad;
       ++i;
       continue;
     }
     int len = 0;
     uint32_t cp = 0;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
+    if (c >= 0xC2 && c <= 0xDF)
+      len = 2, cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF)
+      len = 3, cp = c & 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4)
+      len = 4, cp = c & 0x07;
     bool ok = len > 0 && i + len <= n;
     for (int k = 1; ok && k < len; ++k) {
       ok = (p[i + k] & 0xC0) == 0x80;
@@ -272,7 +324,8 @@ FilterResult apply_filters(std::string_view text, const FilterOptions& o) {
   if (nw < o.min_words || nc < o.min_chars) return reject(Rule::kTooShort);
   if (nw > o.max_words || nc > o.max_chars) return reject(Rule::kTooLong);
   if (alpha_word_ratio(words) < o.min_alpha_word_ratio) return reject(Rule::kAlphaRatio);
-  if (symbol_word_ratio(t, words.size()) > o.max_symbol_word_ratio) return reject(Rule::kSymbolRatio);
+  if (symbol_word_ratio(t, words.size()) > o.max_symbol_word_ratio)
+    return reject(Rule::kSymbolRatio);
   const auto [dup_lines, dup_line_chars] = dup_line_ratios(t, nullptr);
   if (dup_lines > o.max_dup_line_ratio || dup_line_chars > o.max_dup_line_char_ratio) {
     return reject(Rule::kRepeatedLines);

@@ -57,9 +57,12 @@ std::vector<LabelledPair> make_labelled_pairs(const std::vector<std::string>& do
           continue;
         }
         switch (rng() % 3) {
-          case 0: b.push_back(vocab[pick_word(rng)]); break;  // substitute
-          case 1: break;                                      // delete
-          default:                                            // insert after
+          case 0:
+            b.push_back(vocab[pick_word(rng)]);
+            break;  // substitute
+          case 1:
+            break;  // delete
+          default:  // insert after
             b.push_back(w);
             b.push_back(vocab[pick_word(rng)]);
         }
@@ -80,7 +83,8 @@ std::vector<LabelledPair> make_labelled_pairs(const std::vector<std::string>& do
   return pairs;
 }
 
-NearDupEval evaluate_near_dup(const std::vector<LabelledPair>& pairs, const MinHashOptions& opts_in) {
+NearDupEval evaluate_near_dup(const std::vector<LabelledPair>& pairs,
+                              const MinHashOptions& opts_in) {
   MinHashOptions opts = opts_in;
   if (opts.bands == 0) {  // choose once, not per index
     const LshParams p = choose_lsh_params(opts.threshold, opts.num_perm);
@@ -94,10 +98,14 @@ NearDupEval evaluate_near_dup(const std::vector<LabelledPair>& pairs, const MinH
     index.insert_or_match(hasher.signature(p.a).data());
     const bool predicted = index.match(hasher.signature(p.b).data()) >= 0;
     const bool label = p.true_jaccard >= opts.threshold;
-    if (predicted && label) ++e.tp;
-    else if (predicted) ++e.fp;
-    else if (label) ++e.fn;
-    else ++e.tn;
+    if (predicted && label)
+      ++e.tp;
+    else if (predicted)
+      ++e.fp;
+    else if (label)
+      ++e.fn;
+    else
+      ++e.tn;
   }
   return e;
 }

@@ -154,7 +154,8 @@ void MinHasher::signature_of_shingles(const std::vector<uint64_t>& shingles, uin
       m[i] = v < m[i] ? v : m[i];
     }
   }
-  for (int i = 0; i < np; ++i) out[i] = static_cast<uint32_t>(std::min<uint64_t>(m[i], 0xFFFFFFFFu));
+  for (int i = 0; i < np; ++i)
+    out[i] = static_cast<uint32_t>(std::min<uint64_t>(m[i], 0xFFFFFFFFu));
 }
 
 void MinHasher::signature(std::string_view text, uint32_t* out) const {
@@ -198,7 +199,8 @@ int64_t NearDupIndex::find(const uint32_t* sig, const std::vector<uint64_t>& key
     size_t i = key & mask;
     while (keys_[i] != 0 && keys_[i] != key) i = (i + 1) & mask;
     if (keys_[i] == 0) continue;
-    for (uint32_t doc = heads_[i]; doc != UINT32_MAX; doc = next_[static_cast<size_t>(doc) * nb + band]) {
+    for (uint32_t doc = heads_[i]; doc != UINT32_MAX;
+         doc = next_[static_cast<size_t>(doc) * nb + band]) {
       if (std::find(seen.begin(), seen.end(), doc) != seen.end()) continue;
       seen.push_back(doc);
       ++candidates_checked_;
