@@ -141,6 +141,8 @@ TEST(Cleaner, SameOutputForAnyThreadCountAndBatchSize) {
   const auto one = run_cleaner(docs, o);
   omp_set_num_threads(2);
   o.batch_docs = 64;
+  EXPECT_EQ(run_cleaner(docs, o), one);
+  o.batch_bytes = 4096;  // batches cut by bytes (a few chapters each)
   const auto two = run_cleaner(docs, o);
   EXPECT_EQ(one, two);
   EXPECT_LT(one.size(), docs.size());

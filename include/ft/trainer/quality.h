@@ -182,7 +182,8 @@ struct CleanOptions {
   bool exact_dedup = true;
   bool near_dedup = true;
   MinHashOptions minhash;
-  size_t batch_docs = 2048;  // documents buffered per parallel batch
+  size_t batch_docs = 2048;          // documents buffered per parallel batch, at most
+  size_t batch_bytes = 64ull << 20;  // and at most this many bytes (one document may exceed it)
 };
 
 struct CleanStats {
@@ -204,7 +205,7 @@ struct CleanStats {
 };
 
 // Streams documents through filters, exact and near-duplicate removal (in that order; the
-// first occurrence is kept). Documents are buffered in batches of options.batch_docs whose
+// first occurrence is kept). Documents are buffered in batches (batch_docs / batch_bytes) whose
 // filters, hashes and signatures are computed in parallel (OpenMP); decisions are then made
 // in input order, so the output does not depend on the thread count.
 class Cleaner {
@@ -224,6 +225,7 @@ class Cleaner {
   ExactDeduper exact_;
   NearDupIndex near_;
   std::vector<std::string> batch_;
+  size_t batch_bytes_ = 0;
   CleanStats stats_;
 };
 

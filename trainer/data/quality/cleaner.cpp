@@ -84,7 +84,8 @@ Cleaner::Cleaner(CleanOptions options, Sink sink)
 
 void Cleaner::add(std::string_view text) {
   batch_.emplace_back(text);
-  if (batch_.size() >= options_.batch_docs) process_batch();
+  batch_bytes_ += text.size();
+  if (batch_.size() >= options_.batch_docs || batch_bytes_ >= options_.batch_bytes) process_batch();
 }
 
 void Cleaner::finish() {
@@ -130,6 +131,7 @@ void Cleaner::process_batch() {
     }
   }
   batch_.clear();
+  batch_bytes_ = 0;
 }
 
 }  // namespace ft::trainer::data
