@@ -1,11 +1,211 @@
-// clean_cmd.cpp: 'ft-data clean' (not built yet: reports so and fails).
+// clean_cmd.cpp: 'ft-data clean': noise filters, exact and near-duplicate removal, statistics.
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
 #include "commands.h"
+#include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
+#include "ft/trainer/documents.h"
+#include "ft/trainer/quality.h"
 
 namespace ft::data_cli {
 
-int clean_main(const std::vector<std::string>&) {
-  throw ft::Error("'ft-data clean' is not implemented yet");
+namespace {
+
+namespace fs = std::filesystem;
+namespace po = boost::program_options;
+using namespace ft::trainer::data;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool blank_line(std::string_view line) {
+  for (char c : line) {
+    if (c != ' ' && c != '\t' && c != '\f' && c != '\v') return false;
+  }
+  return true;
+}
+
+// Appends `text` so that for_each_document reads it back as one document: blank lines inside
+// it are dropped and a line that is exactly "%" (a fortune separator) becomes "% ".
+void append_text_document(std::string& out, std::string_view text) {
+  bool first = true;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (blank_line(line)) continue;
+    if (!first) out += '\n';
+    first = false;
+    out.append(line);
+    if (line == "%") out += ' ';
+  }
+  out += "\n\n";
+}
+
+void check(bool ok, const std::string& msg) {
+  if (!ok) throw ConfigError(msg);
+}
+
+}  // namespace
+
+int clean_main(const std::vector<std::string>& args) {
+  std::vector<std::string> inputs;
+  std::string out, stats_path, shingle = "word", text_field = "text";
+  int threads = 0;
+  bool no_exact = false, no_near = false, no_filters = false, quiet = false;
+  CleanOptions o;
+  FilterOptions& f = o.filters;
+  MinHashOptions& m = o.minhash;
+  po::options_description cli("ft-data clean IN... --out OUT [options]");
+  // clang-format off
+  cli.add_options()
+    ("help,h", "show this help")
+    ("in", po::value(&inputs)->multitoken(), "input files or directories (text, fortune, JSONL, .gz)")
+    ("out", po::value(&out), "output: JSONL ({\"text\": ...} lines) when it ends in .jsonl, else text with a blank line between documents")
+    ("stats", po::value(&stats_path), "write the statistics as JSON to FILE")
+    ("text-field", po::value(&text_field)->default_value("text"), "JSONL input: the field holding the text")
+    ("threads", po::value(&threads)->default_value(0), "OpenMP threads (0: OMP_NUM_THREADS / all cores)")
+    ("quiet,q", po::bool_switch(&quiet), "no statistics table")
+    ("no-exact-dedup", po::bool_switch(&no_exact), "keep exact duplicates")
+    ("no-near-dedup", po::bool_switch(&no_near), "keep near duplicates")
+    ("near-dup-threshold", po::value(&m.threshold)->default_value(0.8, "0.8"), "Jaccard similarity J in (0, 1] at or above which a document is a near duplicate")
+    ("shingle", po::value(&shingle)->default_value("word"), "shingles: word (n-grams of lower-cased alphanumeric words) | char (byte n-grams)")
+    ("shingle-size", po::value(&m.shingle_size)->default_value(5), "n of the shingle n-grams")
+    ("num-perm", po::value(&m.num_perm)->default_value(128), "MinHash permutations (signature length)")
+    ("bands", po::value(&m.bands)->default_value(0), "LSH bands (0: chosen from the threshold, datasketch's rule)")
+    ("rows", po::value(&m.rows)->default_value(0), "LSH rows per band (with --bands)")
+    ("seed", po::value(&m.seed)->default_value(1), "MinHash seed")
+    ("no-filters", po::bool_switch(&no_filters), "disable all noise filters")
+    ("max-non-text-ratio", po::value(&f.max_non_text_ratio)->default_value(0.001, "0.001"), "max (invalid UTF-8 + control bytes) / bytes")
+    ("min-words", po::value(&f.min_words)->default_value(3), "min words (C4: 3)")
+    ("max-words", po::value(&f.max_words)->default_value(100000), "max words (Gopher: 100000)")
+    ("min-chars", po::value(&f.min_chars)->default_value(0), "min bytes")
+    ("max-chars", po::value(&f.max_chars)->default_value(1000000), "max bytes")
+    ("min-alpha-ratio", po::value(&f.min_alpha_word_ratio)->default_value(0.8, "0.8"), "min fraction of words with a letter (Gopher: 0.8)")
+    ("max-symbol-ratio", po::value(&f.max_symbol_word_ratio)->default_value(0.1, "0.1"), "max '#' or '...' per word (Gopher: 0.1)")
+    ("max-dup-line-ratio", po::value(&f.max_dup_line_ratio)->default_value(0.3, "0.3"), "max duplicate lines / lines (Gopher: 0.3)")
+    ("max-dup-line-char-ratio", po::value(&f.max_dup_line_char_ratio)->default_value(0.2, "0.2"), "max chars in duplicate lines / chars (Gopher: 0.2)")
+    ("max-top-ngram-ratio", po::value(&f.max_top_ngram_ratio)->default_value(0.2, "0.2"), "max chars of the top 2-gram (3-gram: -0.02, 4-gram: -0.04; Gopher)")
+    ("max-dup-ngram-ratio", po::value(&f.max_dup_ngram_ratio)->default_value(0.15, "0.15"), "max chars in duplicated 5-grams (-0.01 per n to 10; Gopher)")
+    ("c4-boilerplate", po::value(&f.c4_boilerplate)->default_value(true), "drop C4 boilerplate lines (javascript, terms of use, ...) and lorem-ipsum documents");
+  // clang-format on
+  po::positional_options_description pos;
+  pos.add("in", -1);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(cli).positional(pos).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw ConfigError(e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << cli << "\n";
+    return 0;
+  }
+  check(!inputs.empty(), "no input: give one or more files or directories");
+  check(!out.empty(), "--out is required");
+  check(shingle == "word" || shingle == "char",
+        fmt::format("--shingle '{}' must be word or char", shingle));
+  check(threads >= 0, "--threads must be >= 0");
+  check(f.max_non_text_ratio >= 0, "--max-non-text-ratio must be >= 0");
+  check(f.min_words >= 0 && f.min_words <= f.max_words, "--min-words must be in [0, --max-words]");
+  check(f.min_chars >= 0 && f.min_chars <= f.max_chars, "--min-chars must be in [0, --max-chars]");
+  for (const auto& [name, v] : {std::pair{"--min-alpha-ratio", f.min_alpha_word_ratio},
+                                {"--max-dup-line-ratio", f.max_dup_line_ratio},
+                                {"--max-dup-line-char-ratio", f.max_dup_line_char_ratio},
+                                {"--max-top-ngram-ratio", f.max_top_ngram_ratio},
+                                {"--max-dup-ngram-ratio", f.max_dup_ngram_ratio}}) {
+    check(v >= 0 && v <= 1, fmt::format("{} {} must be in [0, 1]", name, v));
+  }
+  check(f.max_symbol_word_ratio >= 0, "--max-symbol-ratio must be >= 0");
+  m.shingle = shingle == "char" ? ShingleKind::kChar : ShingleKind::kWord;
+  f.enabled = !no_filters;
+  o.exact_dedup = !no_exact;
+  o.near_dedup = !no_near;
+  const fs::path out_path(out);
+  const fs::path out_dir = out_path.parent_path().empty() ? fs::path(".") : out_path.parent_path();
+  check(fs::is_directory(out_dir),
+        fmt::format("--out: directory '{}' does not exist", out_dir.string()));
+  if (threads > 0) omp_set_num_threads(threads);
+
+  const bool jsonl = ends_with(out, ".jsonl");
+  const auto t0 = std::chrono::steady_clock::now();
+  AtomicFileWriter writer(out_path);
+  std::string buf;
+  auto flush = [&]() {
+    writer.write(buf.data(), buf.size());
+    buf.clear();
+  };
+  Cleaner cleaner(o, [&](std::string_view text) {
+    if (jsonl) {
+      buf += nlohmann::json{{"text", text}}.dump(-1, ' ', false,
+                                                 nlohmann::json::error_handler_t::replace);
+      buf += '\n';
+    } else {
+      append_text_document(buf, text);
+    }
+    if (buf.size() >= (1u << 20)) flush();
+  });
+  std::vector<fs::path> paths(inputs.begin(), inputs.end());
+  DocumentReadOptions ro;
+  ro.text_field = text_field;
+  for_each_document(
+      paths,
+      [&](std::string_view text, const DocumentOrigin&) {
+        cleaner.add(text);
+        return true;
+      },
+      ro);
+  cleaner.finish();
+  flush();
+  writer.commit();
+  CleanStats stats = cleaner.stats();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!quiet) {
+    std::string in_list;
+    for (const std::string& in : inputs) in_list += (in_list.empty() ? "" : " ") + in;
+    fmt::print("ft-data clean: {} -> {} ({})\n", in_list, out, jsonl ? "JSONL" : "text");
+    fmt::print("{}", stats.to_table());
+  }
+  if (!stats_path.empty()) {
+    nlohmann::json j = stats.to_json();
+    j["inputs"] = inputs;
+    j["output"] = out;
+    j["threads"] = omp_get_max_threads();
+    j["options"] = {{"near_dup_threshold", m.threshold},
+                    {"shingle", shingle},
+                    {"shingle_size", m.shingle_size},
+                    {"exact_dedup", o.exact_dedup},
+                    {"near_dedup", o.near_dedup},
+                    {"filters", f.enabled},
+                    {"min_words", f.min_words},
+                    {"max_words", f.max_words},
+                    {"min_chars", f.min_chars},
+                    {"max_chars", f.max_chars},
+                    {"max_non_text_ratio", f.max_non_text_ratio},
+                    {"min_alpha_ratio", f.min_alpha_word_ratio},
+                    {"max_symbol_ratio", f.max_symbol_word_ratio},
+                    {"max_dup_line_ratio", f.max_dup_line_ratio},
+                    {"max_dup_line_char_ratio", f.max_dup_line_char_ratio},
+                    {"max_top_ngram_ratio", f.max_top_ngram_ratio},
+                    {"max_dup_ngram_ratio", f.max_dup_ngram_ratio},
+                    {"c4_boilerplate", f.c4_boilerplate}};
+    write_file_atomic(stats_path, j.dump(2) + "\n");
+  }
+  return 0;
 }
 
 }  // namespace ft::data_cli

@@ -1,0 +1,178 @@
+// ft_data_clean_test.cpp: 'ft-data clean' end to end: outputs, statistics JSON, clear errors.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ft/core/atomic_file.h"
+#include "ft/trainer/documents.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(FT_BINARY_DIR) + "/ft-data clean " + args + " 2>&1";
+  Result r{0, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+class CleanCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ft_clean_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+std::vector<std::string> read_docs(const std::string& p) {
+  std::vector<std::string> docs;
+  ft::trainer::data::for_each_document({p}, [&](std::string_view t, const auto&) {
+    docs.emplace_back(t);
+    return true;
+  });
+  return docs;
+}
+
+// Distinct documents of Genesis words in random order, 120 words each.
+std::string doc(int i) {
+  static const char* kWords[] = {"light", "darkness", "waters",  "firmament", "heaven",  "earth",
+                                 "seed",  "fruit",    "herb",    "creature",  "cattle",  "fowl",
+                                 "whale", "morning",  "evening", "gathered",  "divided", "blessed"};
+  std::string s = "Verse " + std::to_string(i) + ":";
+  uint32_t x = 2654435761u * (i + 1);
+  for (int w = 0; w < 120; ++w) {
+    x = x * 1664525u + 1013904223u;
+    s += ' ';
+    s += kWords[(x >> 16) % 18];
+    if (w % 12 == 11) s += ".\nAnd";
+  }
+  return s + ".";
+}
+
+TEST_F(CleanCli, RemovesDuplicatesAndNoiseAndWritesStats) {
+  std::string text;
+  for (int i = 0; i < 30; ++i) text += doc(i) + "\n\n";
+  text += doc(3) + "\n\n" + doc(7) + "\n\n";  // exact duplicates
+  std::string near = doc(11);
+  near.replace(near.find(' ', 60), 1, " and ");  // one inserted word
+  text += near + "\n\n";
+  text += "x\x01\x02\x03 random \xFF\xFE bytes here and there\n\n";  // non-text
+  text += "ok\n\n";                                                  // too short
+  ft::write_file_atomic(path("in.txt"), text);
+  Result r = run(path("in.txt") + " --out " + path("out.jsonl") + " --stats " + path("s.json"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("exact duplicates"), std::string::npos) << r.out;
+  std::ifstream in(path("out.jsonl"));
+  std::vector<std::string> kept;
+  for (std::string line; std::getline(in, line);)
+    kept.push_back(nlohmann::json::parse(line)["text"]);
+  ASSERT_EQ(kept.size(), 30u) << r.out;
+  for (int i = 0; i < 30; ++i) EXPECT_EQ(kept[i], doc(i));  // first occurrences, in order
+  const auto s = nlohmann::json::parse(ft::read_file(path("s.json")));
+  EXPECT_EQ(s["in"]["docs"], 35);
+  EXPECT_EQ(s["exact_duplicates"]["docs"], 2);
+  EXPECT_EQ(s["near_duplicates"]["docs"], 1);
+  EXPECT_EQ(s["filters"]["non_text"]["docs"], 1);
+  EXPECT_EQ(s["filters"]["too_short"]["docs"], 1);
+  EXPECT_EQ(s["kept"]["docs"], 30);
+  EXPECT_EQ(s["removed"]["docs"].get<int>() + s["kept"]["docs"].get<int>(), 35);
+  EXPECT_EQ(s["options"]["near_dup_threshold"], 0.8);
+}
+
+TEST_F(CleanCli, TextOutputReadsBackAsTheSameDocuments) {
+  // JSONL input whose documents contain blank lines and a "%" line.
+  std::string jsonl;
+  std::vector<std::string> docs = {"first line\n\nsecond line after a blank one ok",
+                                   "a fortune\n%\nwith a percent line in it",
+                                   "plain document with enough words"};
+  for (const auto& d : docs) jsonl += nlohmann::json{{"body", d}}.dump() + "\n";
+  ft::write_file_atomic(path("in.jsonl"), jsonl);
+  Result r = run(path("in.jsonl") + " --text-field body --out " + path("out.txt") + " -q");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto back = read_docs(path("out.txt"));
+  ASSERT_EQ(back.size(), 3u) << ft::read_file(path("out.txt"));
+  EXPECT_EQ(back[0], "first line\nsecond line after a blank one ok");
+  EXPECT_EQ(back[1], "a fortune\n% \nwith a percent line in it");
+  EXPECT_EQ(back[2], docs[2]);
+  // Cleaning the text output again changes nothing.
+  r = run(path("out.txt") + " --out " + path("again.txt") + " -q");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(ft::read_file(path("again.txt")), ft::read_file(path("out.txt")));
+}
+
+TEST_F(CleanCli, OptionsTurnStagesOff) {
+  std::string text;
+  for (int i = 0; i < 5; ++i) text += doc(0) + "\n\n";
+  text += "ok\n\n";
+  ft::write_file_atomic(path("in.txt"), text);
+  Result r = run(path("in.txt") + " --no-exact-dedup --no-near-dedup --no-filters --out " +
+                 path("o.jsonl") + " --stats " + path("s.json") + " -q");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(ft::read_file(path("s.json")))["kept"]["docs"], 6);
+  r = run(path("in.txt") + " --no-exact-dedup --out " + path("o.jsonl") + " --stats " +
+          path("s.json") + " -q --shingle char --shingle-size 7");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto s = nlohmann::json::parse(ft::read_file(path("s.json")));
+  EXPECT_EQ(s["near_duplicates"]["docs"], 4);  // caught by MinHash instead
+  EXPECT_EQ(s["kept"]["docs"], 1);
+}
+
+TEST_F(CleanCli, BadInputIsAClearErrorAndWritesNothing) {
+  ft::write_file_atomic(path("bad.jsonl"), "{\"text\": \"fine document here\"}\n{\"text\": 3}\n");
+  Result r = run(path("bad.jsonl") + " --out " + path("o.jsonl"));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("bad.jsonl:2"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(path("o.jsonl")));
+  ft::write_file_atomic(path("bad2.jsonl"), "{\"text\": \"ok\"}\nnot json\n");
+  r = run(path("bad2.jsonl") + " --out " + path("o.jsonl"));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("bad2.jsonl:2: not valid JSON"), std::string::npos) << r.out;
+
+  ft::write_file_atomic(path("in.txt"), doc(1) + "\n");
+  r = run(path("missing.txt") + " --out " + path("o.jsonl"));
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("missing.txt"), std::string::npos) << r.out;
+  r = run(path("in.txt"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("--out is required"), std::string::npos) << r.out;
+  r = run(path("in.txt") + " --out " + path("o.jsonl") + " --near-dup-threshold 1.5");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("--near-dup-threshold 1.5 must be in (0, 1]"), std::string::npos) << r.out;
+  r = run(path("in.txt") + " --out " + path("o.jsonl") + " --bands 20 --rows 20");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("--num-perm"), std::string::npos) << r.out;
+  r = run(path("in.txt") + " --out " + path("o.jsonl") + " --min-alpha-ratio 2");
+  EXPECT_EQ(r.status, 2);
+  r = run(path("in.txt") + " --out " + path("o.jsonl") + " --shingle line");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("--shingle 'line'"), std::string::npos) << r.out;
+  r = run(path("in.txt") + " --out " + path("nodir/o.jsonl"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("does not exist"), std::string::npos) << r.out;
+  r = run(path("in.txt") + " --out " + path("o.jsonl") + " --bogus");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_FALSE(fs::exists(path("o.jsonl")));
+}
+
+}  // namespace
