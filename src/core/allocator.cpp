@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "ft/core/annotate.h"
 #include "ft/core/error.h"
 
 namespace ft {
@@ -126,6 +127,7 @@ CachingAllocator::Block* CachingAllocator::find_free_block(size_t size, bool lar
 
 CachingAllocator::Block* CachingAllocator::map_segment(size_t size, bool large, size_t requested,
                                                        const char* tag) {
+  FT_RANGE("alloc.segment_map", RangeKind::kAlloc);
   const size_t granule = std::max(page_size(), options_.round_to);
   const size_t seg_size = large ? round_up(round_up(size, kLargeSegmentRound), granule)
                                 : round_up(std::max(options_.min_segment, size), granule);
@@ -175,7 +177,12 @@ CachingAllocator::Block* CachingAllocator::map_segment(size_t size, bool large, 
       return b;
     }
     // Release wholly free cached segments and retry once; retry only if that freed something.
-    if (attempt == 0 && release_cached_locked() > 0) {
+    bool freed = false;
+    if (attempt == 0) {
+      FT_RANGE("alloc.retry", RangeKind::kAlloc);
+      freed = release_cached_locked() > 0;
+    }
+    if (freed) {
       ++stats_.cache_flush_retries;
       continue;
     }
@@ -187,6 +194,7 @@ CachingAllocator::Block* CachingAllocator::map_segment(size_t size, bool large, 
 }
 
 void CachingAllocator::throw_oom_locked(size_t requested, const char* tag, const std::string& why) {
+  FT_RANGE("alloc.oom", RangeKind::kAlloc);
   ++stats_.ooms;
   update_largest_free_locked();
   const size_t free_bytes = stats_.reserved - stats_.allocated;
@@ -202,6 +210,7 @@ void CachingAllocator::throw_oom_locked(size_t requested, const char* tag, const
 
 void CachingAllocator::unmap_segment(Segment* seg) {
   // Caller guarantees the segment is one free block that is in no pool index.
+  FT_RANGE("alloc.segment_unmap", RangeKind::kAlloc);
   munmap(seg->base, seg->size);
   stats_.reserved -= seg->size;
   --stats_.segments;
