@@ -24,7 +24,7 @@ TEST(LossHealth, HealthyCurve) {
   EXPECT_FALSE(h.has_nan);
   EXPECT_FALSE(h.diverged);
   EXPECT_EQ(h.spikes, 0);
-  EXPECT_LT(h.oscillation, 0.05);
+  EXPECT_LT(h.oscillation, 0.01) << "a steady descent is not oscillation";
 }
 
 TEST(LossHealth, NanWins) {
@@ -55,8 +55,11 @@ TEST(LossHealth, OscillationIsNormalisedSpreadOfDifferences) {
   std::vector<double> l;
   for (int i = 0; i < 30; ++i) l.push_back(4.0 - 0.01 * i + (i % 2 ? -0.6 : 0.6));
   const LossHealth h = assess_loss(l);
-  // differences alternate +-1.2 (minus 0.01): sd ~1.2, median loss ~3.85
-  EXPECT_NEAR(h.oscillation, 1.2 / 3.855, 0.01);
+  // Differences alternate +-1.2; their centred 5-mean is about +-0.24, so the detrended
+  // differences are about +-0.96 (less at the ends) over a median loss of ~3.855.
+  EXPECT_GT(h.oscillation, 0.2);
+  EXPECT_LT(h.oscillation, 0.96 / 3.855 + 0.01);
+  EXPECT_EQ(h.spikes, 0) << "alternation is oscillation, not spikes";
   EXPECT_EQ(h.verdict, "oscillating");
 }
 
@@ -114,7 +117,7 @@ TEST(Findings, UnstableLossRanksFirstAndNamesWarmupLrClip) {
   ASSERT_GE(f.size(), 2u);
   EXPECT_EQ(f[0].cls, "loss");
   EXPECT_EQ(f[0].severity, Severity::kCritical);
-  EXPECT_EQ(f[0].knobs, (std::vector<std::string>{"--warmup 10", "--lr 0.01", "--clip 1.0"}));
+  EXPECT_EQ(f[0].knobs, (std::vector<std::string>{"--warmup 10", "--lr 0.003", "--clip 1.0"}));
   EXPECT_EQ(f[1].cls, "precision");
 }
 

@@ -31,12 +31,21 @@ LossHealth assess_loss(const std::vector<double>& losses, const LossHealthRules&
   if (l.size() >= 3) {
     std::vector<double> d(l.size() - 1);
     for (size_t i = 1; i < l.size(); ++i) d[i - 1] = l[i] - l[i - 1];
+    // Normalised spread of the differences around their local trend (the mean difference over
+    // a centred window of 5), so a steady descent does not count as oscillation.
+    std::vector<double> r(d.size());
+    for (size_t i = 0; i < d.size(); ++i) {
+      const size_t a = i >= 2 ? i - 2 : 0, b = std::min(d.size(), i + 3);
+      double m = 0;
+      for (size_t j = a; j < b; ++j) m += d[j];
+      r[i] = d[i] - m / static_cast<double>(b - a);
+    }
     double mean = 0;
-    for (double x : d) mean += x;
-    mean /= d.size();
+    for (double x : r) mean += x;
+    mean /= r.size();
     double var = 0;
-    for (double x : d) var += (x - mean) * (x - mean);
-    const double sd = std::sqrt(var / d.size());
+    for (double x : r) var += (x - mean) * (x - mean);
+    const double sd = std::sqrt(var / r.size());
     const double med_loss = std::abs(median(l));
     h.oscillation = med_loss > 0 ? sd / med_loss : 0;
     // Typical step-to-step movement: 1.4826 x the median absolute difference (robust to the

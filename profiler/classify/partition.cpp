@@ -174,11 +174,13 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
   }
   // Outermost step spans on the training thread, in time order.
   std::vector<const Event*> steps, spans, device;
-  std::vector<const Event*> faults;
+  std::vector<const Event*> faults, system;
   for (const Event& ev : trace.events) {
     if (ev.phase == Phase::kCounter) {
-      if (ev.name < trace.names.size() && trace.names.at(ev.name) == kCounterMinorFaults) {
-        faults.push_back(&ev);
+      if (ev.name < trace.names.size()) {
+        const std::string& n = trace.names.at(ev.name);
+        if (n == kCounterMinorFaults) faults.push_back(&ev);
+        if (n == kCounterSystemNs) system.push_back(&ev);
       }
       continue;
     }
@@ -243,14 +245,24 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
       p.ns[static_cast<int>(c)] += len;
       host_cls.push_back({s.a, s.b, static_cast<int>(c)});
     }
-    // First-touch page faults: faults x measured cost, moved out of compute, then other
-    // (the stall happens inside whatever code touched the page), capped by their sum.
+    // First-touch page faults: faults x measured cost, at most the step's kernel CPU time when
+    // recorded, moved out of compute, then other (the stall happens inside whatever code
+    // touched the page), capped by their sum.
     for (const Event* f : faults) {
       const bool mine = f->step >= 0 ? f->step == p.step : (f->ts_ns >= lo && f->ts_ns <= hi);
       if (mine && f->value > 0) p.page_faults += static_cast<int64_t>(f->value);
     }
+    int64_t system_ns = -1;  // kernel CPU time in the step, when recorded
+    for (const Event* f : system) {
+      const bool mine = f->step >= 0 ? f->step == p.step : (f->ts_ns >= lo && f->ts_ns <= hi);
+      if (mine) system_ns = std::max<int64_t>(system_ns, 0) + static_cast<int64_t>(f->value);
+    }
     if (p.page_faults > 0) {
-      const auto want = static_cast<int64_t>(std::llround(p.page_faults * fault_ns));
+      auto want = static_cast<int64_t>(std::llround(p.page_faults * fault_ns));
+      if (system_ns >= 0 && system_ns < want) {
+        p.detail_ns["memory.page_faults_over_system_time"] += want - system_ns;
+        want = system_ns;  // faults are handled in the kernel: never more than its CPU time
+      }
       int64_t& compute = p.ns[static_cast<int>(WaitClass::kCompute)];
       int64_t& other = p.ns[static_cast<int>(WaitClass::kOther)];
       const int64_t take = std::min(want, compute + other);

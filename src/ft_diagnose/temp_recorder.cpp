@@ -46,6 +46,12 @@ int64_t process_minor_faults() {
   return ru.ru_minflt;
 }
 
+int64_t process_system_ns() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<int64_t>(ru.ru_stime.tv_sec) * 1000000000 + ru.ru_stime.tv_usec * 1000;
+}
+
 }  // namespace
 
 TempRecorder::TempRecorder() : pid_(static_cast<uint32_t>(::getpid())) {
@@ -76,6 +82,7 @@ void TempRecorder::begin(const char* name, RangeKind kind, int64_t arg) noexcept
     current_step_ = arg;
     main_tid_ = tid;
     faults_at_step_begin_ = process_minor_faults();
+    system_ns_at_step_begin_ = process_system_ns();
   }
   try {
     t_stack.push_back({now_ns(), name, kind, arg});
@@ -120,6 +127,9 @@ void TempRecorder::end(const char* name, RangeKind kind) noexcept {
       f.name = trace_.names.intern("page_faults.minor");
       f.phase = profiler::Phase::kCounter;
       f.category = Category::kCounter;
+      trace_.events.push_back(f);
+      f.value = static_cast<double>(process_system_ns() - system_ns_at_step_begin_);
+      f.name = trace_.names.intern("cpu.system_ns");
       trace_.events.push_back(f);
     }
   } catch (...) {

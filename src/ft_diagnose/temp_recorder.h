@@ -11,7 +11,8 @@
 namespace ft::diagnose {
 
 // Records every FT_RANGE as a complete span on its thread's track, and per-step minor page
-// faults (getrusage, whole process) as a "page_faults.minor" counter. Not bounded: meant for
+// faults and kernel CPU time (getrusage, whole process) as "page_faults.minor" and
+// "cpu.system_ns" counters. Not bounded: meant for
 // the short windows ft-diagnose profiles. Replace with prof's recorder at merge.
 class TempRecorder : public RangeSink {
  public:
@@ -34,6 +35,7 @@ class TempRecorder : public RangeSink {
   uint32_t pid_ = 0;
   uint32_t main_tid_ = 0;
   int64_t faults_at_step_begin_ = 0;
+  int64_t system_ns_at_step_begin_ = 0;
 };
 
 }  // namespace ft::diagnose

@@ -15,6 +15,7 @@ namespace ft::profiler {
 
 // Counter names the classifier reads (Phase::kCounter events; `step` set, or time-matched).
 inline constexpr const char* kCounterMinorFaults = "page_faults.minor";  // faults during the step
+inline constexpr const char* kCounterSystemNs = "cpu.system_ns";  // kernel CPU time in the step
 inline constexpr const char* kCounterLoss = "loss";
 inline constexpr const char* kCounterLr = "lr";
 inline constexpr const char* kCounterGradNorm = "grad_norm";
