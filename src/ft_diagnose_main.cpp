@@ -1,4 +1,5 @@
-// ft_diagnose_main.cpp: the ft-diagnose command: profile a run (or re-analyse one), print and write the diagnosis.
+// ft_diagnose_main.cpp: the ft-diagnose command: profile a run (or re-analyse one), print and write
+// the diagnosis.
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -33,14 +34,16 @@ void print_diagnosis(const Diagnosis& d, size_t top) {
   fmt::print("{} steps analysed; step time: ", d.steps.size());
   for (int i = 0; i < ft::profiler::kNumWaitClasses; ++i) {
     if (d.totals[i] >= 0.0005) {
-      fmt::print("{} {:.1f}%  ", ft::profiler::wait_class_name(static_cast<ft::profiler::WaitClass>(i)),
+      fmt::print("{} {:.1f}%  ",
+                 ft::profiler::wait_class_name(static_cast<ft::profiler::WaitClass>(i)),
                  100 * d.totals[i]);
     }
   }
-  fmt::print("\nMFU {:.2f}%  {:.0f} tokens/s  peak memory {:.1f} MiB (reserved {:.1f} MiB)  "
-             "page faults {}  loss {}\n",
-             100 * d.mfu, d.tokens_per_s, d.memory.peak / 1048576, d.memory.reserved / 1048576,
-             d.memory.page_faults, d.loss_health.verdict);
+  fmt::print(
+      "\nMFU {:.2f}%  {:.0f} tokens/s  peak memory {:.1f} MiB (reserved {:.1f} MiB)  "
+      "page faults {}  loss {}\n",
+      100 * d.mfu, d.tokens_per_s, d.memory.peak / 1048576, d.memory.reserved / 1048576,
+      d.memory.page_faults, d.loss_health.verdict);
   if (d.findings.empty()) {
     fmt::print("no findings\n");
     return;
@@ -48,7 +51,8 @@ void print_diagnosis(const Diagnosis& d, size_t top) {
   fmt::print("top findings:\n");
   for (size_t i = 0; i < d.findings.size() && i < top; ++i) {
     const auto& f = d.findings[i];
-    fmt::print("  {}. [{}] {}: {}\n", i + 1, ft::profiler::severity_name(f.severity), f.cls, f.title);
+    fmt::print("  {}. [{}] {}: {}\n", i + 1, ft::profiler::severity_name(f.severity), f.cls,
+               f.title);
     if (!f.evidence.detail.empty()) fmt::print("     evidence: {}\n", f.evidence.detail);
     std::string knobs;
     for (const auto& k : f.knobs) knobs += (knobs.empty() ? "" : "  ") + k;
@@ -120,7 +124,8 @@ int run(int argc, char** argv) {
   if (!profile.empty()) throw ft::ConfigError("--profile-steps applies to `ft-diagnose run` only");
   fs::path trace_path = input;
   if (fs::is_directory(trace_path)) trace_path /= "trace.json";
-  if (!fs::exists(trace_path)) throw ft::IoError(fmt::format("no trace at '{}'", trace_path.string()));
+  if (!fs::exists(trace_path))
+    throw ft::IoError(fmt::format("no trace at '{}'", trace_path.string()));
   const ft::profiler::Trace trace = ft::diagnose::read_trace_json_temp(trace_path);
   const fs::path out_dir = out.empty() ? trace_path.parent_path() : fs::path(out);
   return finish(trace, out_dir.empty() ? fs::path(".") : out_dir, gates, top, false);

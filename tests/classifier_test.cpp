@@ -1,11 +1,13 @@
-// classifier_test.cpp: exact per-step partition on synthetic traces (nesting, page faults, device streams).
+// classifier_test.cpp: exact per-step partition on synthetic traces (nesting, page faults, device
+// streams).
+#include "ft/profiler/classifier.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numeric>
 
 #include "ft/core/error.h"
-#include "ft/profiler/classifier.h"
 
 namespace {
 
@@ -16,7 +18,8 @@ constexpr Track kWorker{1, 2, false};
 
 struct Builder {
   Trace t;
-  Event& span(const Track& tr, const char* name, Category c, int64_t ts, int64_t dur, int64_t step = -1) {
+  Event& span(const Track& tr, const char* name, Category c, int64_t ts, int64_t dur,
+              int64_t step = -1) {
     Event e;
     e.track = tr;
     e.name = t.names.intern(name);
@@ -41,7 +44,9 @@ struct Builder {
   }
 };
 
-int64_t sum(const StepPartitionNs& p) { return std::accumulate(p.ns.begin(), p.ns.end(), int64_t{0}); }
+int64_t sum(const StepPartitionNs& p) {
+  return std::accumulate(p.ns.begin(), p.ns.end(), int64_t{0});
+}
 int64_t at(const StepPartitionNs& p, WaitClass c) { return p.ns[static_cast<int>(c)]; }
 
 TEST(Classifier, NestedSpansInnermostWinsAndPartsSumExactly) {
@@ -107,8 +112,8 @@ TEST(Classifier, PageFaultsMoveComputeThenOtherToMemoryCapped) {
   b.span(kMain, "data", Category::kData, 60000, 30000);  // 10000 other at the end
   b.span(kMain, "step", Category::kStep, 100000, 100000, 1);
   b.span(kMain, "fwd", Category::kCompute, 100000, 100000);
-  b.counter(kCounterMinorFaults, 0, 10);       // 10 x 13 us = 130 us > 70 us: capped
-  b.counter(kCounterMinorFaults, 1, 2);        // 2 x 13 us = 26 us from compute
+  b.counter(kCounterMinorFaults, 0, 10);  // 10 x 13 us = 130 us > 70 us: capped
+  b.counter(kCounterMinorFaults, 1, 2);   // 2 x 13 us = 26 us from compute
   const auto parts = partition_steps(b.t);
   ASSERT_EQ(parts.size(), 2u);
   EXPECT_EQ(parts[0].page_faults, 10);
@@ -120,6 +125,11 @@ TEST(Classifier, PageFaultsMoveComputeThenOtherToMemoryCapped) {
   EXPECT_EQ(at(parts[1], WaitClass::kMemory), 26000);
   EXPECT_EQ(at(parts[1], WaitClass::kCompute), 74000);
   for (const auto& p : parts) EXPECT_EQ(sum(p), p.wall_ns);
+  // Recorded kernel CPU time bounds the fault time (faults are handled in the kernel).
+  b.counter(kCounterSystemNs, 1, 20000);
+  EXPECT_EQ(at(partition_steps(b.t)[1], WaitClass::kMemory), 20000);
+  EXPECT_EQ(partition_steps(b.t)[1].detail_ns.at("memory.page_faults_over_system_time"), 6000);
+  b.t.events.pop_back();
   // A measured cost in the metadata replaces the default; options override both.
   b.t.metadata[kMetaPageFaultNs] = "1000";
   EXPECT_EQ(at(partition_steps(b.t)[1], WaitClass::kMemory), 2000);
@@ -135,16 +145,16 @@ TEST(Classifier, DeviceIdleSplitByOtherStreamsAndHost) {
   b.span(kMain, "data.next", Category::kData, 0, 200);
   b.span(kMain, "launch", Category::kHost, 200, 100);
   b.span(kMain, "cudaStreamSynchronize", Category::kSync, 700, 300);
-  b.span(s7, "gemm", Category::kCompute, 300, 300);      // busy [300,600)
-  b.span(s7, "gemm", Category::kCompute, 550, 150);      // overlaps: busy until 700
-  b.span(s8, "memcpy", Category::kH2D, 100, 300);        // [100,300) idle → pcie; [300,400) busy
-  b.span(s8, "nccl", Category::kComm, 800, 100);         // [800,900) idle → comm
+  b.span(s7, "gemm", Category::kCompute, 300, 300);  // busy [300,600)
+  b.span(s7, "gemm", Category::kCompute, 550, 150);  // overlaps: busy until 700
+  b.span(s8, "memcpy", Category::kH2D, 100, 300);    // [100,300) idle → pcie; [300,400) busy
+  b.span(s8, "nccl", Category::kComm, 800, 100);     // [800,900) idle → comm
   const auto p = partition_steps(b.t).at(0);
   EXPECT_EQ(p.detail_ns.at("device0.busy"), 400);
-  EXPECT_EQ(p.detail_ns.at("device0.idle.data"), 100);   // [0,100)
-  EXPECT_EQ(p.detail_ns.at("device0.idle.pcie"), 200);   // [100,300)
-  EXPECT_EQ(p.detail_ns.at("device0.idle.comm"), 100);   // [800,900)
-  EXPECT_EQ(p.detail_ns.at("device0.idle.sync"), 200);   // [700,800) + [900,1000)
+  EXPECT_EQ(p.detail_ns.at("device0.idle.data"), 100);  // [0,100)
+  EXPECT_EQ(p.detail_ns.at("device0.idle.pcie"), 200);  // [100,300)
+  EXPECT_EQ(p.detail_ns.at("device0.idle.comm"), 100);  // [800,900)
+  EXPECT_EQ(p.detail_ns.at("device0.idle.sync"), 200);  // [700,800) + [900,1000)
   int64_t total = 0;
   for (const auto& [k, v] : p.detail_ns) {
     if (k.rfind("device0.", 0) == 0) total += v;
@@ -190,8 +200,8 @@ TEST(Classifier, PageFaultProbeMeasuresFaults) {
   int64_t faults = 0;
   const double ns = measure_page_fault_ns(size_t{8} << 20, 2, &faults);
   ASSERT_GT(faults, 0) << "fresh mappings fault on first touch";
-  EXPECT_GT(ns, 50.0);   // a fault is never cheaper than a few hundred cycles
-  EXPECT_LT(ns, 1e9);    // nor slower than a second (THP compaction can take ms)
+  EXPECT_GT(ns, 50.0);  // a fault is never cheaper than a few hundred cycles
+  EXPECT_LT(ns, 1e9);   // nor slower than a second (THP compaction can take ms)
 }
 
 }  // namespace

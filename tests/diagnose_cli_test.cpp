@@ -1,4 +1,5 @@
-// diagnose_cli_test.cpp: ft-diagnose end to end: run + report.json layout, re-analysis, gates, bad input.
+// diagnose_cli_test.cpp: ft-diagnose end to end: run + report.json layout, re-analysis, gates, bad
+// input.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -6,9 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "ft/core/atomic_file.h"
 
@@ -34,7 +34,8 @@ Result diagnose(const std::string& args) {
 }
 
 fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("ft_diag_cli_" + name + "_" + std::to_string(::getpid()));
+  fs::path d =
+      fs::temp_directory_path() / ("ft_diag_cli_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -107,7 +108,8 @@ TEST(DiagnoseCli, ReanalysisReproducesTheReport) {
 }
 
 TEST(DiagnoseCli, GatesSetTheExitStatus) {
-  Result r = diagnose(run_dir().string() + " --out " + temp_dir("g1").string() + " --fail-if 'compute>1%'");
+  Result r = diagnose(run_dir().string() + " --out " + temp_dir("g1").string() +
+                      " --fail-if 'compute>1%'");
   EXPECT_EQ(r.status, 4) << r.out;
   EXPECT_NE(r.out.find("gate tripped: compute>1%"), std::string::npos) << r.out;
   r = diagnose(run_dir().string() + " --out " + temp_dir("g2").string() +
@@ -142,12 +144,14 @@ TEST(DiagnoseCli, BadInputIsAClearError) {
   r = diagnose(d.string());
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("not valid JSON at byte"), std::string::npos) << r.out;
-  ft::write_file_atomic(d / "trace.json", R"({"traceEvents": [{"ph": "X", "name": "x", "ts": 0}]})");
+  ft::write_file_atomic(d / "trace.json",
+                        R"({"traceEvents": [{"ph": "X", "name": "x", "ts": 0}]})");
   r = diagnose(d.string());
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("trace event 0 is malformed"), std::string::npos) << r.out;
-  ft::write_file_atomic(d / "trace.json",
-                        R"({"traceEvents": [{"ph": "X", "cat": "compute", "name": "x", "ts": 0, "dur": 5}]})");
+  ft::write_file_atomic(
+      d / "trace.json",
+      R"({"traceEvents": [{"ph": "X", "cat": "compute", "name": "x", "ts": 0, "dur": 5}]})");
   r = diagnose(d.string());
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("no training steps"), std::string::npos) << r.out;

@@ -1,13 +1,13 @@
-// diagnose_scenarios_test.cpp: real ft-diagnose runs with real knobs; the top finding names the cause, and its knob fixes it.
+// diagnose_scenarios_test.cpp: real ft-diagnose runs with real knobs; the top finding names the
+// cause, and its knob fixes it.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "ft/core/atomic_file.h"
 
@@ -61,7 +61,8 @@ bool has_knob(const json& f, const std::string& prefix) {
 double mean_step_ms(const json& r, size_t skip = 2) {
   double sum = 0;
   size_t n = 0;
-  for (size_t i = skip; i < r.at("steps").size(); ++i, ++n) sum += r["steps"][i]["wall_ms"].get<double>();
+  for (size_t i = skip; i < r.at("steps").size(); ++i, ++n)
+    sum += r["steps"][i]["wall_ms"].get<double>();
   return n ? sum / n : 0;
 }
 
@@ -85,7 +86,8 @@ std::string knob_flags(const json& f) {
 // (a) Data-bound: heavy in-line preprocessing, no loader workers.
 TEST(DiagnoseScenario, DataBoundTopFindingIsDataAndWorkersCutStepTime) {
   for (const char* flag : {"--loader-workers", "--preprocess-cost"}) {
-    if (!ft_train_has_flag(flag)) GTEST_SKIP() << "ft-train has no " << flag << " yet (issue 3 loader)";
+    if (!ft_train_has_flag(flag))
+      GTEST_SKIP() << "ft-train has no " << flag << " yet (issue 3 loader)";
   }
   const std::string model =
       " --layers 2 --heads 2 --channels 64 --seq-len 64 --micro-batch 8 --steps 8 --precision bf16";
@@ -106,7 +108,8 @@ TEST(DiagnoseScenario, DataBoundTopFindingIsDataAndWorkersCutStepTime) {
 // (b) Memory: caching disabled under a tight limit, so every step maps and faults in fresh pages.
 TEST(DiagnoseScenario, MemoryTopFindingIsMemoryAndCachingRemovesTheFaults) {
   const std::string model =
-      " --layers 2 --heads 2 --channels 32 --seq-len 128 --micro-batch 16 --steps 6 --precision bf16"
+      " --layers 2 --heads 2 --channels 32 --seq-len 128 --micro-batch 16 --steps 6 --precision "
+      "bf16"
       " --memory-limit 64M";
   const json bad = diagnose_run("memory", model + " --allocator-caching false");
   const json& f = top(bad);
@@ -145,7 +148,8 @@ TEST(DiagnoseScenario, UnderfilledTopFindingIsBatch) {
 // (e) Unstable loss: no warmup, LR far too high, no clipping; the suggested knobs steady it.
 TEST(DiagnoseScenario, UnstableLossTopFindingIsLossAndTheFixSteadiesIt) {
   const std::string model =
-      " --layers 2 --heads 2 --channels 64 --seq-len 64 --micro-batch 16 --steps 30 --precision bf16";
+      " --layers 2 --heads 2 --channels 64 --seq-len 64 --micro-batch 16 --steps 30 --precision "
+      "bf16";
   const json bad = diagnose_run("loss", model + " --warmup 0 --lr 0.1 --clip 0");
   const json& f = top(bad);
   EXPECT_EQ(f.at("class"), "loss") << bad.at("findings").dump(1);

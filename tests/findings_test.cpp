@@ -1,10 +1,11 @@
 // findings_test.cpp: loss-health rules, finding rules and ranking, RunInfo from metadata, CI gates.
+#include "ft/profiler/findings.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "ft/core/error.h"
-#include "ft/profiler/findings.h"
 #include "ft/profiler/loss_health.h"
 
 namespace {
@@ -14,7 +15,8 @@ using namespace ft::profiler;
 // A smooth decaying curve with small deterministic noise, like a healthy short run.
 std::vector<double> healthy(int n) {
   std::vector<double> l;
-  for (int i = 0; i < n; ++i) l.push_back(2.0 + 3.5 * std::exp(-i / 8.0) + 0.01 * std::sin(i * 1.7));
+  for (int i = 0; i < n; ++i)
+    l.push_back(2.0 + 3.5 * std::exp(-i / 8.0) + 0.01 * std::sin(i * 1.7));
   return l;
 }
 
@@ -174,6 +176,35 @@ TEST(Findings, EnvironmentCoretypeThreadsAndAllocator) {
   EXPECT_TRUE(core);
   EXPECT_TRUE(threads);
   EXPECT_TRUE(alloc);
+}
+
+TEST(Findings, NsightCopyRules) {
+  Trace t;
+  auto copy = [&](Category c, uint64_t bytes, uint8_t flags) {
+    Event e;
+    e.track = {1, 1, false};
+    e.name = t.names.intern("memcpy");
+    e.category = c;
+    e.dur_ns = 1000;
+    e.bytes = bytes;
+    e.flags = flags;
+    t.events.push_back(e);
+  };
+  copy(Category::kH2D, 1 << 20, kPageable);               // async from pageable: flagged
+  copy(Category::kH2D, 1 << 20, kPinned);                 // pinned async: fine
+  copy(Category::kD2H, 1 << 20, kSynchronous | kPinned);  // sync > 64 KB: flagged
+  copy(Category::kH2D, 4096, kSynchronous | kPinned);     // sync <= 64 KB: fine
+  const auto f =
+      find_issues(t, {step(0, 10, {10, 0, 0, 0, 0, 0, 0, 0})}, RunInfo{}, assess_loss({}));
+  int pageable = 0, sync = 0;
+  for (const auto& x : f) {
+    if (x.cls != "pcie") continue;
+    pageable += x.title == "1 asynchronous copies from pageable memory";
+    sync += x.title == "1 synchronous copies (D2H, or H2D over 64 KB)";
+    EXPECT_EQ(x.evidence.detail, "1 copies, 1048576 bytes, 0.001 ms");
+  }
+  EXPECT_EQ(pageable, 1);
+  EXPECT_EQ(sync, 1);
 }
 
 TEST(Findings, RunInfoFromMetadata) {

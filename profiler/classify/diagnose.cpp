@@ -1,4 +1,5 @@
-// diagnose.cpp: a whole Diagnosis from a trace (partition, totals, memory, loss health, findings) and CI gates.
+// diagnose.cpp: a whole Diagnosis from a trace (partition, totals, memory, loss health, findings)
+// and CI gates.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -85,12 +86,14 @@ Gate parse_gate(const std::string& text) {
   g.pct = std::strtod(num.c_str(), &end);
   if (num.empty() || end != num.c_str() + num.size() || !std::isfinite(g.pct) || g.pct < 0 ||
       g.pct > 100) {
-    throw ConfigError(
-        fmt::format("--fail-if '{}': '{}' is not a percentage in [0, 100]", text, text.substr(gt + 1)));
+    throw ConfigError(fmt::format("--fail-if '{}': '{}' is not a percentage in [0, 100]", text,
+                                  text.substr(gt + 1)));
   }
   bool known = false;
-  for (int i = 0; i < kNumWaitClasses; ++i) known |= g.cls == wait_class_name(static_cast<WaitClass>(i));
-  for (const char* c : {"precision", "batch", "loss", "environment", "parallel"}) known |= g.cls == c;
+  for (int i = 0; i < kNumWaitClasses; ++i)
+    known |= g.cls == wait_class_name(static_cast<WaitClass>(i));
+  for (const char* c : {"precision", "batch", "loss", "environment", "parallel"})
+    known |= g.cls == c;
   if (!known) {
     throw ConfigError(fmt::format(
         "--fail-if '{}': unknown class '{}' (compute, data, pcie, comm, memory, host, sync, other, "
@@ -109,7 +112,8 @@ std::vector<std::string> check_gates(const Diagnosis& d, const std::vector<Gate>
     }
     if (wc >= 0) {
       const double pct = 100 * d.totals[wc];
-      if (pct > g.pct) tripped.push_back(fmt::format("{}: {} is {:.1f}% of step time", g.text, g.cls, pct));
+      if (pct > g.pct)
+        tripped.push_back(fmt::format("{}: {} is {:.1f}% of step time", g.text, g.cls, pct));
       continue;
     }
     double best = 0;

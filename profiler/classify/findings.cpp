@@ -73,16 +73,16 @@ Severity time_severity(double share, const FindingRules& r) {
 int vector_bits_of_coretype(std::string core) {
   for (auto& ch : core) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   static const std::set<std::string> k512 = {"SKYLAKEX", "COOPERLAKE", "SAPPHIRERAPIDS"};
-  static const std::set<std::string> k256 = {"HASWELL", "ZEN", "SANDYBRIDGE", "EXCAVATOR",
-                                             "STEAMROLLER", "PILEDRIVER", "BULLDOZER"};
+  static const std::set<std::string> k256 = {
+      "HASWELL", "ZEN", "SANDYBRIDGE", "EXCAVATOR", "STEAMROLLER", "PILEDRIVER", "BULLDOZER"};
   if (k512.count(core)) return 512;
   if (k256.count(core)) return 256;
   return core.empty() ? 0 : 128;  // Prescott, Nehalem, Core2, Penryn, Atom, ...
 }
 
 void add_time_finding(std::vector<Finding>* out, const Trace& trace,
-                      const std::vector<const StepBreakdown*>& steps, const Totals& t,
-                      WaitClass c, double threshold, const FindingRules& r, std::string title,
+                      const std::vector<const StepBreakdown*>& steps, const Totals& t, WaitClass c,
+                      double threshold, const FindingRules& r, std::string title,
                       std::string explanation, std::vector<std::string> knobs, std::string detail) {
   const double share = t.wall > 0 ? t.ms[static_cast<int>(c)] / t.wall : 0;
   if (share <= threshold) return;
@@ -98,6 +98,60 @@ void add_time_finding(std::vector<Finding>* out, const Trace& trace,
   f.evidence.detail = std::move(detail);
   f.knobs = std::move(knobs);
   out->push_back(std::move(f));
+}
+
+// Nsight Systems rules: async copies from pageable memory, synchronous copies over 64 KB.
+void copy_findings(std::vector<Finding>* out, const Trace& trace, const FindingRules& r) {
+  struct Tally {
+    int count = 0;
+    uint64_t bytes = 0;
+    int64_t ns = 0;
+    std::vector<std::string> examples;
+  } pageable, sync;
+  auto add = [&](Tally& t, const Event& ev) {
+    ++t.count;
+    t.bytes += ev.bytes;
+    t.ns += ev.dur_ns;
+    if (t.examples.size() < 3) {
+      t.examples.push_back(fmt::format("{} {} bytes {:.3f} ms at step {}", trace.names.at(ev.name),
+                                       ev.bytes, ev.dur_ns / 1e6, ev.step));
+    }
+  };
+  for (const Event& ev : trace.events) {
+    if (ev.phase != Phase::kSpan ||
+        (ev.category != Category::kH2D && ev.category != Category::kD2H)) {
+      continue;
+    }
+    if ((ev.flags & kPageable) && !(ev.flags & kSynchronous)) add(pageable, ev);
+    // Nsight: synchronous memcpy, except H2D <= 64 KB.
+    if ((ev.flags & kSynchronous) &&
+        (ev.category == Category::kD2H || ev.bytes > r.sync_copy_bytes)) {
+      add(sync, ev);
+    }
+  }
+  auto emit = [&](const Tally& t, std::string title, std::string why,
+                  std::vector<std::string> knobs) {
+    if (t.count == 0) return;
+    Finding f;
+    f.cls = "pcie";
+    f.severity = Severity::kWarning;
+    f.title = std::move(title);
+    f.explanation = std::move(why);
+    f.evidence.examples = t.examples;
+    f.evidence.detail = fmt::format("{} copies, {} bytes, {:.3f} ms", t.count, t.bytes, t.ns / 1e6);
+    f.knobs = std::move(knobs);
+    out->push_back(std::move(f));
+  };
+  emit(pageable, fmt::format("{} asynchronous copies from pageable memory", pageable.count),
+       "An asynchronous copy from pageable memory is staged through a driver buffer and runs "
+       "synchronously (Nsight Systems rule).",
+       {"page-locked (pinned) host buffers for copies", "--prefetch 2"});
+  emit(sync,
+       fmt::format("{} synchronous copies (D2H, or H2D over {} KB)", sync.count,
+                   r.sync_copy_bytes / 1024),
+       "Synchronous copies block the host until the device is done (Nsight Systems rule: "
+       "synchronous memcpy except H2D <= 64 KB).",
+       {"asynchronous copies on a side stream", "--prefetch 2"});
 }
 
 }  // namespace
@@ -141,27 +195,29 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
         static_cast<int>(std::ceil(data_ms / std::max(rest_ms, 1e-3))) + 1, 1, std::max(1, cores));
     std::vector<std::string> knobs = {fmt::format("--loader-workers {}", workers), "--prefetch 2"};
     add_time_finding(
-        &out, trace, steps, t, WaitClass::kData, r.data_share, r, "The training thread waits for data",
+        &out, trace, steps, t, WaitClass::kData, r.data_share, r,
+        "The training thread waits for data",
         fmt::format("Each step spends {:.2f} ms producing or waiting for batches on the training "
                     "thread. Worker threads that prepare batches ahead of time hide this behind "
                     "compute.",
                     data_ms),
         knobs,
-        fmt::format("data {:.2f} ms/step (preprocess {:.2f}, wait {:.2f}); rest of step {:.2f} ms; "
-                    "loader workers now {}",
-                    data_ms, d("data.preprocess") / n, d("data.wait") / n, rest_ms,
-                    run.loader_workers < 0 ? std::string("unknown")
-                                           : std::to_string(run.loader_workers)));
+        fmt::format(
+            "data {:.2f} ms/step (preprocess {:.2f}, wait {:.2f}); rest of step {:.2f} ms; "
+            "loader workers now {}",
+            data_ms, d("data.preprocess") / n, d("data.wait") / n, rest_ms,
+            run.loader_workers < 0 ? std::string("unknown") : std::to_string(run.loader_workers)));
   }
   // Memory: allocator slow path, retries, OOM handling and first-touch page faults.
   {
     std::vector<std::string> knobs;
     if (!run.allocator_caching) knobs.push_back("--allocator-caching true");
     if (run.alloc_retries > 0 || run.ooms > 0) {
-      knobs.push_back(run.memory_limit > 0
-                          ? fmt::format("--memory-limit {}M",
-                                        static_cast<long>(std::ceil(run.memory_limit * 1.5 / 1048576)))
-                          : "--memory-limit (raise it)");
+      knobs.push_back(
+          run.memory_limit > 0
+              ? fmt::format("--memory-limit {}M",
+                            static_cast<long>(std::ceil(run.memory_limit * 1.5 / 1048576)))
+              : "--memory-limit (raise it)");
       if (run.checkpoint != "block") knobs.push_back("--checkpoint block");
     }
     if (knobs.empty()) knobs.push_back("--allocator-caching true");
@@ -181,13 +237,13 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
                     run.alloc_retries, run.ooms, run.segment_maps, run.segment_unmaps,
                     run.allocator_caching ? "on" : "off"));
   }
-  add_time_finding(&out, trace, steps, t, WaitClass::kComm, r.comm_share, r,
-                   "Communication is exposed",
-                   "Collectives run on the critical path instead of overlapping with compute. "
-                   "Fewer, larger all-reduces (more accumulation) amortise them.",
-                   {fmt::format("--grad-accum {}", std::max(2, 2 * run.grad_accum))},
-                   fmt::format("comm transfer {:.2f} ms/step, waiting for other ranks {:.2f} ms/step",
-                               d("comm.transfer") / n, d("comm.wait") / n));
+  add_time_finding(
+      &out, trace, steps, t, WaitClass::kComm, r.comm_share, r, "Communication is exposed",
+      "Collectives run on the critical path instead of overlapping with compute. "
+      "Fewer, larger all-reduces (more accumulation) amortise them.",
+      {fmt::format("--grad-accum {}", std::max(2, 2 * run.grad_accum))},
+      fmt::format("comm transfer {:.2f} ms/step, waiting for other ranks {:.2f} ms/step",
+                  d("comm.transfer") / n, d("comm.wait") / n));
   add_time_finding(&out, trace, steps, t, WaitClass::kPcie, r.pcie_share, r,
                    "Host-device copies are exposed",
                    "Copies between host and device block the step. Pinned buffers and prefetching "
@@ -195,18 +251,22 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
                    {"--prefetch 2"},
                    fmt::format("pageable copies {:.2f} ms/step of {:.2f}", d("pcie.pageable") / n,
                                t.ms[static_cast<int>(WaitClass::kPcie)] / n));
-  add_time_finding(&out, trace, steps, t, WaitClass::kSync, r.sync_share, r,
-                   "The training thread waits on synchronisation",
-                   "Explicit synchronisation serialises host and device work.", {},
-                   fmt::format("sync {:.2f} ms/step", t.ms[static_cast<int>(WaitClass::kSync)] / n));
-  add_time_finding(&out, trace, steps, t, WaitClass::kHost, r.host_share, r,
-                   "Host/launch overhead", "Host-side bookkeeping between kernels is significant.",
-                   {fmt::format("--micro-batch {}", std::max(2, 2 * run.micro_batch))},
-                   fmt::format("host {:.2f} ms/step", t.ms[static_cast<int>(WaitClass::kHost)] / n));
-  add_time_finding(&out, trace, steps, t, WaitClass::kOther, r.other_share, r,
-                   "Time outside any annotated phase",
-                   "Part of the step is covered by no range, so its cause is unknown.", {},
-                   fmt::format("other {:.2f} ms/step", t.ms[static_cast<int>(WaitClass::kOther)] / n));
+  copy_findings(&out, trace, r);
+  add_time_finding(
+      &out, trace, steps, t, WaitClass::kSync, r.sync_share, r,
+      "The training thread waits on synchronisation",
+      "Explicit synchronisation serialises host and device work.", {},
+      fmt::format("sync {:.2f} ms/step", t.ms[static_cast<int>(WaitClass::kSync)] / n));
+  add_time_finding(
+      &out, trace, steps, t, WaitClass::kHost, r.host_share, r, "Host/launch overhead",
+      "Host-side bookkeeping between kernels is significant.",
+      {fmt::format("--micro-batch {}", std::max(2, 2 * run.micro_batch))},
+      fmt::format("host {:.2f} ms/step", t.ms[static_cast<int>(WaitClass::kHost)] / n));
+  add_time_finding(
+      &out, trace, steps, t, WaitClass::kOther, r.other_share, r,
+      "Time outside any annotated phase",
+      "Part of the step is covered by no range, so its cause is unknown.", {},
+      fmt::format("other {:.2f} ms/step", t.ms[static_cast<int>(WaitClass::kOther)] / n));
   // Precision: compute-bound in fp32.
   const double compute = share(WaitClass::kCompute);
   if (run.precision == "fp32" && compute >= r.compute_bound_share) {
@@ -222,7 +282,8 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
     f.evidence.share = compute;
     f.evidence.examples = example_spans(trace, WaitClass::kCompute, steps, 3);
     f.evidence.detail = fmt::format(
-        "compute {:.2f} ms/step of {:.2f}; MFU {}; recoverable share assumes a {:.1f}x bf16 speed-up",
+        "compute {:.2f} ms/step of {:.2f}; MFU {}; recoverable share assumes a {:.1f}x bf16 "
+        "speed-up",
         t.ms[static_cast<int>(WaitClass::kCompute)] / n, t.wall / n,
         run.mfu >= 0 ? fmt::format("{:.1f}%", 100 * run.mfu) : "unknown", r.bf16_speedup);
     f.knobs = {"--precision bf16"};
@@ -238,17 +299,19 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
     f.cls = "batch";
     f.share = 0.5 * compute * (1.0 - run.mfu / r.underfilled_mfu);
     f.severity = Severity::kWarning;
-    f.title = fmt::format("Micro-batch under-filled ({} tokens, MFU {:.1f}%)", tokens, 100 * run.mfu);
+    f.title =
+        fmt::format("Micro-batch under-filled ({} tokens, MFU {:.1f}%)", tokens, 100 * run.mfu);
     f.explanation =
         "Each micro-batch is too small to keep the GEMMs efficient, and memory has room for a "
         "larger one. Doubling the micro-batch and halving accumulation keeps the global batch "
         "(and so the loss curve) the same while each GEMM does twice the work per call.";
     f.evidence.steps = steps_with(steps, WaitClass::kCompute, 0.0);
     f.evidence.share = compute;
-    f.evidence.detail = fmt::format("micro-batch {} x seq {} = {} tokens; peak memory {:.1f} MiB of "
-                                    "{:.1f} MiB available; MFU {:.2f}%",
-                                    run.micro_batch, run.seq_len, tokens, run.mem_peak / 1048576,
-                                    capacity / 1048576, 100 * run.mfu);
+    f.evidence.detail = fmt::format(
+        "micro-batch {} x seq {} = {} tokens; peak memory {:.1f} MiB of "
+        "{:.1f} MiB available; MFU {:.2f}%",
+        run.micro_batch, run.seq_len, tokens, run.mem_peak / 1048576, capacity / 1048576,
+        100 * run.mfu);
     if (run.grad_accum >= 2) {
       f.knobs = {fmt::format("--micro-batch {} --grad-accum {}", 2 * run.micro_batch,
                              std::max(1, run.grad_accum / 2))};
@@ -301,18 +364,19 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
     const int bits = vector_bits_of_coretype(core);
     if (bits > 0 && bits < run.cpu_vector_bits) {
       const bool uses = run.gemm_library.find("OpenBLAS") != std::string::npos;
-      env_finding(uses ? Severity::kWarning : Severity::kInfo,
-                  fmt::format("OPENBLAS_CORETYPE={} forces {}-bit kernels on a {}-bit CPU", core,
-                              bits, run.cpu_vector_bits),
-                  uses ? "OpenBLAS GEMMs run at a fraction of the CPU's vector width."
-                       : "ft's GEMMs do not use OpenBLAS, but anything else in the process "
-                         "(NumPy, PyTorch) runs its GEMMs at a fraction of the vector width.",
-                  fmt::format("GEMM: {}", run.gemm_library),
-                  {run.cpu_vector_bits >= 512 ? "OPENBLAS_CORETYPE=SkylakeX" : "unset OPENBLAS_CORETYPE"});
+      env_finding(
+          uses ? Severity::kWarning : Severity::kInfo,
+          fmt::format("OPENBLAS_CORETYPE={} forces {}-bit kernels on a {}-bit CPU", core, bits,
+                      run.cpu_vector_bits),
+          uses ? "OpenBLAS GEMMs run at a fraction of the CPU's vector width."
+               : "ft's GEMMs do not use OpenBLAS, but anything else in the process "
+                 "(NumPy, PyTorch) runs its GEMMs at a fraction of the vector width.",
+          fmt::format("GEMM: {}", run.gemm_library),
+          {run.cpu_vector_bits >= 512 ? "OPENBLAS_CORETYPE=SkylakeX" : "unset OPENBLAS_CORETYPE"});
     }
   }
-  if (const auto pos = run.gemm_library.find("max ISA avx2"); pos != std::string::npos &&
-                                                               run.cpu_vector_bits >= 512) {
+  if (const auto pos = run.gemm_library.find("max ISA avx2");
+      pos != std::string::npos && run.cpu_vector_bits >= 512) {
     env_finding(Severity::kWarning, "oneDNN is limited to AVX2 on an AVX-512 CPU",
                 "oneDNN's GEMMs dispatch to 256-bit kernels (ONEDNN_MAX_CPU_ISA?).",
                 fmt::format("GEMM: {}", run.gemm_library), {"unset ONEDNN_MAX_CPU_ISA"});
@@ -359,11 +423,13 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
     f.cls = "memory";
     f.severity = Severity::kWarning;
     f.title = fmt::format("Memory at {:.0f}% of capacity", 100 * run.mem_reserved_peak / capacity);
-    f.explanation = "Peak reserved memory is close to the budget: the allocator will flush and "
-                    "retry, or run out.";
+    f.explanation =
+        "Peak reserved memory is close to the budget: the allocator will flush and "
+        "retry, or run out.";
     f.evidence.detail = fmt::format("peak reserved {:.1f} MiB of {:.1f} MiB",
                                     run.mem_reserved_peak / 1048576, capacity / 1048576);
-    f.knobs = {"--checkpoint block", fmt::format("--micro-batch {}", std::max(1, run.micro_batch / 2))};
+    f.knobs = {"--checkpoint block",
+               fmt::format("--micro-batch {}", std::max(1, run.micro_batch / 2))};
     out.push_back(std::move(f));
   }
   rank_findings(&out);

@@ -1,4 +1,5 @@
-// partition.cpp: exact per-step partition of the training thread's wall time, and device idle split.
+// partition.cpp: exact per-step partition of the training thread's wall time, and device idle
+// split.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,21 +17,29 @@ namespace {
 // Tie-break priority when two spans start at the same instant with the same length (lower wins).
 int class_priority(WaitClass c) {
   switch (c) {
-    case WaitClass::kMemory: return 0;
-    case WaitClass::kSync: return 1;
-    case WaitClass::kComm: return 2;
-    case WaitClass::kPcie: return 3;
-    case WaitClass::kData: return 4;
-    case WaitClass::kHost: return 5;
-    case WaitClass::kCompute: return 6;
-    case WaitClass::kOther: return 7;
+    case WaitClass::kMemory:
+      return 0;
+    case WaitClass::kSync:
+      return 1;
+    case WaitClass::kComm:
+      return 2;
+    case WaitClass::kPcie:
+      return 3;
+    case WaitClass::kData:
+      return 4;
+    case WaitClass::kHost:
+      return 5;
+    case WaitClass::kCompute:
+      return 6;
+    case WaitClass::kOther:
+      return 7;
   }
   return 7;
 }
 
 struct Interval {
-  int64_t a = 0, b = 0;  // [a, b)
-  int label = -1;        // caller's label
+  int64_t a = 0, b = 0;            // [a, b)
+  int label = -1;                  // caller's label
   int64_t k1 = 0, k2 = 0, k3 = 0;  // ordering key: the smallest (k1, k2, k3) covers the instant
 };
 
@@ -91,7 +100,8 @@ std::vector<Segment> sweep(std::vector<Interval> ivs, int64_t lo, int64_t hi) {
 std::string detail_key(const Event& ev, const std::string& name, WaitClass cls) {
   auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
   switch (cls) {
-    case WaitClass::kData: return has("preprocess") ? "data.preprocess" : "data.wait";
+    case WaitClass::kData:
+      return has("preprocess") ? "data.preprocess" : "data.wait";
     case WaitClass::kPcie:
       if (ev.flags & kPageable) return "pcie.pageable";
       return ev.category == Category::kD2H ? "pcie.d2h" : "pcie.h2d";
@@ -103,9 +113,12 @@ std::string detail_key(const Event& ev, const std::string& name, WaitClass cls) 
       return "memory.allocator";
     case WaitClass::kCompute:
       return ev.category == Category::kOptimizer ? "compute.optimizer" : "";
-    case WaitClass::kSync: return "sync";
-    case WaitClass::kHost: return "host";
-    case WaitClass::kOther: return "";
+    case WaitClass::kSync:
+      return "sync";
+    case WaitClass::kHost:
+      return "host";
+    case WaitClass::kOther:
+      return "";
   }
   return "";
 }
@@ -133,17 +146,25 @@ WaitClass wait_class_of(Category c) {
     case Category::kCompute:
     case Category::kOptimizer:
     case Category::kD2D:
-    case Category::kMemset: return WaitClass::kCompute;
-    case Category::kData: return WaitClass::kData;
+    case Category::kMemset:
+      return WaitClass::kCompute;
+    case Category::kData:
+      return WaitClass::kData;
     case Category::kH2D:
-    case Category::kD2H: return WaitClass::kPcie;
-    case Category::kComm: return WaitClass::kComm;
-    case Category::kAlloc: return WaitClass::kMemory;
-    case Category::kSync: return WaitClass::kSync;
-    case Category::kHost: return WaitClass::kHost;
+    case Category::kD2H:
+      return WaitClass::kPcie;
+    case Category::kComm:
+      return WaitClass::kComm;
+    case Category::kAlloc:
+      return WaitClass::kMemory;
+    case Category::kSync:
+      return WaitClass::kSync;
+    case Category::kHost:
+      return WaitClass::kHost;
     case Category::kStep:
     case Category::kCounter:
-    case Category::kOther: return WaitClass::kOther;
+    case Category::kOther:
+      return WaitClass::kOther;
   }
   return WaitClass::kOther;
 }
@@ -168,9 +189,9 @@ bool find_training_track(const Trace& trace, Track* out) {
 std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyOptions& options) {
   Track main;
   if (!find_training_track(trace, &main)) {
-    throw FormatError(fmt::format("trace ({}) has no training steps: no '{}' spans on a host thread",
-                                  trace.source.empty() ? "unnamed" : trace.source,
-                                  category_name(Category::kStep)));
+    throw FormatError(fmt::format(
+        "trace ({}) has no training steps: no '{}' spans on a host thread",
+        trace.source.empty() ? "unnamed" : trace.source, category_name(Category::kStep)));
   }
   // Outermost step spans on the training thread, in time order.
   std::vector<const Event*> steps, spans, device;

@@ -1,4 +1,5 @@
-// run_cmd.cpp: `ft-diagnose run`: an in-process ft-train run under the recorder, with a progress bar.
+// run_cmd.cpp: `ft-diagnose run`: an in-process ft-train run under the recorder, with a progress
+// bar.
 #include "run_cmd.h"
 
 #include <fmt/format.h>
@@ -18,7 +19,9 @@
 namespace ft::diagnose {
 namespace {
 
-std::string json_scalar(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+std::string json_scalar(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
 
 double load_average() {
   std::ifstream in("/proc/loadavg");
@@ -33,7 +36,8 @@ void progress_bar(int done, int total, double ms, bool profiled) {
   constexpr int kWidth = 30;
   const int fill = total > 0 ? done * kWidth / total : kWidth;
   std::fprintf(stderr, "\r[%s%s] step %d/%d  %.1f ms%s", std::string(fill, '#').c_str(),
-               std::string(kWidth - fill, '.').c_str(), done, total, ms, profiled ? "  (profiled)" : "");
+               std::string(kWidth - fill, '.').c_str(), done, total, ms,
+               profiled ? "  (profiled)" : "");
   if (done == total) std::fprintf(stderr, "\n");
   std::fflush(stderr);
 }
@@ -56,7 +60,8 @@ bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& 
                   profiler::Trace* out) {
   std::vector<const char*> argv = {"ft-diagnose run"};
   for (const auto& a : train_args) argv.push_back(a.c_str());
-  auto parsed = trainer::parse_train_args(static_cast<int>(argv.size()), argv.data(), "ft-diagnose run");
+  auto parsed =
+      trainer::parse_train_args(static_cast<int>(argv.size()), argv.data(), "ft-diagnose run");
   if (!parsed) return false;
   const double load = load_average();  // before our own threads add to it
   // Measured before training so the probe does not disturb the steps.
@@ -70,7 +75,8 @@ bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& 
   }
   TempRecorder rec;
   const int first = options.profile_first < 0 ? 0 : options.profile_first;
-  const int last = options.profile_last < 0 ? c.steps - 1 : std::min(options.profile_last, c.steps - 1);
+  const int last =
+      options.profile_last < 0 ? c.steps - 1 : std::min(options.profile_last, c.steps - 1);
   double mfu_sum = 0;
   int mfu_n = 0;
   size_t peak = 0, reserved_peak = 0;
@@ -101,7 +107,8 @@ bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& 
   profiler::Trace trace = rec.take();
   auto& md = trace.metadata;
   const nlohmann::json config = c.to_json();
-  for (auto it = config.begin(); it != config.end(); ++it) md["config." + it.key()] = json_scalar(*it);
+  for (auto it = config.begin(); it != config.end(); ++it)
+    md["config." + it.key()] = json_scalar(*it);
   const EnvInfo env = collect_env_info();
   md["env.cpu_model"] = env.cpu_model;
   md["env.logical_cpus"] = std::to_string(env.logical_cpus);
@@ -126,8 +133,8 @@ bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& 
   md["run.segment_unmaps"] = std::to_string(a.segment_unmaps);
   const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   const double avail = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0;
-  md["run.memory_capacity"] = fmt::format("{:.0f}", c.memory_limit ? static_cast<double>(c.memory_limit)
-                                                                    : avail + a.peak_reserved);
+  md["run.memory_capacity"] = fmt::format(
+      "{:.0f}", c.memory_limit ? static_cast<double>(c.memory_limit) : avail + a.peak_reserved);
   md[profiler::kMetaPageFaultNs] = fmt::format("{:.1f}", fault_ns);
   md["run.page_fault_probe_faults"] = std::to_string(probe_faults);
   *out = std::move(trace);

@@ -25,17 +25,28 @@ thread_local const TempRecorder* t_owner = nullptr;
 
 Category category_of(RangeKind k) {
   switch (k) {
-    case RangeKind::kCompute: return Category::kCompute;
-    case RangeKind::kData: return Category::kData;
-    case RangeKind::kH2D: return Category::kH2D;
-    case RangeKind::kD2H: return Category::kD2H;
-    case RangeKind::kComm: return Category::kComm;
-    case RangeKind::kAlloc: return Category::kAlloc;
-    case RangeKind::kSync: return Category::kSync;
-    case RangeKind::kOptimizer: return Category::kOptimizer;
-    case RangeKind::kHost: return Category::kHost;
-    case RangeKind::kStep: return Category::kStep;
-    case RangeKind::kOther: return Category::kOther;
+    case RangeKind::kCompute:
+      return Category::kCompute;
+    case RangeKind::kData:
+      return Category::kData;
+    case RangeKind::kH2D:
+      return Category::kH2D;
+    case RangeKind::kD2H:
+      return Category::kD2H;
+    case RangeKind::kComm:
+      return Category::kComm;
+    case RangeKind::kAlloc:
+      return Category::kAlloc;
+    case RangeKind::kSync:
+      return Category::kSync;
+    case RangeKind::kOptimizer:
+      return Category::kOptimizer;
+    case RangeKind::kHost:
+      return Category::kHost;
+    case RangeKind::kStep:
+      return Category::kStep;
+    case RangeKind::kOther:
+      return Category::kOther;
   }
   return Category::kOther;
 }

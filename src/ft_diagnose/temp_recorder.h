@@ -1,4 +1,5 @@
-// temp_recorder.h: TEMPORARY in-branch recorder (an ft::RangeSink that builds a Trace) until prof's recorder is merged.
+// temp_recorder.h: TEMPORARY in-branch recorder (an ft::RangeSink that builds a Trace) until prof's
+// recorder is merged.
 #pragma once
 
 #include <atomic>

@@ -15,7 +15,8 @@ namespace {
 json num(double x) { return std::isfinite(x) ? json(x) : json(nullptr); }
 json classes(const std::array<double, kNumWaitClasses>& a) {
   json j = json::object();
-  for (int i = 0; i < kNumWaitClasses; ++i) j[profiler::wait_class_name(static_cast<WaitClass>(i))] = a[i];
+  for (int i = 0; i < kNumWaitClasses; ++i)
+    j[profiler::wait_class_name(static_cast<WaitClass>(i))] = a[i];
   return j;
 }
 }  // namespace

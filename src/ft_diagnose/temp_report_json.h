@@ -1,8 +1,8 @@
-// temp_report_json.h: TEMPORARY report.json writer until reports' write_reports(diagnosis, dir) is merged.
+// temp_report_json.h: TEMPORARY report.json writer until reports' write_reports(diagnosis, dir) is
+// merged.
 #pragma once
 
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "ft/profiler/diagnosis.h"

@@ -1,4 +1,5 @@
-// temp_trace_io.cpp: TEMPORARY trace.json writer/reader (swap for prof's write_trace_json/read_trace_json).
+// temp_trace_io.cpp: TEMPORARY trace.json writer/reader (swap for prof's
+// write_trace_json/read_trace_json).
 #include "temp_trace_io.h"
 
 #include <fmt/format.h>
@@ -18,11 +19,15 @@ using profiler::Phase;
 void write_trace_json_temp(const profiler::Trace& trace, const std::filesystem::path& path) {
   json events = json::array();
   for (const auto& [track, name] : trace.tracks) {
-    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", track.pid},
-                      {"tid", track.tid}, {"args", {{"name", name}}}});
+    events.push_back({{"ph", "M"},
+                      {"name", "thread_name"},
+                      {"pid", track.pid},
+                      {"tid", track.tid},
+                      {"args", {{"name", name}}}});
   }
   for (const auto& [pid, name] : trace.processes) {
-    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}});
+    events.push_back(
+        {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}});
   }
   for (const profiler::Event& ev : trace.events) {
     json j = {{"name", trace.names.at(ev.name)},
@@ -65,7 +70,8 @@ profiler::Trace read_trace_json_temp(const std::filesystem::path& path) {
   try {
     doc = json::parse(text);
   } catch (const json::parse_error& e) {
-    throw FormatError(fmt::format("{}: not valid JSON at byte {}: {}", path.string(), e.byte, e.what()));
+    throw FormatError(
+        fmt::format("{}: not valid JSON at byte {}: {}", path.string(), e.byte, e.what()));
   }
   profiler::Trace t;
   const json* list = &doc;
@@ -82,7 +88,8 @@ profiler::Trace read_trace_json_temp(const std::filesystem::path& path) {
       }
     }
   } else if (!doc.is_array()) {
-    throw FormatError(fmt::format("{}: expected an object with traceEvents or an array", path.string()));
+    throw FormatError(
+        fmt::format("{}: expected an object with traceEvents or an array", path.string()));
   }
   size_t index = 0;
   for (const json& j : *list) {
@@ -128,7 +135,8 @@ profiler::Trace read_trace_json_temp(const std::filesystem::path& path) {
       }
       t.events.push_back(ev);
     } catch (const json::exception& e) {
-      throw FormatError(fmt::format("{}: trace event {} is malformed: {}", path.string(), index, e.what()));
+      throw FormatError(
+          fmt::format("{}: trace event {} is malformed: {}", path.string(), index, e.what()));
     } catch (const FormatError& e) {
       throw FormatError(fmt::format("{}: trace event {}: {}", path.string(), index, e.what()));
     }

@@ -1,4 +1,5 @@
-// temp_trace_io.h: TEMPORARY minimal Chrome/Perfetto trace.json writer and reader until prof's are merged.
+// temp_trace_io.h: TEMPORARY minimal Chrome/Perfetto trace.json writer and reader until prof's are
+// merged.
 #pragma once
 
 #include <filesystem>

@@ -1,4 +1,5 @@
-// classifier.h: splits each training step's wall time exactly into wait classes (docs/classification.md).
+// classifier.h: splits each training step's wall time exactly into wait classes
+// (docs/classification.md).
 #pragma once
 
 #include <array>
@@ -50,7 +51,8 @@ bool find_training_track(const Trace& trace, Track* out);
 
 // Partitions every step on the training thread (exact integer arithmetic). Throws FormatError
 // when the trace has no steps.
-std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyOptions& options = {});
+std::vector<StepPartitionNs> partition_steps(const Trace& trace,
+                                             const ClassifyOptions& options = {});
 
 // The same as StepBreakdown in ms, with the step's counters (loss, lr, memory, ...) filled in.
 std::vector<StepBreakdown> classify_steps(const Trace& trace, const ClassifyOptions& options = {});
