@@ -44,7 +44,7 @@ fs::path temp_dir(const std::string& name) {
 json report(const fs::path& dir) { return json::parse(ft::read_file(dir / "report.json")); }
 
 const std::string kTiny =
-    " --layers 1 --heads 2 --channels 32 --seq-len 32 --micro-batch 4 --threads 2 --val-batches 1 ";
+    " --layers 1 --heads 2 --channels 32 --seq-len 32 --micro-batch 4 --threads 1 --val-batches 1 ";
 
 // One profiled run shared by the tests below (a few hundred ms).
 const fs::path& run_dir() {

@@ -33,7 +33,7 @@ json diagnose_run(const std::string& name, const std::string& flags) {
   fs::remove_all(d);
   int status = 0;
   const std::string out = run_command(
-      std::string(FT_BINARY_DIR) + "/ft-diagnose run --out " + d.string() + " --threads 2 " + flags,
+      std::string(FT_BINARY_DIR) + "/ft-diagnose run --out " + d.string() + " --threads 1 " + flags,
       &status);
   EXPECT_EQ(status, 0) << out;
   return json::parse(ft::read_file(d / "report.json"));

@@ -51,7 +51,7 @@ std::vector<std::string> example_spans(const Trace& trace, WaitClass c,
   for (const StepBreakdown* s : steps) wanted.insert(s->step);
   std::vector<const Event*> hits;
   for (const Event& ev : trace.events) {
-    if (ev.phase != Phase::kSpan || ev.category == Category::kStep || !(ev.track == main)) continue;
+    if (ev.phase != Phase::kSpan || is_step_span(trace, ev) || !(ev.track == main)) continue;
     if (wait_class_of(ev.category) != c || !wanted.count(ev.step)) continue;
     hits.push_back(&ev);
   }

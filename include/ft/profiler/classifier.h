@@ -42,6 +42,11 @@ struct StepPartitionNs {
   int64_t page_faults = 0;                   // minor faults counted in the step
 };
 
+// Kineto's step markers: a span named "ProfilerStep#N" counts as step N whatever its category.
+inline constexpr const char* kProfilerStep = "ProfilerStep#";
+// Whether a span marks a training step (category kStep, or named ProfilerStep#N).
+bool is_step_span(const Trace& trace, const Event& ev);
+
 // The wait class a host span of this category counts as (kStep/kCounter: kOther).
 WaitClass wait_class_of(Category c);
 
