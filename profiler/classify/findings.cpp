@@ -191,8 +191,9 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
     const double data_ms = t.ms[static_cast<int>(WaitClass::kData)] / n;
     const double rest_ms = (t.wall - t.ms[static_cast<int>(WaitClass::kData)]) / n;
     const int cores = std::max(1, run.logical_cpus);
-    const int workers = std::clamp(
-        static_cast<int>(std::ceil(data_ms / std::max(rest_ms, 1e-3))) + 1, 1, std::max(1, cores));
+    int workers = static_cast<int>(std::ceil(data_ms / std::max(rest_ms, 1e-3))) + 1;
+    if (run.loader_workers > 0) workers = std::max(workers, 2 * run.loader_workers);
+    workers = std::clamp(workers, 1, cores);
     std::vector<std::string> knobs = {fmt::format("--loader-workers {}", workers), "--prefetch 2"};
     add_time_finding(
         &out, trace, steps, t, WaitClass::kData, r.data_share, r,

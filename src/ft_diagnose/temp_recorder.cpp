@@ -99,7 +99,7 @@ void TempRecorder::begin(const char* name, RangeKind kind, int64_t arg) noexcept
     t_stack.push_back({now_ns(), name, kind, arg});
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
-    ++trace_.dropped_events;
+    ++trace_.dropped_events;  // out of memory: this range is not recorded
   }
 }
 
@@ -110,8 +110,8 @@ void TempRecorder::end(const char* name, RangeKind kind) noexcept {
   const Open o = t_stack.back();
   t_stack.pop_back();
   (void)name;
+  std::lock_guard<std::mutex> lock(mu_);
   try {
-    std::lock_guard<std::mutex> lock(mu_);
     profiler::Event ev;
     ev.ts_ns = o.ts;
     ev.dur_ns = t - o.ts;

@@ -34,7 +34,7 @@ class TempRecorder : public RangeSink {
   std::atomic<int64_t> current_step_{-1};
   std::atomic<uint32_t> next_tid_{1};
   uint32_t pid_ = 0;
-  uint32_t main_tid_ = 0;
+  std::atomic<uint32_t> main_tid_{0};
   int64_t faults_at_step_begin_ = 0;
   int64_t system_ns_at_step_begin_ = 0;
 };
