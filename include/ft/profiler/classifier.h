@@ -1,0 +1,75 @@
+// classifier.h: splits each training step's wall time exactly into wait classes
+// (docs/classification.md).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ft/profiler/diagnosis.h"
+#include "ft/profiler/event.h"
+
+namespace ft::profiler {
+
+// Counter names the classifier reads (Phase::kCounter events; `step` set, or time-matched).
+inline constexpr const char* kCounterMinorFaults = "page_faults.minor";  // faults during the step
+inline constexpr const char* kCounterSystemNs = "cpu.system_ns";  // kernel CPU time in the step
+inline constexpr const char* kCounterLoss = "loss";
+inline constexpr const char* kCounterLr = "lr";
+inline constexpr const char* kCounterGradNorm = "grad_norm";
+inline constexpr const char* kCounterMemAllocated = "mem.allocated";  // bytes at step end
+inline constexpr const char* kCounterMemReserved = "mem.reserved";
+inline constexpr const char* kCounterTokensPerS = "tokens_per_s";
+// Trace::metadata key holding the measured cost of one first-touch page fault (ns).
+inline constexpr const char* kMetaPageFaultNs = "page_fault_ns";
+
+struct ClassifyOptions {
+  // Cost of one minor page fault (first touch of a fresh page). 0: take it from the trace's
+  // metadata (kMetaPageFaultNs), else kDefaultPageFaultNs.
+  double page_fault_ns = 0;
+  static constexpr double kDefaultPageFaultNs = 13000;  // 4 KiB first touch on the reference VM
+};
+
+// One step's partition in integer nanoseconds (exact: the parts sum to wall_ns).
+struct StepPartitionNs {
+  int64_t step = 0;
+  int64_t start_ns = 0, wall_ns = 0;
+  std::array<int64_t, kNumWaitClasses> ns{};
+  std::map<std::string, int64_t> detail_ns;  // same keys as StepBreakdown::detail
+  int64_t page_faults = 0;                   // minor faults counted in the step
+};
+
+// Kineto's step markers: a span named "ProfilerStep#N" counts as step N whatever its category.
+inline constexpr const char* kProfilerStep = "ProfilerStep#";
+// Whether a span marks a training step (category kStep, or named ProfilerStep#N).
+bool is_step_span(const Trace& trace, const Event& ev);
+
+// The wait class a host span of this category counts as (kStep/kCounter: kOther).
+WaitClass wait_class_of(Category c);
+
+// Finds the training thread: the host track with the most kStep spans (ties: most step time).
+// Returns false when the trace has no step spans.
+bool find_training_track(const Trace& trace, Track* out);
+
+// Partitions every step on the training thread (exact integer arithmetic). Throws FormatError
+// when the trace has no steps.
+std::vector<StepPartitionNs> partition_steps(const Trace& trace,
+                                             const ClassifyOptions& options = {});
+
+// The same as StepBreakdown in ms, with the step's counters (loss, lr, memory, ...) filled in.
+std::vector<StepBreakdown> classify_steps(const Trace& trace, const ClassifyOptions& options = {});
+
+}  // namespace ft::profiler
+
+namespace ft::profiler {
+
+// Measures the cost of one minor page fault under the engine allocator's page policy: maps
+// `bytes` through a non-caching ft::CachingAllocator, touches every 4 KiB, and divides the time
+// by the faults counted (median of `repeats`). Returns 0 when no faults were seen.
+double measure_page_fault_ns(size_t bytes = size_t{32} << 20, int repeats = 3,
+                             int64_t* faults_seen = nullptr);
+
+}  // namespace ft::profiler

@@ -1,0 +1,87 @@
+// findings.h: ranked findings (what to fix, with evidence and ft knobs) and the full diagnosis of a
+// trace.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ft/profiler/classifier.h"
+#include "ft/profiler/diagnosis.h"
+#include "ft/profiler/event.h"
+
+namespace ft::profiler {
+
+// What the findings need to know about the run beyond the timeline. Read from the trace's
+// metadata (keys "config.*", "env.*", "run.*"; see docs/classification.md); unknown fields
+// keep their defaults and the rules that need them stay silent.
+struct RunInfo {
+  std::string precision;  // "fp32", "bf16", "fp16"; "" unknown
+  int micro_batch = 0, seq_len = 0, grad_accum = 0, steps = 0;
+  int warmup = -1;          // LR warmup steps; -1 unknown
+  int warmup_excluded = 2;  // first steps left out of totals and findings
+  int threads = 0, loader_workers = -1, logical_cpus = 0;
+  double lr = 0, clip = -1, mfu = -1, load_average = -1;
+  bool allocator_caching = true;
+  std::string checkpoint;      // "none", "block"
+  double memory_limit = 0;     // bytes (0: none)
+  double memory_capacity = 0;  // bytes available to the run (limit, else MemAvailable)
+  double mem_peak = 0, mem_reserved_peak = 0;  // bytes
+  int64_t alloc_retries = 0, ooms = 0, segment_maps = 0, segment_unmaps = 0;
+  int cpu_vector_bits = 0;                      // widest vector ISA of the CPU (512, 256, 128)
+  std::string gemm_library;                     // e.g. "oneDNN 2.6.3 (max ISA avx512_core_amx)"
+  std::map<std::string, std::string> env_vars;  // OPENBLAS_CORETYPE, OMP_NUM_THREADS, ...
+
+  static RunInfo from_metadata(const std::map<std::string, std::string>& metadata);
+};
+
+// Thresholds (docs/classification.md, next to the anchors they come from).
+struct FindingRules {
+  double data_share = 0.05;    // TensorBoard plugin: DataLoader > 5% of step
+  double comm_share = 0.10;    // TensorBoard plugin: communication > 10%
+  double pcie_share = 0.10;    // TraceML: H2D_BOUND warning at 10%
+  double memory_share = 0.05;  // allocator + page-fault time
+  double sync_share = 0.05;
+  double host_share = 0.10;
+  double other_share = 0.15;             // unexplained time
+  double critical_share = 0.20;          // TraceML: critical at 20%
+  double memory_capacity_frac = 0.90;    // TensorBoard plugin: memory > 90% of capacity
+  double reserved_over_allocated = 2.0;  // TraceML: reserved/allocated >= 2
+  uint64_t sync_copy_bytes = 64 * 1024;  // Nsight: synchronous copies > 64 KB
+  double compute_bound_share = 0.50;     // precision rule: compute share of the step at least this
+  double bf16_speedup = 2.0;      // assumed bf16-over-fp32 speed-up of compute (conservative)
+  int underfilled_tokens = 512;   // batch rule: tokens per micro-batch at most this
+  double underfilled_mfu = 0.30;  // ... and MFU below this
+};
+
+// Findings from the steps, ranked: unstable loss (warning or worse) first, then by recoverable
+// share of wall time, then risk-only findings by severity.
+std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreakdown>& steps,
+                                 const RunInfo& run, const LossHealth& loss,
+                                 const FindingRules& rules = {});
+
+// Sorts findings into the ranking order above (stable).
+void rank_findings(std::vector<Finding>* findings);
+
+// The steps totals and findings use: all but the first run.warmup_excluded (when more remain).
+std::vector<const StepBreakdown*> steady_steps(const std::vector<StepBreakdown>& steps,
+                                               const RunInfo& run);
+
+// Everything: partition, totals, memory, loss health, findings, config and environment.
+Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options = {},
+                   const FindingRules& rules = {});
+
+// CI gates: "CLASS>PCT" (e.g. "data>20%"). A wait class compares its share of wall time; a
+// finding class (precision, batch, ...) the largest share among its findings; loss and
+// environment trip on any finding at warning or above. Throws ConfigError on bad syntax.
+struct Gate {
+  std::string cls;
+  double pct = 0;
+  std::string text;
+};
+Gate parse_gate(const std::string& text);
+// Returns the gates that tripped, each with a message.
+std::vector<std::string> check_gates(const Diagnosis& d, const std::vector<Gate>& gates);
+
+}  // namespace ft::profiler

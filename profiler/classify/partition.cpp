@@ -1,0 +1,350 @@
+// partition.cpp: exact per-step partition of the training thread's wall time, and device idle
+// split.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "ft/core/error.h"
+#include "ft/profiler/classifier.h"
+
+namespace ft::profiler {
+namespace {
+
+// Tie-break priority when two spans start at the same instant with the same length (lower wins).
+int class_priority(WaitClass c) {
+  switch (c) {
+    case WaitClass::kMemory:
+      return 0;
+    case WaitClass::kSync:
+      return 1;
+    case WaitClass::kComm:
+      return 2;
+    case WaitClass::kPcie:
+      return 3;
+    case WaitClass::kData:
+      return 4;
+    case WaitClass::kHost:
+      return 5;
+    case WaitClass::kCompute:
+      return 6;
+    case WaitClass::kOther:
+      return 7;
+  }
+  return 7;
+}
+
+struct Interval {
+  int64_t a = 0, b = 0;            // [a, b)
+  int label = -1;                  // caller's label
+  int64_t k1 = 0, k2 = 0, k3 = 0;  // ordering key: the smallest (k1, k2, k3) covers the instant
+};
+
+struct Segment {
+  int64_t a = 0, b = 0;
+  int label = -1;  // -1: nothing covers it
+};
+
+// Splits [lo, hi) into segments, each labelled by the winning covering interval.
+std::vector<Segment> sweep(std::vector<Interval> ivs, int64_t lo, int64_t hi) {
+  std::vector<Segment> out;
+  std::vector<std::pair<int64_t, int>> edges;  // (time, +i+1 start / -(i+1) end)
+  for (size_t i = 0; i < ivs.size(); ++i) {
+    ivs[i].a = std::max(ivs[i].a, lo);
+    ivs[i].b = std::min(ivs[i].b, hi);
+    if (ivs[i].a >= ivs[i].b) continue;
+    edges.emplace_back(ivs[i].a, static_cast<int>(i) + 1);
+    edges.emplace_back(ivs[i].b, -static_cast<int>(i) - 1);
+  }
+  std::sort(edges.begin(), edges.end());
+  auto less = [&](int x, int y) {
+    const Interval& p = ivs[x];
+    const Interval& q = ivs[y];
+    if (p.k1 != q.k1) return p.k1 < q.k1;
+    if (p.k2 != q.k2) return p.k2 < q.k2;
+    if (p.k3 != q.k3) return p.k3 < q.k3;
+    return x < y;
+  };
+  std::set<int, decltype(less)> active(less);
+  int64_t t = lo;
+  size_t e = 0;
+  auto emit = [&](int64_t until) {
+    if (until <= t) return;
+    const int label = active.empty() ? -1 : ivs[*active.begin()].label;
+    if (!out.empty() && out.back().label == label && out.back().b == t) {
+      out.back().b = until;
+    } else {
+      out.push_back({t, until, label});
+    }
+    t = until;
+  };
+  while (e < edges.size()) {
+    const int64_t now = edges[e].first;
+    emit(now);
+    for (; e < edges.size() && edges[e].first == now; ++e) {
+      const int code = edges[e].second;
+      if (code > 0) {
+        active.insert(code - 1);
+      } else {
+        active.erase(-code - 1);
+      }
+    }
+  }
+  emit(hi);
+  return out;
+}
+
+std::string detail_key(const Event& ev, const std::string& name, WaitClass cls) {
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  switch (cls) {
+    case WaitClass::kData:
+      return has("preprocess") ? "data.preprocess" : "data.wait";
+    case WaitClass::kPcie:
+      if (ev.flags & kPageable) return "pcie.pageable";
+      return ev.category == Category::kD2H ? "pcie.d2h" : "pcie.h2d";
+    case WaitClass::kComm:
+      return has("wait") || has("barrier") ? "comm.wait" : "comm.transfer";
+    case WaitClass::kMemory:
+      if ((ev.flags & kOom) || has("oom")) return "memory.oom";
+      if ((ev.flags & kRetry) || has("retry")) return "memory.retry";
+      return "memory.allocator";
+    case WaitClass::kCompute:
+      return ev.category == Category::kOptimizer ? "compute.optimizer" : "";
+    case WaitClass::kSync:
+      return "sync";
+    case WaitClass::kHost:
+      return "host";
+    case WaitClass::kOther:
+      return "";
+  }
+  return "";
+}
+
+double page_fault_cost_ns(const Trace& trace, const ClassifyOptions& options) {
+  if (options.page_fault_ns > 0) return options.page_fault_ns;
+  const auto it = trace.metadata.find(kMetaPageFaultNs);
+  if (it != trace.metadata.end()) {
+    char* end = nullptr;
+    const double v = std::strtod(it->second.c_str(), &end);
+    if (end != it->second.c_str() && std::isfinite(v) && v > 0) return v;
+  }
+  return ClassifyOptions::kDefaultPageFaultNs;
+}
+
+bool is_device_busy(Category c) {
+  return c == Category::kCompute || c == Category::kD2D || c == Category::kMemset ||
+         c == Category::kOptimizer;
+}
+
+}  // namespace
+
+bool is_step_span(const Trace& trace, const Event& ev) {
+  if (ev.category == Category::kStep) return true;
+  return ev.name < trace.names.size() && trace.names.at(ev.name).rfind(kProfilerStep, 0) == 0;
+}
+
+WaitClass wait_class_of(Category c) {
+  switch (c) {
+    case Category::kCompute:
+    case Category::kOptimizer:
+    case Category::kD2D:
+    case Category::kMemset:
+      return WaitClass::kCompute;
+    case Category::kData:
+      return WaitClass::kData;
+    case Category::kH2D:
+    case Category::kD2H:
+      return WaitClass::kPcie;
+    case Category::kComm:
+      return WaitClass::kComm;
+    case Category::kAlloc:
+      return WaitClass::kMemory;
+    case Category::kSync:
+      return WaitClass::kSync;
+    case Category::kHost:
+      return WaitClass::kHost;
+    case Category::kStep:
+    case Category::kCounter:
+    case Category::kOther:
+      return WaitClass::kOther;
+  }
+  return WaitClass::kOther;
+}
+
+bool find_training_track(const Trace& trace, Track* out) {
+  std::map<Track, std::pair<int64_t, int64_t>> counts;  // (spans, ns)
+  for (const Event& ev : trace.events) {
+    if (ev.phase != Phase::kSpan || !is_step_span(trace, ev) || ev.track.device) continue;
+    auto& c = counts[ev.track];
+    ++c.first;
+    c.second += ev.dur_ns;
+  }
+  if (counts.empty()) return false;
+  auto best = counts.begin();
+  for (auto it = counts.begin(); it != counts.end(); ++it) {
+    if (it->second > best->second) best = it;
+  }
+  *out = best->first;
+  return true;
+}
+
+std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyOptions& options) {
+  Track main;
+  if (!find_training_track(trace, &main)) {
+    throw FormatError(fmt::format(
+        "trace ({}) has no training steps: no '{}' spans on a host thread",
+        trace.source.empty() ? "unnamed" : trace.source, category_name(Category::kStep)));
+  }
+  // Outermost step spans on the training thread, in time order.
+  std::vector<const Event*> steps, spans, device;
+  std::vector<const Event*> faults, system;
+  for (const Event& ev : trace.events) {
+    if (ev.phase == Phase::kCounter) {
+      if (ev.name < trace.names.size()) {
+        const std::string& n = trace.names.at(ev.name);
+        if (n == kCounterMinorFaults) faults.push_back(&ev);
+        if (n == kCounterSystemNs) system.push_back(&ev);
+      }
+      continue;
+    }
+    if (ev.phase != Phase::kSpan || ev.dur_ns < 0) continue;
+    if (ev.track.device) {
+      device.push_back(&ev);
+    } else if (ev.track == main) {
+      (is_step_span(trace, ev) ? steps : spans).push_back(&ev);
+    }
+  }
+  std::sort(steps.begin(), steps.end(),
+            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  std::vector<const Event*> outer;
+  for (const Event* s : steps) {
+    if (!outer.empty() && s->ts_ns < outer.back()->end_ns()) continue;  // nested or overlapping
+    outer.push_back(s);
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  std::map<uint32_t, std::vector<const Event*>> device_by_pid;
+  for (const Event* d : device) device_by_pid[d->track.pid].push_back(d);
+
+  const double fault_ns = page_fault_cost_ns(trace, options);
+  int64_t t0 = std::numeric_limits<int64_t>::max();
+  for (const Event& ev : trace.events) t0 = std::min(t0, ev.ts_ns);
+
+  std::vector<StepPartitionNs> result;
+  size_t first_span = 0;
+  for (size_t si = 0; si < outer.size(); ++si) {
+    const Event& st = *outer[si];
+    StepPartitionNs p;
+    p.step = st.step >= 0 ? st.step : st.arg >= 0 ? st.arg : static_cast<int64_t>(si);
+    if (st.step < 0 && st.arg < 0) {
+      const std::string& n = trace.names.at(st.name);
+      if (n.rfind(kProfilerStep, 0) == 0) {
+        char* end = nullptr;
+        const long long v = std::strtoll(n.c_str() + std::strlen(kProfilerStep), &end, 10);
+        if (end != n.c_str() + std::strlen(kProfilerStep) && *end == '\0' && v >= 0) p.step = v;
+      }
+    }
+    p.start_ns = st.ts_ns - t0;
+    p.wall_ns = st.dur_ns;
+    const int64_t lo = st.ts_ns, hi = st.end_ns();
+    // Host spans overlapping the step: innermost (latest start, then shortest) wins.
+    while (first_span < spans.size() && spans[first_span]->end_ns() <= lo &&
+           spans[first_span]->ts_ns < lo) {
+      ++first_span;
+    }
+    std::vector<Interval> ivs;
+    std::vector<const Event*> owners;
+    for (size_t i = first_span; i < spans.size() && spans[i]->ts_ns < hi; ++i) {
+      const Event& ev = *spans[i];
+      if (ev.end_ns() <= lo || ev.dur_ns == 0) continue;
+      const WaitClass c = wait_class_of(ev.category);
+      ivs.push_back({ev.ts_ns, ev.end_ns(), static_cast<int>(owners.size()), -ev.ts_ns, ev.dur_ns,
+                     class_priority(c)});
+      owners.push_back(&ev);
+    }
+    const std::vector<Segment> host = sweep(ivs, lo, hi);
+    std::vector<Segment> host_cls;  // labelled by WaitClass, for the device split
+    for (const Segment& s : host) {
+      const int64_t len = s.b - s.a;
+      WaitClass c = WaitClass::kOther;
+      if (s.label >= 0) {
+        const Event& ev = *owners[s.label];
+        c = wait_class_of(ev.category);
+        const std::string key = detail_key(ev, trace.names.at(ev.name), c);
+        if (!key.empty()) p.detail_ns[key] += len;
+      }
+      p.ns[static_cast<int>(c)] += len;
+      host_cls.push_back({s.a, s.b, static_cast<int>(c)});
+    }
+    // First-touch page faults: faults x measured cost, moved out of compute, then other (the
+    // stall happens inside whatever code touched the page), capped by their sum. Kernel CPU
+    // time is kept as evidence only: bounding by it under-counted 2-5x (docs/classification.md).
+    for (const Event* f : faults) {
+      const bool mine = f->step >= 0 ? f->step == p.step : (f->ts_ns >= lo && f->ts_ns <= hi);
+      if (mine && f->value > 0) p.page_faults += static_cast<int64_t>(f->value);
+    }
+    int64_t system_ns = -1;  // kernel CPU time in the step, when recorded
+    for (const Event* f : system) {
+      const bool mine = f->step >= 0 ? f->step == p.step : (f->ts_ns >= lo && f->ts_ns <= hi);
+      if (mine) system_ns = std::max<int64_t>(system_ns, 0) + static_cast<int64_t>(f->value);
+    }
+    if (system_ns >= 0) p.detail_ns["cpu.system"] = system_ns;  // evidence only
+    if (p.page_faults > 0) {
+      const auto want = static_cast<int64_t>(std::llround(p.page_faults * fault_ns));
+      int64_t& compute = p.ns[static_cast<int>(WaitClass::kCompute)];
+      int64_t& other = p.ns[static_cast<int>(WaitClass::kOther)];
+      const int64_t take = std::min(want, compute + other);
+      const int64_t from_compute = std::min(take, compute);
+      compute -= from_compute;
+      other -= take - from_compute;
+      p.ns[static_cast<int>(WaitClass::kMemory)] += take;
+      p.detail_ns["memory.page_faults"] += take;
+      if (take < want) p.detail_ns["memory.page_faults_capped"] += want - take;
+    }
+    // Device timelines: kernels (and device copies inside the device) are busy; idle time goes
+    // to device comm, then device PCIe copies, then what the training thread was doing.
+    for (const auto& [pid, evs] : device_by_pid) {
+      std::vector<Interval> dv;
+      for (const Event* d : evs) {
+        if (d->end_ns() <= lo || d->ts_ns >= hi) continue;
+        int label;
+        int64_t prio;
+        if (is_device_busy(d->category)) {
+          label = 100, prio = 0;
+        } else if (d->category == Category::kComm) {
+          label = static_cast<int>(WaitClass::kComm), prio = 1;
+        } else if (d->category == Category::kH2D || d->category == Category::kD2H) {
+          label = static_cast<int>(WaitClass::kPcie), prio = 2;
+        } else {
+          label = static_cast<int>(wait_class_of(d->category)), prio = 3;
+        }
+        dv.push_back({d->ts_ns, d->end_ns(), label, prio, 0, 0});
+      }
+      if (dv.empty()) continue;
+      for (const Segment& s : host_cls) {
+        // Host compute while the device idles is host-side (launch/CPU) work.
+        const int c = s.label == static_cast<int>(WaitClass::kCompute)
+                          ? static_cast<int>(WaitClass::kHost)
+                          : s.label;
+        dv.push_back({s.a, s.b, c, 4, 0, 0});
+      }
+      const std::string prefix = fmt::format("device{}.", pid);
+      for (const Segment& s : sweep(dv, lo, hi)) {
+        const std::string key =
+            s.label == 100 ? prefix + "busy"
+                           : prefix + "idle." +
+                                 wait_class_name(static_cast<WaitClass>(s.label < 0 ? 7 : s.label));
+        p.detail_ns[key] += s.b - s.a;
+      }
+    }
+    result.push_back(std::move(p));
+  }
+  return result;
+}
+
+}  // namespace ft::profiler

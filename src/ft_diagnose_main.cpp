@@ -1,0 +1,155 @@
+// ft_diagnose_main.cpp: the ft-diagnose command: profile a run (or re-analyse one), print and write
+// the diagnosis.
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ft/core/error.h"
+#include "ft/profiler/findings.h"
+#include "ft_diagnose/run_cmd.h"
+#include "ft_diagnose/temp_report_json.h"
+#include "ft_diagnose/temp_trace_io.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ft::profiler::Diagnosis;
+
+constexpr int kGateExit = 4;  // a --fail-if gate tripped
+
+constexpr const char* kUsage = R"(usage:
+  ft-diagnose run --out DIR [--profile-steps A-B] [--fail-if CLASS>PCT ...] [ft-train options]
+      train in-process with profiling; write DIR/trace.json and DIR/report.json
+  ft-diagnose DIR|TRACE [--out DIR] [--fail-if CLASS>PCT ...] [--top N]
+      re-analyse DIR/trace.json (or a trace file)
+  CLASS: compute data pcie comm memory host sync other (share of step time) or
+         precision batch loss environment parallel (findings). Exit status 4 when a gate trips.
+  ft-train options: see `ft-train --help` (`ft-diagnose run --help`).
+)";
+
+void print_diagnosis(const Diagnosis& d, size_t top) {
+  fmt::print("{} steps analysed; step time: ", d.steps.size());
+  for (int i = 0; i < ft::profiler::kNumWaitClasses; ++i) {
+    if (d.totals[i] >= 0.0005) {
+      fmt::print("{} {:.1f}%  ",
+                 ft::profiler::wait_class_name(static_cast<ft::profiler::WaitClass>(i)),
+                 100 * d.totals[i]);
+    }
+  }
+  fmt::print(
+      "\nMFU {:.2f}%  {:.0f} tokens/s  peak memory {:.1f} MiB (reserved {:.1f} MiB)  "
+      "page faults {}  loss {}\n",
+      100 * d.mfu, d.tokens_per_s, d.memory.peak / 1048576, d.memory.reserved / 1048576,
+      d.memory.page_faults, d.loss_health.verdict);
+  if (d.findings.empty()) {
+    fmt::print("no findings\n");
+    return;
+  }
+  fmt::print("top findings:\n");
+  for (size_t i = 0; i < d.findings.size() && i < top; ++i) {
+    const auto& f = d.findings[i];
+    fmt::print("  {}. [{}] {}: {}\n", i + 1, ft::profiler::severity_name(f.severity), f.cls,
+               f.title);
+    if (!f.evidence.detail.empty()) fmt::print("     evidence: {}\n", f.evidence.detail);
+    std::string knobs;
+    for (const auto& k : f.knobs) knobs += (knobs.empty() ? "" : "  ") + k;
+    if (!knobs.empty()) fmt::print("     try: {}\n", knobs);
+  }
+}
+
+int finish(const ft::profiler::Trace& trace, const fs::path& out_dir,
+           const std::vector<ft::profiler::Gate>& gates, size_t top, bool write_trace) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) throw ft::IoError(fmt::format("cannot create '{}': {}", out_dir.string(), ec.message()));
+  if (write_trace) ft::diagnose::write_trace_json_temp(trace, out_dir / "trace.json");
+  const Diagnosis d = ft::profiler::diagnose(trace);
+  ft::diagnose::write_report_json_temp(d, out_dir);
+  print_diagnosis(d, top);
+  fmt::print("wrote {}\n", (out_dir / "report.json").string());
+  const auto tripped = ft::profiler::check_gates(d, gates);
+  for (const auto& t : tripped) fmt::print(stderr, "ft-diagnose: gate tripped: {}\n", t);
+  return tripped.empty() ? 0 : kGateExit;
+}
+
+int run(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    fmt::print("{}", kUsage);
+    return args.empty() ? 2 : 0;
+  }
+  const bool run_mode = args[0] == "run";
+  std::string out, profile, input;
+  std::vector<ft::profiler::Gate> gates;
+  size_t top = 5;
+  std::vector<std::string> rest;
+  for (size_t i = run_mode ? 1 : 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const char* flag) {
+      if (i + 1 >= args.size()) throw ft::ConfigError(fmt::format("{} needs a value", flag));
+      return args[++i];
+    };
+    if (a == "--out") {
+      out = value("--out");
+    } else if (a == "--profile-steps") {
+      profile = value("--profile-steps");
+    } else if (a == "--fail-if") {
+      gates.push_back(ft::profiler::parse_gate(value("--fail-if")));
+    } else if (a == "--top") {
+      const std::string v = value("--top");
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end || n < 0) throw ft::ConfigError("--top needs a count >= 0");
+      top = static_cast<size_t>(n);
+    } else if (run_mode) {
+      rest.push_back(a);
+    } else if (input.empty() && (a.empty() || a[0] != '-')) {
+      input = a;
+    } else {
+      throw ft::ConfigError(fmt::format("unknown argument '{}' (see ft-diagnose --help)", a));
+    }
+  }
+  if (run_mode) {
+    if (out.empty()) throw ft::ConfigError("ft-diagnose run needs --out DIR");
+    ft::diagnose::RunOptions ro;
+    if (!profile.empty()) ft::diagnose::parse_profile_steps(profile, &ro);
+    ft::profiler::Trace trace;
+    if (!ft::diagnose::run_profiled(rest, ro, &trace)) return 0;
+    return finish(trace, out, gates, top, true);
+  }
+  if (input.empty()) throw ft::ConfigError("ft-diagnose needs a run directory or a trace file");
+  if (!profile.empty()) throw ft::ConfigError("--profile-steps applies to `ft-diagnose run` only");
+  fs::path trace_path = input;
+  if (fs::is_directory(trace_path)) trace_path /= "trace.json";
+  if (!fs::exists(trace_path))
+    throw ft::IoError(fmt::format("no trace at '{}'", trace_path.string()));
+  const ft::profiler::Trace trace = ft::diagnose::read_trace_json_temp(trace_path);
+  const fs::path out_dir = out.empty() ? trace_path.parent_path() : fs::path(out);
+  return finish(trace, out_dir.empty() ? fs::path(".") : out_dir, gates, top, false);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Same OpenMP binding as ft-train, so the profiled run behaves like a real one.
+  setenv("OMP_PROC_BIND", "close", /*overwrite=*/0);
+  setenv("OMP_PLACES", "cores", /*overwrite=*/0);
+  try {
+    return run(argc, argv);
+  } catch (const ft::ConfigError& e) {
+    fmt::print(stderr, "ft-diagnose: error: {}\n", e.what());
+    return 2;
+  } catch (const ft::OutOfMemoryError& e) {
+    fmt::print(stderr, "ft-diagnose: {}\n", e.what());
+    return 3;
+  } catch (const ft::Error& e) {
+    fmt::print(stderr, "ft-diagnose: error: {}\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "ft-diagnose: internal error: {}\n", e.what());
+    return 1;
+  }
+}

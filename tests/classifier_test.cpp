@@ -1,0 +1,220 @@
+// classifier_test.cpp: exact per-step partition on synthetic traces (nesting, page faults, device
+// streams).
+#include "ft/profiler/classifier.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "ft/core/error.h"
+
+namespace {
+
+using namespace ft::profiler;
+
+constexpr Track kMain{1, 1, false};
+constexpr Track kWorker{1, 2, false};
+
+struct Builder {
+  Trace t;
+  Event& span(const Track& tr, const char* name, Category c, int64_t ts, int64_t dur,
+              int64_t step = -1) {
+    Event e;
+    e.track = tr;
+    e.name = t.names.intern(name);
+    e.category = c;
+    e.phase = Phase::kSpan;
+    e.ts_ns = ts;
+    e.dur_ns = dur;
+    e.step = step;
+    t.events.push_back(e);
+    return t.events.back();
+  }
+  void counter(const char* name, int64_t step, double v, int64_t ts = 0) {
+    Event e;
+    e.track = kMain;
+    e.name = t.names.intern(name);
+    e.category = Category::kCounter;
+    e.phase = Phase::kCounter;
+    e.step = step;
+    e.value = v;
+    e.ts_ns = ts;
+    t.events.push_back(e);
+  }
+};
+
+int64_t sum(const StepPartitionNs& p) {
+  return std::accumulate(p.ns.begin(), p.ns.end(), int64_t{0});
+}
+int64_t at(const StepPartitionNs& p, WaitClass c) { return p.ns[static_cast<int>(c)]; }
+
+TEST(Classifier, NestedSpansInnermostWinsAndPartsSumExactly) {
+  Builder b;
+  // step 0: [1000, 101000): data [1000, 11000), fwd [11000, 81000) containing an alloc
+  // [20000, 23000) and a sync [50000, 50500); optimizer [81000, 96000); 5000 ns uncovered.
+  b.span(kMain, "step", Category::kStep, 1000, 100000, 0);
+  b.span(kMain, "data.next", Category::kData, 1000, 10000, 0);
+  b.span(kMain, "fwd.block", Category::kCompute, 11000, 70000, 0);
+  b.span(kMain, "alloc.segment_map", Category::kAlloc, 20000, 3000, 0);
+  b.span(kMain, "stream.sync", Category::kSync, 50000, 500, 0);
+  b.span(kMain, "optimizer", Category::kOptimizer, 81000, 15000, 0);
+  // Spans on another thread do not count toward the training thread.
+  b.span(kWorker, "loader.preprocess", Category::kData, 1000, 100000);
+  const auto parts = partition_steps(b.t);
+  ASSERT_EQ(parts.size(), 1u);
+  const auto& p = parts[0];
+  EXPECT_EQ(p.wall_ns, 100000);
+  EXPECT_EQ(sum(p), p.wall_ns);
+  EXPECT_EQ(at(p, WaitClass::kData), 10000);
+  EXPECT_EQ(at(p, WaitClass::kMemory), 3000);
+  EXPECT_EQ(at(p, WaitClass::kSync), 500);
+  EXPECT_EQ(at(p, WaitClass::kCompute), 70000 - 3000 - 500 + 15000);
+  EXPECT_EQ(at(p, WaitClass::kOther), 5000);
+  EXPECT_EQ(p.detail_ns.at("data.wait"), 10000);
+  EXPECT_EQ(p.detail_ns.at("memory.allocator"), 3000);
+  EXPECT_EQ(p.detail_ns.at("compute.optimizer"), 15000);
+}
+
+TEST(Classifier, SpansCrossingStepBoundariesAreClipped) {
+  Builder b;
+  b.span(kMain, "step", Category::kStep, 0, 1000, 0);
+  b.span(kMain, "step", Category::kStep, 1000, 1000, 1);
+  b.span(kMain, "comm.wait", Category::kComm, 600, 800);  // 400 in step 0, 400 in step 1
+  b.span(kMain, "h2d", Category::kH2D, 1500, 100).flags = kPageable;
+  const auto parts = partition_steps(b.t);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(at(parts[0], WaitClass::kComm), 400);
+  EXPECT_EQ(at(parts[1], WaitClass::kComm), 400);
+  EXPECT_EQ(parts[0].detail_ns.at("comm.wait"), 400);
+  EXPECT_EQ(at(parts[1], WaitClass::kPcie), 100);
+  EXPECT_EQ(parts[1].detail_ns.at("pcie.pageable"), 100);
+  EXPECT_EQ(parts[1].start_ns, 1000);
+  for (const auto& p : parts) EXPECT_EQ(sum(p), p.wall_ns);
+}
+
+TEST(Classifier, OverlappingSiblingsLaterStartWins) {
+  Builder b;
+  b.span(kMain, "step", Category::kStep, 0, 1000, 0);
+  b.span(kMain, "a", Category::kCompute, 0, 600);
+  b.span(kMain, "b", Category::kHost, 400, 400);  // overlaps a's tail: [400,600) goes to b
+  const auto p = partition_steps(b.t).at(0);
+  EXPECT_EQ(at(p, WaitClass::kCompute), 400);
+  EXPECT_EQ(at(p, WaitClass::kHost), 400);
+  EXPECT_EQ(at(p, WaitClass::kOther), 200);
+  EXPECT_EQ(sum(p), 1000);
+}
+
+TEST(Classifier, PageFaultsMoveComputeThenOtherToMemoryCapped) {
+  Builder b;
+  b.span(kMain, "step", Category::kStep, 0, 100000, 0);
+  b.span(kMain, "fwd", Category::kCompute, 0, 60000);
+  b.span(kMain, "data", Category::kData, 60000, 30000);  // 10000 other at the end
+  b.span(kMain, "step", Category::kStep, 100000, 100000, 1);
+  b.span(kMain, "fwd", Category::kCompute, 100000, 100000);
+  b.counter(kCounterMinorFaults, 0, 10);  // 10 x 13 us = 130 us > 70 us: capped
+  b.counter(kCounterMinorFaults, 1, 2);   // 2 x 13 us = 26 us from compute
+  const auto parts = partition_steps(b.t);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].page_faults, 10);
+  EXPECT_EQ(at(parts[0], WaitClass::kMemory), 70000);
+  EXPECT_EQ(at(parts[0], WaitClass::kCompute), 0);
+  EXPECT_EQ(at(parts[0], WaitClass::kOther), 0);
+  EXPECT_EQ(at(parts[0], WaitClass::kData), 30000) << "faults never take time from waits";
+  EXPECT_EQ(parts[0].detail_ns.at("memory.page_faults_capped"), 60000);
+  EXPECT_EQ(at(parts[1], WaitClass::kMemory), 26000);
+  EXPECT_EQ(at(parts[1], WaitClass::kCompute), 74000);
+  for (const auto& p : parts) EXPECT_EQ(sum(p), p.wall_ns);
+  // Recorded kernel CPU time is evidence only; it does not bound the fault time.
+  b.counter(kCounterSystemNs, 1, 20000);
+  EXPECT_EQ(at(partition_steps(b.t)[1], WaitClass::kMemory), 26000);
+  EXPECT_EQ(partition_steps(b.t)[1].detail_ns.at("cpu.system"), 20000);
+  b.t.events.pop_back();
+  // A measured cost in the metadata replaces the default; options override both.
+  b.t.metadata[kMetaPageFaultNs] = "1000";
+  EXPECT_EQ(at(partition_steps(b.t)[1], WaitClass::kMemory), 2000);
+  ClassifyOptions o;
+  o.page_fault_ns = 500;
+  EXPECT_EQ(at(partition_steps(b.t, o)[1], WaitClass::kMemory), 1000);
+}
+
+TEST(Classifier, DeviceIdleSplitByOtherStreamsAndHost) {
+  Builder b;
+  const Track s7{0, 7, true}, s8{0, 8, true};
+  b.span(kMain, "step", Category::kStep, 0, 1000, 0);
+  b.span(kMain, "data.next", Category::kData, 0, 200);
+  b.span(kMain, "launch", Category::kHost, 200, 100);
+  b.span(kMain, "cudaStreamSynchronize", Category::kSync, 700, 300);
+  b.span(s7, "gemm", Category::kCompute, 300, 300);  // busy [300,600)
+  b.span(s7, "gemm", Category::kCompute, 550, 150);  // overlaps: busy until 700
+  b.span(s8, "memcpy", Category::kH2D, 100, 300);    // [100,300) idle → pcie; [300,400) busy
+  b.span(s8, "nccl", Category::kComm, 800, 100);     // [800,900) idle → comm
+  const auto p = partition_steps(b.t).at(0);
+  EXPECT_EQ(p.detail_ns.at("device0.busy"), 400);
+  EXPECT_EQ(p.detail_ns.at("device0.idle.data"), 100);  // [0,100)
+  EXPECT_EQ(p.detail_ns.at("device0.idle.pcie"), 200);  // [100,300)
+  EXPECT_EQ(p.detail_ns.at("device0.idle.comm"), 100);  // [800,900)
+  EXPECT_EQ(p.detail_ns.at("device0.idle.sync"), 200);  // [700,800) + [900,1000)
+  int64_t total = 0;
+  for (const auto& [k, v] : p.detail_ns) {
+    if (k.rfind("device0.", 0) == 0) total += v;
+  }
+  EXPECT_EQ(total, 1000) << "busy + idle classes cover the step exactly";
+  EXPECT_EQ(sum(p), 1000);
+}
+
+TEST(Classifier, TrainingTrackIsTheOneWithSteps) {
+  Builder b;
+  b.span(kWorker, "data", Category::kData, 0, 5000);
+  b.span(kMain, "step", Category::kStep, 0, 1000, 3);
+  b.span(kMain, "step", Category::kStep, 1000, 1000, 4);
+  Track t;
+  ASSERT_TRUE(find_training_track(b.t, &t));
+  EXPECT_EQ(t, kMain);
+  const auto steps = classify_steps(b.t);
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0].step, 3);
+  EXPECT_DOUBLE_EQ(steps[1].wall_ms, 0.001);
+  EXPECT_DOUBLE_EQ(steps[0].ms[static_cast<int>(WaitClass::kOther)], 0.001);
+}
+
+TEST(Classifier, KinetoProfilerStepSpansAreSteps) {
+  Builder b;
+  b.span(kMain, "ProfilerStep#12", Category::kOther, 0, 1000);
+  b.span(kMain, "ProfilerStep#13", Category::kHost, 1000, 1000);
+  b.span(kMain, "aten::mm", Category::kCompute, 100, 500);
+  const auto parts = partition_steps(b.t);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].step, 12);
+  EXPECT_EQ(parts[1].step, 13);
+  EXPECT_EQ(at(parts[0], WaitClass::kCompute), 500);
+  EXPECT_EQ(at(parts[1], WaitClass::kOther), 1000) << "the step marker itself is not host time";
+}
+
+TEST(Classifier, CountersAttachToSteps) {
+  Builder b;
+  b.span(kMain, "step", Category::kStep, 0, 2000000, 0);
+  b.counter(kCounterLoss, 0, 5.5);
+  b.counter(kCounterMemAllocated, 0, 1024);
+  const auto s = classify_steps(b.t).at(0);
+  EXPECT_DOUBLE_EQ(s.loss, 5.5);
+  EXPECT_DOUBLE_EQ(s.mem_allocated, 1024);
+  EXPECT_TRUE(std::isnan(s.lr));
+  EXPECT_DOUBLE_EQ(s.wall_ms, 2.0);
+}
+
+TEST(Classifier, NoStepsIsAClearError) {
+  Builder b;
+  b.span(kMain, "fwd", Category::kCompute, 0, 10);
+  EXPECT_THROW(partition_steps(b.t), ft::FormatError);
+}
+
+TEST(Classifier, PageFaultProbeMeasuresFaults) {
+  int64_t faults = 0;
+  const double ns = measure_page_fault_ns(size_t{8} << 20, 2, &faults);
+  ASSERT_GT(faults, 0) << "fresh mappings fault on first touch";
+  EXPECT_GT(ns, 50.0);  // a fault is never cheaper than a few hundred cycles
+  EXPECT_LT(ns, 1e9);   // nor slower than a second (THP compaction can take ms)
+}
+
+}  // namespace

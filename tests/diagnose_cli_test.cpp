@@ -1,0 +1,168 @@
+// diagnose_cli_test.cpp: ft-diagnose end to end: run + report.json layout, re-analysis, gates, bad
+// input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "ft/core/atomic_file.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+Result diagnose(const std::string& args) {
+  const std::string cmd = std::string(FT_BINARY_DIR) + "/ft-diagnose " + args + " 2>&1";
+  Result r{0, ""};
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d =
+      fs::temp_directory_path() / ("ft_diag_cli_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+json report(const fs::path& dir) { return json::parse(ft::read_file(dir / "report.json")); }
+
+const std::string kTiny =
+    " --layers 1 --heads 2 --channels 32 --seq-len 32 --micro-batch 4 --threads 1 --val-batches 1 ";
+
+// One profiled run shared by the tests below (a few hundred ms).
+const fs::path& run_dir() {
+  static const fs::path d = [] {
+    fs::path dir = temp_dir("run");
+    const Result r = diagnose("run --out " + dir.string() + kTiny + "--steps 5");
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("step 5/5"), std::string::npos) << "progress bar";
+    EXPECT_NE(r.out.find("top findings"), std::string::npos) << r.out;
+    return dir;
+  }();
+  return d;
+}
+
+TEST(DiagnoseCli, RunWritesTraceAndReportWithStepsSummingToWall) {
+  const fs::path& d = run_dir();
+  ASSERT_TRUE(fs::exists(d / "trace.json"));
+  const json r = report(d);
+  ASSERT_EQ(r.at("steps").size(), 5u);
+  for (const json& s : r.at("steps")) {
+    double sum = 0;
+    for (const char* c : {"compute", "data", "pcie", "comm", "memory", "host", "sync", "other"}) {
+      sum += s.at("breakdown").at(c).get<double>();
+    }
+    EXPECT_NEAR(sum, s.at("wall_ms").get<double>(), 1e-9 * s.at("wall_ms").get<double>() + 1e-9);
+    EXPECT_GT(s.at("wall_ms").get<double>(), 0);
+    EXPECT_TRUE(std::isfinite(s.at("loss").get<double>()));
+  }
+  double total = 0;
+  for (const auto& [k, v] : r.at("totals").items()) total += v.get<double>();
+  EXPECT_NEAR(total, 1.0, 1e-9);
+  EXPECT_GT(r.at("totals").at("compute").get<double>(), 0.5) << "a CPU run is mostly compute";
+  for (const json& f : r.at("findings")) {
+    for (const char* k : {"class", "share", "severity", "title", "evidence", "knobs"}) {
+      EXPECT_TRUE(f.contains(k)) << k;
+    }
+  }
+  for (const char* k : {"peak", "reserved", "fragmentation", "alloc_retries", "ooms"}) {
+    EXPECT_TRUE(r.at("memory").contains(k)) << k;
+  }
+  EXPECT_GT(r.at("memory").at("peak").get<double>(), 0);
+  EXPECT_GT(r.at("tokens_per_s").get<double>(), 0);
+  EXPECT_GT(r.at("mfu").get<double>(), 0);
+  EXPECT_EQ(r.at("loss_health").at("verdict"), "healthy");
+  EXPECT_EQ(r.at("config").at("layers"), "1");
+}
+
+TEST(DiagnoseCli, ReanalysisReproducesTheReport) {
+  const fs::path out = temp_dir("re");
+  const Result r = diagnose(run_dir().string() + " --out " + out.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json a = report(run_dir()), b = report(out);
+  for (const auto& [k, v] : a.at("totals").items()) {
+    EXPECT_NEAR(v.get<double>(), b.at("totals").at(k).get<double>(), 1e-9) << k;
+  }
+  ASSERT_EQ(a.at("steps").size(), b.at("steps").size());
+  EXPECT_NEAR(a["steps"][3]["wall_ms"].get<double>(), b["steps"][3]["wall_ms"].get<double>(), 1e-6);
+  EXPECT_EQ(a.at("findings").size(), b.at("findings").size());
+  // A trace file works as well as a directory.
+  EXPECT_EQ(diagnose((run_dir() / "trace.json").string() + " --out " + out.string()).status, 0);
+}
+
+TEST(DiagnoseCli, GatesSetTheExitStatus) {
+  Result r = diagnose(run_dir().string() + " --out " + temp_dir("g1").string() +
+                      " --fail-if 'compute>1%'");
+  EXPECT_EQ(r.status, 4) << r.out;
+  EXPECT_NE(r.out.find("gate tripped: compute>1%"), std::string::npos) << r.out;
+  r = diagnose(run_dir().string() + " --out " + temp_dir("g2").string() +
+               " --fail-if 'data>99%' --fail-if 'memory>99'");
+  EXPECT_EQ(r.status, 0) << r.out;
+  r = diagnose("run --out " + temp_dir("g3").string() + kTiny + "--steps 3 --fail-if 'compute>1%'");
+  EXPECT_EQ(r.status, 4) << "gates apply to `run` too: " << r.out;
+}
+
+TEST(DiagnoseCli, ProfileWindowKeepsOnlyThoseSteps) {
+  const fs::path d = temp_dir("window");
+  const Result r = diagnose("run --out " + d.string() + kTiny + "--steps 5 --profile-steps 2-3");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json j = report(d);
+  ASSERT_EQ(j.at("steps").size(), 2u);
+  EXPECT_EQ(j["steps"][0]["step"], 2);
+  EXPECT_EQ(j["steps"][1]["step"], 3);
+}
+
+TEST(DiagnoseCli, BadInputIsAClearError) {
+  const fs::path d = temp_dir("bad");
+  Result r = diagnose(d.string() + " --fail-if data20");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("expected CLASS>PCT"), std::string::npos) << r.out;
+  r = diagnose(d.string() + " --fail-if 'speed>5'");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("unknown class 'speed'"), std::string::npos) << r.out;
+  r = diagnose(d.string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("no trace at"), std::string::npos) << r.out;
+  ft::write_file_atomic(d / "trace.json", "{\"traceEvents\": [ {\"ph\": \"X\", ");
+  r = diagnose(d.string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("not valid JSON at byte"), std::string::npos) << r.out;
+  ft::write_file_atomic(d / "trace.json",
+                        R"({"traceEvents": [{"ph": "X", "name": "x", "ts": 0}]})");
+  r = diagnose(d.string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("trace event 0 is malformed"), std::string::npos) << r.out;
+  ft::write_file_atomic(
+      d / "trace.json",
+      R"({"traceEvents": [{"ph": "X", "cat": "compute", "name": "x", "ts": 0, "dur": 5}]})");
+  r = diagnose(d.string());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("no training steps"), std::string::npos) << r.out;
+  r = diagnose("run --out " + d.string() + kTiny + "--steps 3 --profile-steps 3-1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("--profile-steps '3-1'"), std::string::npos) << r.out;
+  r = diagnose("run" + kTiny + "--steps 3");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("needs --out"), std::string::npos) << r.out;
+  r = diagnose("run --out " + d.string() + " --layers 0");
+  EXPECT_EQ(r.status, 2) << r.out;
+}
+
+}  // namespace
