@@ -94,7 +94,9 @@ class PrefetchLoader::Impl {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
     }
-    cv_.notify_all();
+    cv_work_.notify_all();
+    cv_asm_.notify_all();
+    cv_ready_.notify_all();
     pool_->stop();
   }
 
@@ -116,14 +118,14 @@ class PrefetchLoader::Impl {
       }
     } else {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return !ready_.empty() || stopping_; });
+      cv_ready_.wait(lock, [&] { return !ready_.empty() || stopping_; });
       if (ready_.empty()) {
         r.end = true;  // stopped
       } else {
         r = std::move(ready_.front());
         ready_.pop_front();
         lock.unlock();
-        cv_.notify_all();
+        cv_asm_.notify_one();  // the queue has room
       }
     }
     wait_ns = ns_since(t0);
@@ -243,7 +245,7 @@ class PrefetchLoader::Impl {
       uint64_t s;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] {
+        cv_work_.wait(lock, [&] {
           return stopping_ || (next_task_ < assembler_s_ + window_ && !(o_.finite && next_task_ >= nc_));
         });
         if (stopping_) return;
@@ -254,7 +256,7 @@ class PrefetchLoader::Impl {
         std::lock_guard<std::mutex> lock(mu_);
         results_.emplace(s, std::move(r));
       }
-      cv_.notify_all();
+      cv_asm_.notify_one();
     }
   }
 
@@ -262,9 +264,9 @@ class PrefetchLoader::Impl {
     std::unique_lock<std::mutex> lock(mu_);
     if (assembler_s_ != s) {
       assembler_s_ = s;
-      cv_.notify_all();  // the window moved
+      cv_work_.notify_all();  // the window moved
     }
-    cv_.wait(lock, [&] { return stopping_ || results_.count(s) != 0; });
+    cv_asm_.wait(lock, [&] { return stopping_ || results_.count(s) != 0; });
     if (stopping_) throw Stopped{};
     auto it = results_.find(s);
     ChunkResult r = std::move(it->second);
@@ -285,14 +287,14 @@ class PrefetchLoader::Impl {
       const bool last = r.end || r.error;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || ready_.size() < static_cast<size_t>(o_.prefetch); });
+        cv_asm_.wait(lock, [&] { return stopping_ || ready_.size() < static_cast<size_t>(o_.prefetch); });
         if (stopping_) {
           pool_->release(r.buf);
           return;
         }
         ready_.push_back(std::move(r));
       }
-      cv_.notify_all();
+      cv_ready_.notify_one();
       if (last) return;
     }
   }
@@ -309,7 +311,7 @@ class PrefetchLoader::Impl {
 
   // Shared between threads, under mu_.
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_work_, cv_asm_, cv_ready_;  // workers, assembler, consumer
   bool stopping_ = false;
   uint64_t next_task_ = 0, assembler_s_ = 0, window_ = 1;
   std::map<uint64_t, ChunkResult> results_;

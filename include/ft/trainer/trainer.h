@@ -42,6 +42,9 @@ struct TrainSummary {
   double mean_step_ms = 0;
   double mean_mfu = 0;
   double final_loss = 0;
+  double mean_data_wait_ms = 0;        // loader wait per step (same steps as the means above)
+  double mean_data_preprocess_ms = 0;  // loader preprocessing per step
+  double data_wait_share() const { return mean_step_ms > 0 ? mean_data_wait_ms / mean_step_ms : 0; }
   double val_loss = -1;          // < 0 when not measured
   uint64_t skipped_steps = 0;
   AllocatorStats memory;
