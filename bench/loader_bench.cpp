@@ -1,13 +1,14 @@
-// loader_bench.cpp: loader batches/s against worker count and preprocessing cost, and data-wait share of ft-train steps.
+// loader_bench.cpp: loader batches/s against worker count and preprocessing cost, and data-wait
+// share of ft-train steps.
 //
-//   loader_bench [--seconds S] [--steps N] [--costs 0,20] [--workers 0,1,2,4] [--skip-train]
+//   loader_bench [--seconds S] [--steps N] [--costs 0,200] [--train-costs 0,2000]
+//                [--workers 0,1,2,4] [--skip-train]
 //
 // Part 1 drains the loader alone on the KJV corpus (byte tokens) for S seconds per setting:
 // B8 T128 (the default training shape) and a heavier B32 T512. Part 2 trains the default
 // configuration (L4 C128 T128 B8, as scripts/setup.sh) for N steps at 0, 1 and 2 workers,
 // without and with preprocessing cost, and reports the loader's wait as a share of step time.
 #include <fmt/format.h>
-
 #include <sys/resource.h>
 
 #include <chrono>
@@ -117,7 +118,8 @@ TrainRun train(int workers, int cost, int steps) {
 double cpu_ms() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e3;
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 +
+         (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e3;
 }
 
 double load_average() {
@@ -131,18 +133,26 @@ int main(int argc, char** argv) {
   double seconds = 1.5;
   int steps = 12;
   bool skip_train = false;
-  std::vector<int> costs{0, 20}, workers{0, 1, 2, 4};
+  std::vector<int> costs{0, 200}, train_costs{0, 2000}, workers{0, 1, 2, 4};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--seconds") seconds = std::stod(val());
-    else if (a == "--steps") steps = std::stoi(val());
-    else if (a == "--costs") costs = parse_list(val());
-    else if (a == "--workers") workers = parse_list(val());
-    else if (a == "--skip-train") skip_train = true;
+    if (a == "--seconds")
+      seconds = std::stod(val());
+    else if (a == "--steps")
+      steps = std::stoi(val());
+    else if (a == "--costs")
+      costs = parse_list(val());
+    else if (a == "--train-costs")
+      train_costs = parse_list(val());
+    else if (a == "--workers")
+      workers = parse_list(val());
+    else if (a == "--skip-train")
+      skip_train = true;
     else {
-      std::fprintf(stderr, "usage: loader_bench [--seconds S] [--steps N] [--costs 0,20] "
-                           "[--workers 0,1,2,4] [--skip-train]\n");
+      std::fprintf(stderr,
+                   "usage: loader_bench [--seconds S] [--steps N] [--costs 0,200] [--train-costs 0,2000] "
+                   "[--workers 0,1,2,4] [--skip-train]\n");
       return 2;
     }
   }
@@ -150,7 +160,9 @@ int main(int argc, char** argv) {
     auto tok = std::make_shared<data::ByteTokenizer>();
     fmt::print("loader_bench: load average {:.2f} at start\n", load_average());
     fmt::print("\n## loader alone (KJV, byte tokens), {:.1f} s per setting\n", seconds);
-    fmt::print("| shape | preprocess-cost | workers | batches/s | CPU ms/batch | preprocess ms/batch | wait ms/batch |\n");
+    fmt::print(
+        "| shape | preprocess-cost | workers | batches/s | CPU ms/batch | preprocess ms/batch | "
+        "wait ms/batch |\n");
     fmt::print("|---|---|---|---|---|---|---|\n");
     for (auto [B, T] : {std::pair{8, 128}, std::pair{32, 512}}) {
       data::DataOptions dopt;
@@ -166,11 +178,13 @@ int main(int argc, char** argv) {
       }
     }
     if (!skip_train) {
-      fmt::print("\n## ft-train default config (L4 C128 T128 B8, KJV), {} steps, first 2 excluded\n",
-                 steps);
-      fmt::print("| preprocess-cost | workers | step ms | data wait ms | wait share | preprocess ms |\n");
+      fmt::print(
+          "\n## ft-train default config (L4 C128 T128 B8, KJV), {} steps, first 2 excluded\n",
+          steps);
+      fmt::print(
+          "| preprocess-cost | workers | step ms | data wait ms | wait share | preprocess ms |\n");
       fmt::print("|---|---|---|---|---|---|\n");
-      for (int cost : costs) {
+      for (int cost : train_costs) {
         for (int w : {0, 1, 2}) {
           const TrainRun r = train(w, cost, steps);
           fmt::print("| {} | {} | {:.1f} | {:.3f} | {:.1f}% | {:.3f} |\n", cost, w, r.step_ms,

@@ -1,4 +1,5 @@
-// loader_test.cpp: the prefetching loader: determinism across workers, shuffle, errors, shutdown, resume, timing, staging.
+// loader_test.cpp: the prefetching loader: determinism across workers, shuffle, errors, shutdown,
+// resume, timing, staging.
 #include "ft/trainer/loader.h"
 
 #include <gtest/gtest.h>
@@ -217,14 +218,17 @@ TEST(Loader, FiniteLoaderEndsAndStaysEnded) {
   for (int workers : {0, 1, 4}) {
     LoaderOptions o = opts(workers);
     o.finite = true;
-    within(20, [&] {
-      PrefetchLoader l(ds, o);
-      EXPECT_EQ(take(l, 1000).size(), 15u);
-      Batch b;
-      EXPECT_FALSE(l.next(b));
-      EXPECT_FALSE(l.next(b));
-      EXPECT_TRUE(b.empty());
-    }, "finite loader");
+    within(
+        20,
+        [&] {
+          PrefetchLoader l(ds, o);
+          EXPECT_EQ(take(l, 1000).size(), 15u);
+          Batch b;
+          EXPECT_FALSE(l.next(b));
+          EXPECT_FALSE(l.next(b));
+          EXPECT_TRUE(b.empty());
+        },
+        "finite loader");
   }
 }
 
@@ -235,21 +239,24 @@ TEST(Loader, WorkerErrorReachesTheCallerAtTheSameBatchForEveryWorkerCount) {
   for (int workers : {0, 1, 4}) {
     LoaderOptions o = opts(workers);
     o.shuffle = false;
-    within(20, [&] {
-      PrefetchLoader l(ds, o);
-      Batch b;
-      int good = 0;
-      try {
-        while (l.next(b)) ++good;
-        ADD_FAILURE() << "no error";
-      } catch (const FormatError& e) {
-        EXPECT_NE(std::string(e.what()).find("token id 999 at token 2345"), std::string::npos)
-            << e.what();
-      }
-      // Row 2345/16 = 146 is in chunk 18 (rows 144..151): batches 0..35 are clean.
-      EXPECT_EQ(good, 36) << "workers " << workers;
-      EXPECT_THROW(l.next(b), FormatError) << "the error stays";
-    }, "error then destroy");
+    within(
+        20,
+        [&] {
+          PrefetchLoader l(ds, o);
+          Batch b;
+          int good = 0;
+          try {
+            while (l.next(b)) ++good;
+            ADD_FAILURE() << "no error";
+          } catch (const FormatError& e) {
+            EXPECT_NE(std::string(e.what()).find("token id 999 at token 2345"), std::string::npos)
+                << e.what();
+          }
+          // Row 2345/16 = 146 is in chunk 18 (rows 144..151): batches 0..35 are clean.
+          EXPECT_EQ(good, 36) << "workers " << workers;
+          EXPECT_THROW(l.next(b), FormatError) << "the error stays";
+        },
+        "error then destroy");
   }
 }
 
@@ -264,7 +271,8 @@ TEST_F(LoaderTest, MalformedJsonlLineMidStreamIsAWorkerError) {
   dopt.seq_len = 16;
   dopt.val_every = 0;
   std::string how;
-  auto ds = open_data_whole((dir_ / "d.jsonl").string(), std::make_shared<ByteTokenizer>(), dopt, &how);
+  auto ds =
+      open_data_whole((dir_ / "d.jsonl").string(), std::make_shared<ByteTokenizer>(), dopt, &how);
   for (int workers : {0, 2}) {
     LoaderOptions o = opts(workers);
     o.shuffle = false;
@@ -316,32 +324,38 @@ class GatedDataset : public ChunkedDataset {
 
 TEST(Loader, StopWakesABlockedNextAndDestroyJoins) {
   auto ds = std::make_shared<GatedDataset>();
-  within(20, [&] {
-    PrefetchLoader l(ds, opts(2));
-    ds->wait_entered(2);  // both workers are inside a chunk; next() can only wait
-    std::thread consumer([&] {
-      Batch b;
-      EXPECT_FALSE(l.next(b)) << "a stopped loader returns false";
-    });
-    l.stop();  // as a SIGINT handler's flag would make the trainer do
-    consumer.join();
-    ds->open();  // the workers finish their chunk and see the stop
-  }, "stop while next() is blocked");
+  within(
+      20,
+      [&] {
+        PrefetchLoader l(ds, opts(2));
+        ds->wait_entered(2);  // both workers are inside a chunk; next() can only wait
+        std::thread consumer([&] {
+          Batch b;
+          EXPECT_FALSE(l.next(b)) << "a stopped loader returns false";
+        });
+        l.stop();  // as a SIGINT handler's flag would make the trainer do
+        consumer.join();
+        ds->open();  // the workers finish their chunk and see the stop
+      },
+      "stop while next() is blocked");
 }
 
 TEST(Loader, DestroyWithAFullQueueOrUntouchedNeverDeadlocks) {
   auto ds = make_token_dataset(counting_source(200000), 16, 64);
-  within(30, [&] {
-    for (int workers : {1, 2, 4}) {
-      for (int taken : {0, 1, 3}) {
-        LoaderOptions o = opts(workers, 1);
-        o.preprocess_cost = taken;  // some chunks mid-preprocessing at destruction
-        PrefetchLoader l(ds, o);
-        take(l, taken);
-        if (taken == 1) std::this_thread::yield();
-      }  // destroyed with workers blocked on the full queue / window, or still working
-    }
-  }, "destroy");
+  within(
+      30,
+      [&] {
+        for (int workers : {1, 2, 4}) {
+          for (int taken : {0, 1, 3}) {
+            LoaderOptions o = opts(workers, 1);
+            o.preprocess_cost = taken;  // some chunks mid-preprocessing at destruction
+            PrefetchLoader l(ds, o);
+            take(l, taken);
+            if (taken == 1) std::this_thread::yield();
+          }  // destroyed with workers blocked on the full queue / window, or still working
+        }
+      },
+      "destroy");
 }
 
 TEST(Loader, BatchOutlivesItsLoader) {
@@ -360,22 +374,25 @@ TEST(Loader, BatchOutlivesItsLoader) {
 TEST(Loader, HoldingEveryStagingBufferIsAnErrorNotADeadlock) {
   auto ds = make_token_dataset(counting_source(50000), 16, 8);
   for (int workers : {0, 2}) {
-    within(20, [&] {
-      LoaderOptions o = opts(workers, 1);
-      PrefetchLoader l(ds, o);
-      std::vector<Batch> held(16);
-      bool threw = false;
-      for (Batch& b : held) {
-        try {
-          ASSERT_TRUE(l.next(b));
-        } catch (const ConfigError& e) {
-          EXPECT_NE(std::string(e.what()).find("staging buffers"), std::string::npos);
-          threw = true;
-          break;
-        }
-      }
-      EXPECT_TRUE(threw);
-    }, "hold all buffers");
+    within(
+        20,
+        [&] {
+          LoaderOptions o = opts(workers, 1);
+          PrefetchLoader l(ds, o);
+          std::vector<Batch> held(16);
+          bool threw = false;
+          for (Batch& b : held) {
+            try {
+              ASSERT_TRUE(l.next(b));
+            } catch (const ConfigError& e) {
+              EXPECT_NE(std::string(e.what()).find("staging buffers"), std::string::npos);
+              threw = true;
+              break;
+            }
+          }
+          EXPECT_TRUE(threw);
+        },
+        "hold all buffers");
   }
 }
 
@@ -471,7 +488,8 @@ TEST_F(LoaderTest, DocumentsSplitByIndexAndPackWithSeparators) {
   write_file_atomic(dir_ / "book.txt", text);
   DataOptions dopt;
   dopt.seq_len = 8;
-  const DataSplit s = open_data((dir_ / "book.txt").string(), std::make_shared<ByteTokenizer>(), dopt);
+  const DataSplit s =
+      open_data((dir_ / "book.txt").string(), std::make_shared<ByteTokenizer>(), dopt);
   EXPECT_NE(s.description.find("45 documents"), std::string::npos) << s.description;
   LoaderOptions o = opts(0, 1, 1, 8);
   o.shuffle = false;

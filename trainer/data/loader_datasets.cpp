@@ -1,4 +1,5 @@
-// loader_datasets.cpp: chunked token and document datasets, --data resolution and the preprocessing passes.
+// loader_datasets.cpp: chunked token and document datasets, --data resolution and the preprocessing
+// passes.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,7 +29,10 @@ std::string human_count(size_t n) {
 class TokenDataset : public ChunkedDataset {
  public:
   TokenDataset(std::shared_ptr<TokenSource> source, int seq_len, int chunk_rows, int vocab_limit)
-      : source_(std::move(source)), T_(seq_len), chunk_rows_(chunk_rows), vocab_limit_(vocab_limit) {
+      : source_(std::move(source)),
+        T_(seq_len),
+        chunk_rows_(chunk_rows),
+        vocab_limit_(vocab_limit) {
     if (!source_) throw ConfigError("make_token_dataset: no token source");
     if (T_ <= 0 || chunk_rows_ <= 0) {
       throw ConfigError(fmt::format("make_token_dataset: seq_len {} and chunk_rows {} must be > 0",
@@ -48,21 +52,23 @@ class TokenDataset : public ChunkedDataset {
       for (size_t i = 0; i < n; ++i) {
         const int32_t t = out[at + i];
         if (t < 0 || t >= vocab_limit_) {
-          throw FormatError(fmt::format("{}: token id {} at token {} is outside the vocabulary [0, {})",
-                                        source_name_, t, begin + i, vocab_limit_));
+          throw FormatError(
+              fmt::format("{}: token id {} at token {} is outside the vocabulary [0, {})",
+                          source_name_, t, begin + i, vocab_limit_));
         }
       }
     }
     if (preprocess_cost <= 0) return 0;
     std::string scratch;
-    const std::string_view bytes(reinterpret_cast<const char*>(out.data() + at), n * sizeof(int32_t));
+    const std::string_view bytes(reinterpret_cast<const char*>(out.data() + at),
+                                 n * sizeof(int32_t));
     return preprocess_text(bytes, preprocess_cost, scratch);
   }
   size_t approx_tokens() const override { return source_->size(); }
   int max_token_bound() const override { return source_->max_token(); }
   std::string describe() const override {
-    return fmt::format("{} tokens, {} chunks of {} rows", human_count(source_->size()), num_chunks(),
-                       chunk_rows_);
+    return fmt::format("{} tokens, {} chunks of {} rows", human_count(source_->size()),
+                       num_chunks(), chunk_rows_);
   }
   void set_name(std::string name) { source_name_ = std::move(name); }
 
@@ -87,8 +93,9 @@ class DocumentDataset : public ChunkedDataset {
     if (!store_ || !tok_) throw ConfigError("make_document_dataset: no documents or no tokenizer");
     if (o_.seq_len <= 0) throw ConfigError("make_document_dataset: seq_len must be > 0");
     bytes_per_token_ = tok_->vocab_size() > 256 ? 4 : 1;
-    const size_t target =
-        o_.chunk_bytes > 0 ? o_.chunk_bytes : static_cast<size_t>(64) * o_.seq_len * bytes_per_token_;
+    const size_t target = o_.chunk_bytes > 0
+                              ? o_.chunk_bytes
+                              : static_cast<size_t>(64) * o_.seq_len * bytes_per_token_;
     size_t acc = 0;
     for (size_t i = 0; i < store_->docs.size(); ++i) {
       if (acc == 0) starts_.push_back(i);
@@ -195,8 +202,8 @@ SplitStores read_documents(const std::string& spec, int val_every) {
     s.train = all;
   } else if (n >= static_cast<size_t>(val_every)) {
     for (size_t i = 0; i < n; ++i) {
-      copy(i % val_every == static_cast<size_t>(val_every - 1) ? *s.val : *s.train, all->docs[i],
-           0, all->docs[i].size);
+      copy(i % val_every == static_cast<size_t>(val_every - 1) ? *s.val : *s.train, all->docs[i], 0,
+           all->docs[i].size);
     }
   } else if (n >= 2) {  // too few documents: the last one is the validation set
     for (size_t i = 0; i + 1 < n; ++i) copy(*s.train, all->docs[i], 0, all->docs[i].size);
@@ -279,8 +286,7 @@ DocumentDatasetOptions document_options(const Tokenizer& tok, const DataOptions&
 }
 
 std::shared_ptr<const ChunkedDataset> token_dataset(std::shared_ptr<TokenSource> src,
-                                                    const std::string& name,
-                                                    const DataOptions& o) {
+                                                    const std::string& name, const DataOptions& o) {
   auto d = std::make_shared<TokenDataset>(std::move(src), o.seq_len, 64, o.vocab_limit);
   d->set_name(name);
   return d;
@@ -306,11 +312,11 @@ DataSplit open_data(const std::string& spec, std::shared_ptr<const Tokenizer> to
       docs.documents >= static_cast<size_t>(options.val_every)
           ? fmt::format("every {}th document to val", options.val_every)
           : std::string("too few documents: the last one (or the last 5%) to val");
-  s.description = fmt::format(
-      "{} ({}): {} documents, {}{} train / {} val tokens ({}), {} train chunks",
-      spec, tokenizer->name(), docs.documents, tokenizer->vocab_size() > 256 ? "~" : "",
-      human_count(s.train->approx_tokens()), human_count(s.val->approx_tokens()), how,
-      s.train->num_chunks());
+  s.description =
+      fmt::format("{} ({}): {} documents, {}{} train / {} val tokens ({}), {} train chunks", spec,
+                  tokenizer->name(), docs.documents, tokenizer->vocab_size() > 256 ? "~" : "",
+                  human_count(s.train->approx_tokens()), human_count(s.val->approx_tokens()), how,
+                  s.train->num_chunks());
   return s;
 }
 

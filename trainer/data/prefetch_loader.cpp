@@ -1,4 +1,5 @@
-// prefetch_loader.cpp: workers turn chunks into token rows; an assembler cuts them, in order, into queued batches.
+// prefetch_loader.cpp: workers turn chunks into token rows; an assembler cuts them, in order, into
+// queued batches.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -205,8 +206,9 @@ class PrefetchLoader::Impl {
           ++cur_s_;
           cur_row_ = 0;
           if (++skipped > nc_ + 1) {
-            throw ConfigError(fmt::format(
-                "the data yields no sequence of {} tokens in a whole epoch ({} chunks)", T + 1, nc_));
+            throw ConfigError(
+                fmt::format("the data yields no sequence of {} tokens in a whole epoch ({} chunks)",
+                            T + 1, nc_));
           }
         }
         skipped = 0;
@@ -246,7 +248,8 @@ class PrefetchLoader::Impl {
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_work_.wait(lock, [&] {
-          return stopping_ || (next_task_ < assembler_s_ + window_ && !(o_.finite && next_task_ >= nc_));
+          return stopping_ ||
+                 (next_task_ < assembler_s_ + window_ && !(o_.finite && next_task_ >= nc_));
         });
         if (stopping_) return;
         s = next_task_++;
@@ -287,7 +290,8 @@ class PrefetchLoader::Impl {
       const bool last = r.end || r.error;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_asm_.wait(lock, [&] { return stopping_ || ready_.size() < static_cast<size_t>(o_.prefetch); });
+        cv_asm_.wait(lock,
+                     [&] { return stopping_ || ready_.size() < static_cast<size_t>(o_.prefetch); });
         if (stopping_) {
           pool_->release(r.buf);
           return;
@@ -327,8 +331,12 @@ class PrefetchLoader::Impl {
 
 Batch::~Batch() { release(); }
 Batch::Batch(Batch&& o) noexcept
-    : timing(o.timing), next(o.next), checksum(o.checksum), pool_(std::move(o.pool_)),
-      data_(o.data_), bt_(o.bt_) {
+    : timing(o.timing),
+      next(o.next),
+      checksum(o.checksum),
+      pool_(std::move(o.pool_)),
+      data_(o.data_),
+      bt_(o.bt_) {
   o.data_ = nullptr;
 }
 Batch& Batch::operator=(Batch&& o) noexcept {

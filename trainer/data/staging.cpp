@@ -1,6 +1,4 @@
 // staging.cpp: the reusable pool of batch staging buffers and its plain host-memory backend.
-#include "staging_pool.h"
-
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -8,6 +6,7 @@
 #include <new>
 
 #include "ft/core/error.h"
+#include "staging_pool.h"
 
 namespace ft::trainer::data {
 namespace {

@@ -1,4 +1,5 @@
-// loader.h: the prefetching multi-worker input pipeline (chunked datasets, staging buffers, timing).
+// loader.h: the prefetching multi-worker input pipeline (chunked datasets, staging buffers,
+// timing).
 #pragma once
 
 #include <cstddef>
@@ -62,7 +63,7 @@ struct DocumentDatasetOptions {
   int seq_len = 128;
   std::string separator = "\n\n";  // text appended to every document before tokenizing
   int eot_token = -1;              // >= 0: this id precedes every document (GPT-2: 50256)
-  size_t chunk_bytes = 0;          // documents per chunk: at least this many bytes (0: 64*T*4 or 64*T)
+  size_t chunk_bytes = 0;  // documents per chunk: at least this many bytes (0: 64*T*4 or 64*T)
 };
 
 std::shared_ptr<const ChunkedDataset> make_document_dataset(
@@ -78,7 +79,7 @@ struct DataSplit {
 struct DataOptions {
   int seq_len = 128;
   int vocab_limit = 0;  // token data: ids must be below this (0: unchecked)
-  int val_every = 20;   // documents: document i goes to validation when i % val_every == val_every-1
+  int val_every = 20;  // documents: document i goes to validation when i % val_every == val_every-1
 };
 
 // Resolves a data spec:
@@ -119,11 +120,11 @@ std::shared_ptr<StagingBackend> make_host_staging();
 // ---- the loader ---------------------------------------------------------------------------
 
 struct BatchTiming {
-  int64_t index = -1;          // batch number since the loader's start position
-  int worker = -1;             // worker that preprocessed its first row (-1: training thread)
-  int64_t preprocess_ns = 0;   // chunk preprocessing apportioned by rows, plus the batch copy
-  int64_t wait_ns = 0;         // training thread blocked in next() (in-line: the whole call)
-  int64_t tokens = 0;          // B*T
+  int64_t index = -1;         // batch number since the loader's start position
+  int worker = -1;            // worker that preprocessed its first row (-1: training thread)
+  int64_t preprocess_ns = 0;  // chunk preprocessing apportioned by rows, plus the batch copy
+  int64_t wait_ns = 0;        // training thread blocked in next() (in-line: the whole call)
+  int64_t tokens = 0;         // B*T
 };
 
 // Position of the next batch: chunk `chunk` of the global chunk sequence (epoch = chunk /
@@ -135,10 +136,10 @@ struct LoaderState {
 };
 
 struct LoaderOptions {
-  int batch_size = 8;   // B
-  int seq_len = 128;    // T
-  int workers = 1;      // 0: everything in-line on the caller's thread
-  int prefetch = 4;     // ready batches queued ahead
+  int batch_size = 8;  // B
+  int seq_len = 128;   // T
+  int workers = 1;     // 0: everything in-line on the caller's thread
+  int prefetch = 4;    // ready batches queued ahead
   int preprocess_cost = 0;
   bool shuffle = true;  // chunk order per epoch and rows within a chunk, from `seed`
   uint64_t seed = 1337;
