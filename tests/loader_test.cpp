@@ -290,6 +290,38 @@ TEST_F(LoaderTest, MalformedJsonlLineMidStreamIsAWorkerError) {
   }
 }
 
+// Chunk 3 throws a non-ft exception.
+class ThrowingDataset : public ChunkedDataset {
+ public:
+  size_t num_chunks() const override { return 6; }
+  uint64_t read_chunk(size_t c, int, std::vector<int32_t>& out) const override {
+    if (c == 3) throw std::runtime_error("disk on fire");
+    out.assign(16 * 4 + 1, static_cast<int32_t>(c));
+    return 0;
+  }
+  size_t approx_tokens() const override { return 6 * 65; }
+  int max_token_bound() const override { return 5; }
+  std::string describe() const override { return "throwing"; }
+};
+
+TEST(Loader, AnyWorkerExceptionBecomesAnFtErrorWithItsMessage) {
+  auto ds = std::make_shared<ThrowingDataset>();
+  for (int workers : {0, 2}) {
+    LoaderOptions o = opts(workers);
+    o.shuffle = false;
+    PrefetchLoader l(ds, o);
+    Batch b;
+    int good = 0;
+    try {
+      while (l.next(b)) ++good;
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("disk on fire"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(good, 3) << "chunks 0-2 (4 rows each) were delivered first";
+  }
+}
+
 // A dataset whose chunks block until released: workers stuck inside read_chunk.
 class GatedDataset : public ChunkedDataset {
  public:

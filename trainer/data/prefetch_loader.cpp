@@ -166,8 +166,14 @@ class PrefetchLoader::Impl {
       r.order.resize(rows);
       std::iota(r.order.begin(), r.order.end(), 0u);
       if (o_.shuffle) shuffle(r.order, mix(mix(o_.seed, e), c + 1));
-    } catch (...) {
+    } catch (const Error&) {
       r.error = std::current_exception();
+    } catch (const std::exception& e) {  // reaches the caller as an ft::Error with its message
+      r.error =
+          std::make_exception_ptr(Error(fmt::format("data loader, chunk {}: {}", s, e.what())));
+    } catch (...) {
+      r.error =
+          std::make_exception_ptr(Error(fmt::format("data loader, chunk {}: unknown error", s)));
     }
     r.preprocess_ns = ns_since(t0);
     return r;
