@@ -151,7 +151,8 @@ int main(int argc, char** argv) {
       skip_train = true;
     else {
       std::fprintf(stderr,
-                   "usage: loader_bench [--seconds S] [--steps N] [--costs 0,200] [--train-costs 0,2000] "
+                   "usage: loader_bench [--seconds S] [--steps N] [--costs 0,200] "
+                   "[--train-costs 0,2000] "
                    "[--workers 0,1,2,4] [--skip-train]\n");
       return 2;
     }
