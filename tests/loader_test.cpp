@@ -372,6 +372,15 @@ TEST(Loader, StopWakesABlockedNextAndDestroyJoins) {
       "stop while next() is blocked");
 }
 
+TEST(Loader, StoppedInlineLoaderReturnsFalse) {
+  auto ds = make_token_dataset(counting_source(5000), 16, 8);
+  PrefetchLoader l(ds, opts(0));
+  Batch b;
+  ASSERT_TRUE(l.next(b));
+  l.stop();
+  EXPECT_FALSE(l.next(b));
+}
+
 TEST(Loader, DestroyWithAFullQueueOrUntouchedNeverDeadlocks) {
   auto ds = make_token_dataset(counting_source(200000), 16, 64);
   within(

@@ -79,8 +79,14 @@ class PrefetchLoader::Impl {
       next_task_ = cur_s_;
       assembler_s_ = cur_s_;
       window_ = static_cast<uint64_t>(o_.workers) + 1;
-      for (int w = 0; w < o_.workers; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
-      threads_.emplace_back([this] { assembler_loop(); });
+      try {
+        for (int w = 0; w < o_.workers; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
+        threads_.emplace_back([this] { assembler_loop(); });
+      } catch (...) {  // e.g. no more threads: join the started ones before failing
+        stop();
+        for (std::thread& t : threads_) t.join();
+        throw;
+      }
     }
   }
 
@@ -112,6 +118,14 @@ class PrefetchLoader::Impl {
     Ready r;
     FT_RANGE("loader.wait", RangeKind::kData);
     if (o_.workers == 0) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) {
+          r.end = true;
+          wait_ns = ns_since(t0);
+          return r;
+        }
+      }
       try {
         r = assemble(-1, [this](uint64_t s) { return produce(s, -1); });
       } catch (...) {
