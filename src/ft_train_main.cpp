@@ -43,6 +43,8 @@ void print_header(const TrainConfig& c, Trainer& t) {
              ft::format_bytes(act.saved_bytes), ft::format_bytes(act.no_checkpoint_bytes),
              ft::format_bytes(act.no_checkpoint_bytes - act.saved_bytes));
   fmt::print("  data {}\n", t.data_split().description);
+  fmt::print("  loader workers {}  prefetch {}  preprocess-cost {}  shuffle {}\n", c.loader_workers,
+             c.prefetch, c.preprocess_cost, c.shuffle ? "on" : "off");
   fmt::print("  GEMM {}  threads {}  CPU {} ({} logical, {})\n", ft::trainer::Gemm::library_info(),
              c.threads, env.cpu_model, env.logical_cpus, env.vector_width());
   const auto core = env.variables.count("OPENBLAS_CORETYPE") ? env.variables.at("OPENBLAS_CORETYPE")
@@ -127,7 +129,7 @@ int run(int argc, char** argv) {
   std::signal(SIGTERM, on_signal);
 
   ft::trainer::TrainSummary sum;
-  double tok_sum = 0, ms_sum = 0, mfu_sum = 0;
+  double tok_sum = 0, ms_sum = 0, mfu_sum = 0, wait_sum = 0, pre_sum = 0;
   int counted = 0;
   double last_val = -1;
   const int first = t.next_step();
@@ -151,6 +153,8 @@ int run(int argc, char** argv) {
       tok_sum += m.tokens_per_s;
       ms_sum += m.step_ms;
       mfu_sum += m.mfu;
+      wait_sum += m.data_wait_ms;
+      pre_sum += m.data_preprocess_ms;
       ++counted;
     }
     sum.final_loss = m.loss;
@@ -171,6 +175,8 @@ int run(int argc, char** argv) {
     sum.mean_tokens_per_s = tok_sum / counted;
     sum.mean_step_ms = ms_sum / counted;
     sum.mean_mfu = mfu_sum / counted;
+    sum.mean_data_wait_ms = wait_sum / counted;
+    sum.mean_data_preprocess_ms = pre_sum / counted;
   }
   sum.val_loss = last_val;
   sum.memory = t.allocator().stats();
@@ -185,6 +191,10 @@ int run(int argc, char** argv) {
         sum.val_loss >= 0 ? fmt::format("{:.4f}", sum.val_loss) : std::string("n/a"),
         ft::format_bytes(sum.memory.peak_allocated), ft::format_bytes(sum.memory.peak_reserved),
         100 * sum.reserved_unused_at_peak(), 100 * sum.memory.fragmentation());
+  if (counted) {
+    fmt::print("loader: waited {:.3f} ms/step for data ({:.1f}% of step time), preprocessing {:.3f} ms/step\n",
+               sum.mean_data_wait_ms, 100 * sum.data_wait_share(), sum.mean_data_preprocess_ms);
+  }
   return g_interrupted ? 130 : 0;
 }
 

@@ -180,4 +180,68 @@ TEST(Cli, StopSaveAndResumeReproduceTheFullRun) {
   fs::remove_all(d);
 }
 
+TEST(Cli, LossesAreIdenticalWhateverTheLoaderWorkers) {
+  const fs::path d = temp_dir("workers");
+  const std::string base = " --data " + corpus(d).string() + kSmall + "--steps 4 --grad-accum 2 --preprocess-cost 3 ";
+  auto read = [](const fs::path& p) {
+    std::ifstream in(p);
+    std::string line;
+    std::vector<nlohmann::json> out;
+    while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+    return out;
+  };
+  std::vector<std::vector<double>> losses;
+  for (const char* w : {"0", "1", "3"}) {
+    const fs::path m = d / (std::string("m") + w + ".jsonl");
+    Result r = run(base + "--loader-workers " + w + " --prefetch 1 --metrics " + m.string());
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find(std::string("loader workers ") + w + "  prefetch 1"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("loader: waited"), std::string::npos) << r.out;
+    std::vector<double> l;
+    for (const auto& j : read(m)) {
+      if (j.contains("summary")) {
+        EXPECT_GE(j["summary"]["data_wait_share"].get<double>(), 0.0);
+        continue;
+      }
+      l.push_back(j["loss"]);
+      EXPECT_GE(j["data_wait_ms"].get<double>(), 0.0);
+      EXPECT_GT(j["data_preprocess_ms"].get<double>(), 0.0) << "preprocessing is measured";
+    }
+    ASSERT_EQ(l.size(), 4u);
+    losses.push_back(l);
+  }
+  for (size_t i = 1; i < losses.size(); ++i) {
+    for (size_t s = 0; s < 4; ++s) EXPECT_EQ(losses[0][s], losses[i][s]) << "run " << i << " step " << s;  // bitwise
+  }
+  Result bad = run(base + "--loader-workers -1");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--loader-workers"), std::string::npos) << bad.out;
+  bad = run(base + "--prefetch 0");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  fs::remove_all(d);
+}
+
+TEST(Cli, CtrlCStopsATrainingRunWithLoaderWorkersCleanly) {
+  const fs::path d = temp_dir("sigint");
+  const fs::path m = d / "m.jsonl";
+  // SIGINT once the first step is logged; `timeout` turns a hang into exit status 124.
+  const std::string cmd = "sh -c '" + std::string(FT_BINARY_DIR) + "/ft-train --data " + corpus(d).string() + kSmall +
+                          "--steps 100000 --loader-workers 3 --prefetch 2 --preprocess-cost 50 --metrics " + m.string() +
+                          " --save " + (d / "ck").string() + " > " + (d / "out.txt").string() +
+                          " 2>&1 & pid=$!; i=0; while [ ! -s " + m.string() +
+                          " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; kill -INT $pid; "
+                          "wait $pid; echo rc=$?'";
+  Result r{0, ""};
+  FILE* p = popen(("timeout 120 " + cmd).c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+  pclose(p);
+  EXPECT_NE(r.out.find("rc=130"), std::string::npos) << r.out;
+  std::ifstream in(d / "out.txt");
+  const std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(out.find("interrupted after step"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(d / "ck" / "checkpoint.ft")) << "the checkpoint is written on the way out";
+  fs::remove_all(d);
+}
+
 }  // namespace

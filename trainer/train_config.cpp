@@ -46,6 +46,9 @@ void TrainConfig::validate() const {
     need(digits(a) && digits(b) && std::stol(a) <= std::stol(b),
          "--profile-steps '" + profile_steps + "': expected A-B (0-based steps, A <= B) or A");
   }
+  need(loader_workers >= 0 && loader_workers <= 64, "--loader-workers must be in [0, 64]");
+  need(prefetch >= 1 && prefetch <= 1024, "--prefetch must be in [1, 1024]");
+  need(preprocess_cost >= 0, "--preprocess-cost must be >= 0");
 }
 
 nlohmann::json TrainConfig::to_json() const {
@@ -59,6 +62,8 @@ nlohmann::json TrainConfig::to_json() const {
       {"checkpoint", checkpointing_name(options.checkpointing)},
       {"attention", attention_name(options.attention)}, {"threads", threads},
       {"memory_limit", memory_limit}, {"allocator_caching", allocator_caching}, {"data", data}, {"val_data", val_data},
+      {"loader_workers", loader_workers}, {"prefetch", prefetch},
+      {"preprocess_cost", preprocess_cost}, {"shuffle", shuffle},
       {"seed", seed}, {"loss_scale", loss_scale}, {"loss_scale_window", loss_scale_window}};
 }
 
@@ -76,6 +81,8 @@ std::string TrainConfig::to_config_file() const {
     << "\nattention = " << attention_name(options.attention) << "\nthreads = " << threads
     << "\nmemory-limit = " << memory_limit
     << "\nallocator-caching = " << (allocator_caching ? "true" : "false") << "\ndata = " << data
+    << "\nloader-workers = " << loader_workers << "\nprefetch = " << prefetch
+    << "\npreprocess-cost = " << preprocess_cost << "\nshuffle = " << (shuffle ? "true" : "false")
     << "\nseed = " << seed << "\n";
   return o.str();
 }
@@ -87,6 +94,7 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
   std::string config_file;
   int max_seq_len = 0, padded_vocab = 0;
   bool caching = true;
+  bool no_shuffle = false;
   po::options_description cli(fmt::format("{} options", program));
   // clang-format off
   cli.add_options()
@@ -120,6 +128,11 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
     ("data", po::value(&c.data)->default_value("kjv"), "kjv | text file | llm.c shard | shard directory")
     ("val-data", po::value(&c.val_data), "held-out data for validation, used whole (replaces the split of --data)")
     ("seed", po::value(&c.seed)->default_value(1337), "random seed")
+    ("loader-workers", po::value(&c.loader_workers)->default_value(1), "data loader worker threads (0: in-line on the training thread)")
+    ("prefetch", po::value(&c.prefetch)->default_value(4), "ready batches the loader queues ahead")
+    ("preprocess-cost", po::value(&c.preprocess_cost)->default_value(0), "passes of text normalisation + hashing per document (extra real loader work)")
+    ("shuffle", po::value(&c.shuffle)->default_value(true), "shuffle chunk order per epoch and rows within chunks (false: sequential)")
+    ("no-shuffle", po::bool_switch(&no_shuffle), "same as --shuffle false")
     ("metrics", po::value(&c.metrics), "write per-step metrics as JSONL to FILE")
     ("save", po::value(&c.save_dir), "checkpoint directory")
     ("save-every", po::value(&c.save_every)->default_value(0), "checkpoint every N steps (0: at the end)")
@@ -161,6 +174,7 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
   c.options.attention = parse_attention(attention);
   c.memory_limit = parse_bytes(memory_limit);
   c.allocator_caching = caching;
+  if (no_shuffle) c.shuffle = false;
   c.model.max_seq_len = max_seq_len > 0 ? max_seq_len : c.seq_len;
   c.model.padded_vocab = padded_vocab > 0 ? padded_vocab : GptConfig::pad_vocab(c.model.vocab_size);
   c.validate();

@@ -54,6 +54,8 @@ nlohmann::json StepMetrics::to_json() const {
           {"grad_norm", grad_norm},
           {"step_ms", step_ms},
           {"data_ms", data_ms},
+          {"data_wait_ms", data_wait_ms},
+          {"data_preprocess_ms", data_preprocess_ms},
           {"tokens_per_s", tokens_per_s},
           {"mfu", mfu},
           {"skipped", skipped},
@@ -69,6 +71,9 @@ nlohmann::json TrainSummary::to_json() const {
                       {"mean_step_ms", mean_step_ms},
                       {"mean_mfu", mean_mfu},
                       {"final_loss", final_loss},
+                      {"mean_data_wait_ms", mean_data_wait_ms},
+                      {"mean_data_preprocess_ms", mean_data_preprocess_ms},
+                      {"data_wait_share", data_wait_share()},
                       {"skipped_steps", skipped_steps},
                       {"mem_peak", memory.peak_allocated},
                       {"mem_reserved_peak", memory.peak_reserved},
@@ -96,8 +101,11 @@ nlohmann::json TrainSummary::to_json() const {
   return j;
 }
 
-Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm)
-    : config_(std::move(config)), comm_(comm ? std::move(comm) : make_local_communicator()) {
+Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
+                 std::shared_ptr<const data::Tokenizer> tokenizer)
+    : config_(std::move(config)),
+      comm_(comm ? std::move(comm) : make_local_communicator()),
+      tokenizer_(tokenizer ? std::move(tokenizer) : std::make_shared<data::ByteTokenizer>()) {
   config_.validate();
   const int threads = config_.threads > 0 ? config_.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
@@ -119,23 +127,26 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm)
   ao.caching = config_.allocator_caching;
   alloc_ = std::make_unique<CachingAllocator>(ao);
 
-  split_ = data::load_data(config_.data, tokenizer_);
+  data::DataOptions dopt;
+  dopt.seq_len = config_.seq_len;
+  dopt.vocab_limit = config_.model.vocab_size;
+  split_ = data::open_data(config_.data, tokenizer_, dopt);
   if (!config_.val_data.empty()) {
-    data::TrainValSplit held_out = data::load_data(config_.val_data, tokenizer_);
-    split_.val = data::make_concat_source({held_out.train, held_out.val});
-    split_.description += fmt::format("; validation: all of '{}' ({} tokens)", config_.val_data,
-                                      split_.val->size());
+    std::string how;
+    split_.val = data::open_data_whole(config_.val_data, tokenizer_, dopt, &how);
+    split_.description += "; validation: " + how;
   }
-  const int max_token = std::max(split_.train->max_token(), split_.val->max_token());
+  const int max_token = std::max(split_.train->max_token_bound(), split_.val->max_token_bound());
   if (max_token >= config_.model.vocab_size) {
     throw ConfigError(fmt::format("data '{}' has token id {} but --vocab is {}", config_.data,
                                   max_token, config_.model.vocab_size));
   }
-  train_loader_ = std::make_unique<data::BatchLoader>(split_.train, config_.micro_batch,
-                                                      config_.seq_len);
-  const size_t BT = static_cast<size_t>(config_.micro_batch) * config_.seq_len;
-  inputs_ = Buffer<int32_t>(*alloc_, BT, "batch.inputs");
-  targets_ = Buffer<int32_t>(*alloc_, BT, "batch.targets");
+  const size_t need = static_cast<size_t>(config_.micro_batch) * config_.seq_len + 1;
+  if (split_.train->approx_tokens() < need) {
+    throw ConfigError(fmt::format("data '{}' has {} tokens but one batch of B={} x T={} needs {}",
+                                  config_.data, split_.train->approx_tokens(), config_.micro_batch,
+                                  config_.seq_len, need));
+  }
 
   model_ = std::make_unique<GptModel>(config_.model, *alloc_, config_.options);
   // Auto: bf16 logits in L3-sized chunks (48 MiB: less memory, no measured loss of
@@ -179,12 +190,40 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm)
     comm_->broadcast(model_->params(), n, 0);
     model_->refresh_low_precision();
   }
-  if (!config_.resume_dir.empty()) load(config_.resume_dir);
+  if (!config_.resume_dir.empty()) {
+    load(config_.resume_dir);
+  } else {
+    restart_loader(data::LoaderState{});
+  }
 }
 
 Trainer::~Trainer() = default;
 
-uint64_t Trainer::data_position() const { return train_loader_->position(); }
+data::LoaderOptions Trainer::loader_options() const {
+  data::LoaderOptions o;
+  o.batch_size = config_.micro_batch;
+  o.seq_len = config_.seq_len;
+  o.workers = config_.loader_workers;
+  o.prefetch = config_.prefetch;
+  o.preprocess_cost = config_.preprocess_cost;
+  o.shuffle = config_.shuffle;
+  o.seed = config_.seed;
+  return o;
+}
+
+void Trainer::restart_loader(const data::LoaderState& start) {
+  batch_ = data::Batch();
+  train_loader_.reset();  // joins the old workers first
+  data::LoaderOptions o = loader_options();
+  o.start = start;
+  train_loader_ = std::make_unique<data::PrefetchLoader>(split_.train, o);
+}
+
+uint64_t Trainer::data_position() const { return train_loader_->state().batches; }
+data::LoaderState Trainer::loader_state() const { return train_loader_->state(); }
+std::vector<data::BatchTiming> Trainer::take_loader_timings() {
+  return train_loader_->take_timings();
+}
 
 StepMetrics Trainer::step() {
   if (observer_) observer_->on_step_begin(step_);
@@ -193,15 +232,17 @@ StepMetrics Trainer::step() {
   const int B = config_.micro_batch, T = config_.seq_len, K = config_.grad_accum;
   const float loss_scale = scaler_.scale;
   const float dloss = loss_scale / (static_cast<float>(B) * T * K * comm_->world_size());
-  double loss_sum = 0, data_ms = 0;
+  double loss_sum = 0, data_ms = 0, wait_ms = 0, pre_ms = 0;
   for (int k = 0; k < K; ++k) {
     {
       FT_RANGE("data.next", RangeKind::kData, k);
       const auto td = Clock::now();
-      train_loader_->next(inputs_.data(), targets_.data());
+      if (!train_loader_->next(batch_)) throw Error("the training data loader stopped");
       data_ms += ms_since(td);
+      wait_ms += batch_.timing.wait_ns / 1e6;
+      pre_ms += batch_.timing.preprocess_ns / 1e6;
     }
-    loss_sum += model_->forward_backward(inputs_.data(), targets_.data(), B, T, dloss, k == 0);
+    loss_sum += model_->forward_backward(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
   }
   double loss = loss_sum / K;
   const size_t n = model_->num_params();
@@ -236,6 +277,8 @@ StepMetrics Trainer::step() {
     }
   }
   m.data_ms = data_ms;
+  m.data_wait_ms = wait_ms;
+  m.data_preprocess_ms = pre_ms;
   m.step_ms = ms_since(t0);
   const double tokens = static_cast<double>(B) * T * K * comm_->world_size();
   m.tokens_per_s = tokens / (m.step_ms / 1000.0);
@@ -271,16 +314,21 @@ void Trainer::apply_update(float lr, float grad_scale) {
 double Trainer::evaluate() {
   FT_RANGE("validate", RangeKind::kCompute);
   const int B = config_.micro_batch, T = config_.seq_len;
-  if (config_.val_batches == 0) return -1;
-  data::BatchLoader loader(split_.val, B, T);
-  const size_t available = loader.batches_per_epoch();
-  const int nb = static_cast<int>(std::min<size_t>(config_.val_batches, std::max<size_t>(available, 1)));
+  if (config_.val_batches == 0 || split_.val->num_chunks() == 0) return -1;
+  data::LoaderOptions o = loader_options();
+  o.shuffle = false;  // the same batches every time: the start of the validation data
+  o.finite = true;
+  o.prefetch = std::min(o.prefetch, config_.val_batches);
+  o.timing_capacity = 0;
+  data::PrefetchLoader loader(split_.val, o);
+  data::Batch b;
   double sum = 0;
-  for (int i = 0; i < nb; ++i) {
-    loader.next(inputs_.data(), targets_.data());
-    sum += model_->forward_loss(inputs_.data(), targets_.data(), B, T);
+  int nb = 0;
+  while (nb < config_.val_batches && loader.next(b)) {
+    sum += model_->forward_loss(b.inputs(), b.targets(), B, T);
+    ++nb;
   }
-  return sum / nb;
+  return nb > 0 ? sum / nb : -1;
 }
 
 void Trainer::save(const std::string& dir) {
@@ -298,8 +346,10 @@ void Trainer::save(const std::string& dir) {
       {"loss_scale", scaler_.scale},
       {"loss_scale_clean_steps", scaler_.clean_steps},
       {"loss_scale_overflows", scaler_.overflows},
-      {"data_position", train_loader_->position()},
+      {"data_position", train_loader_->state().batches},
       {"data_epoch", train_loader_->epoch()},
+      {"data_chunk", train_loader_->state().chunk},
+      {"data_row", train_loader_->state().row},
       {"rng", {rs[0], rs[1], rs[2], rs[3]}},
       {"num_params", model_->num_params()}};
   CheckpointWriter w;
@@ -347,8 +397,15 @@ void Trainer::load(const std::string& dir) {
     scaler_.scale = meta.at("loss_scale").get<float>();
     scaler_.clean_steps = meta.at("loss_scale_clean_steps").get<int>();
     scaler_.overflows = meta.at("loss_scale_overflows").get<uint64_t>();
-    train_loader_->set_position(meta.at("data_position").get<uint64_t>());
-    train_loader_->set_epoch(meta.at("data_epoch").get<uint64_t>());
+    if (!meta.contains("data_chunk")) {
+      throw FormatError(fmt::format(
+          "checkpoint '{}' predates the chunked data loader (no data_chunk): its data position "
+          "cannot be restored",
+          path.string()));
+    }
+    restart_loader(data::LoaderState{meta.at("data_chunk").get<uint64_t>(),
+                                     meta.at("data_row").get<uint64_t>(),
+                                     meta.at("data_position").get<uint64_t>()});
     const auto& rs = meta.at("rng");
     rng_.set_state({rs.at(0).get<uint64_t>(), rs.at(1).get<uint64_t>(), rs.at(2).get<uint64_t>(),
                     rs.at(3).get<uint64_t>()});

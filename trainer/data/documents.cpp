@@ -135,25 +135,13 @@ bool read_jsonl_file(const fs::path& path, const Callback& fn, const DocumentRea
   while (reader.next(line)) {
     ++line_no;
     if (is_blank(line)) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw FormatError(fmt::format("{}:{}: not valid JSON (byte {} of the line): {}",
-                                    path.string(), line_no, e.byte, e.what()));
-    }
-    if (!j.is_object()) {
-      throw FormatError(fmt::format("{}:{}: expected a JSON object per line", path.string(),
-                                    line_no));
-    }
-    const auto it = j.find(options.text_field);
-    if (it == j.end() || !it->is_string()) {
-      throw FormatError(fmt::format("{}:{}: no string field \"{}\"", path.string(), line_no,
-                                    options.text_field));
-    }
-    const std::string& text = it->get_ref<const std::string&>();
-    if (options.skip_empty && trim(text).empty()) continue;
     origin.line = line_no;
+    if (options.raw_jsonl) {
+      if (!fn(line, origin)) return false;
+      continue;
+    }
+    const std::string text = decode_jsonl_document(line, origin, options.text_field);
+    if (options.skip_empty && trim(text).empty()) continue;
     if (!fn(text, origin)) return false;
   }
   return true;
@@ -165,6 +153,27 @@ bool skipped_in_directory(const fs::path& p) {
 }
 
 }  // namespace
+
+std::string decode_jsonl_document(std::string_view line, const DocumentOrigin& origin,
+                                  const std::string& text_field) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw FormatError(fmt::format("{}:{}: not valid JSON (byte {} of the line): {}", origin.file,
+                                  origin.line, e.byte, e.what()));
+  }
+  if (!j.is_object()) {
+    throw FormatError(fmt::format("{}:{}: expected a JSON object per line", origin.file,
+                                  origin.line));
+  }
+  const auto it = j.find(text_field);
+  if (it == j.end() || !it->is_string()) {
+    throw FormatError(
+        fmt::format("{}:{}: no string field \"{}\"", origin.file, origin.line, text_field));
+  }
+  return it->get<std::string>();
+}
 
 bool is_jsonl_path(const fs::path& path) {
   const std::string name = path.filename().string();

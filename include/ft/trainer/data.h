@@ -1,4 +1,4 @@
-// data.h: tokenizers, the default corpus, llm.c token shards and the in-line batch loader.
+// data.h: tokenizers, the default corpus, llm.c token shards and the sequential batch loader.
 #pragma once
 
 #include <cstddef>
@@ -80,7 +80,8 @@ struct TrainValSplit {
 // Throws ConfigError for a missing path or empty data.
 TrainValSplit load_data(const std::string& spec, const Tokenizer& tokenizer);
 
-// Sequential (B,T) batches over a TokenSource: each batch reads B*T+1
+// Sequential (B,T) batches over a TokenSource (training uses PrefetchLoader, loader.h; this
+// simple loader remains as the reference that one is tested against): each batch reads B*T+1
 // tokens, inputs are tokens[0..BT), targets tokens[1..BT]; the cursor
 // advances by B*T and wraps to 0 when the next batch would run past the end.
 class BatchLoader {

@@ -20,7 +20,15 @@ struct DocumentOrigin {
 struct DocumentReadOptions {
   std::string text_field = "text";  // JSONL: the string field that holds the document
   bool skip_empty = true;           // drop documents that are empty after trimming
+  // JSONL: pass each non-blank line undecoded (the caller parses it later with
+  // decode_jsonl_document, e.g. on a loader worker); skip_empty then cannot apply to JSONL.
+  bool raw_jsonl = false;
 };
+
+// The `text_field` string of one JSONL line. Throws FormatError naming origin.file and
+// origin.line when the line is not valid JSON or not an object with that string field.
+std::string decode_jsonl_document(std::string_view line, const DocumentOrigin& origin,
+                                  const std::string& text_field = "text");
 
 // Calls `fn(text, origin)` for every document under `paths`, in a fixed order:
 //  - a directory contributes its regular files recursively, sorted by path;

@@ -33,6 +33,10 @@ struct TrainConfig {
   std::string data = "kjv";
   std::string val_data;  // optional held-out data used whole for validation
   uint64_t seed = 1337;
+  int loader_workers = 1;   // 0: the training thread preprocesses in-line
+  int prefetch = 4;         // ready batches queued ahead of the training thread
+  int preprocess_cost = 0;  // passes of text normalisation + hashing per document (real work)
+  bool shuffle = true;      // per-epoch chunk order and rows within chunks, from --seed
   std::string metrics;     // JSONL path
   std::string save_dir;
   int save_every = 0;      // 0: save at the end only (when save_dir is set)

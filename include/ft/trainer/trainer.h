@@ -12,6 +12,7 @@
 #include "ft/core/rng.h"
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/data.h"
+#include "ft/trainer/loader.h"
 #include "ft/trainer/model.h"
 #include "ft/trainer/schedule.h"
 #include "ft/trainer/train_config.h"
@@ -29,7 +30,9 @@ struct StepMetrics {
   bool skipped = false;     // fp16 overflow: update skipped
   float loss_scale = 1.0f;
   size_t mem_allocated = 0, mem_reserved = 0, mem_peak = 0;
-  double data_ms = 0;       // time spent producing batches
+  double data_ms = 0;       // time spent in the loader's next() (training thread)
+  double data_wait_ms = 0;  // of which blocked waiting for a batch (in-line: all of it)
+  double data_preprocess_ms = 0;  // preprocessing of this step's batches (worker side)
   nlohmann::json to_json() const;
 };
 
@@ -39,6 +42,9 @@ struct TrainSummary {
   double mean_step_ms = 0;
   double mean_mfu = 0;
   double final_loss = 0;
+  double mean_data_wait_ms = 0;        // loader wait per step (same steps as the means above)
+  double mean_data_preprocess_ms = 0;  // loader preprocessing per step
+  double data_wait_share() const { return mean_step_ms > 0 ? mean_data_wait_ms / mean_step_ms : 0; }
   double val_loss = -1;          // < 0 when not measured
   uint64_t skipped_steps = 0;
   AllocatorStats memory;
@@ -63,7 +69,9 @@ class Trainer {
  public:
   // Loads the data and builds the model (initialised, or restored from
   // config.resume_dir / config.init_from). Throws ft::Error on bad input.
-  explicit Trainer(TrainConfig config, std::unique_ptr<Communicator> comm = nullptr);
+  // `tokenizer` encodes document data (null: the byte tokenizer).
+  explicit Trainer(TrainConfig config, std::unique_ptr<Communicator> comm = nullptr,
+                   std::shared_ptr<const data::Tokenizer> tokenizer = nullptr);
   ~Trainer();
 
   // Runs one optimizer step (grad_accum micro-batches).
@@ -80,26 +88,31 @@ class Trainer {
   const TrainConfig& config() const { return config_; }
   GptModel& model() { return *model_; }
   CachingAllocator& allocator() { return *alloc_; }
-  const data::TrainValSplit& data_split() const { return split_; }
+  const data::DataSplit& data_split() const { return split_; }
   double peak_gflops() const { return peak_gflops_; }
   std::string peak_source() const { return peak_source_; }
   const LossScaler& loss_scaler() const { return scaler_; }
-  uint64_t data_position() const;
   // Installs (or, with nullptr, removes) the step observer; not owned.
   void set_observer(StepObserver* observer) { observer_ = observer; }
+  uint64_t data_position() const;  // training batches delivered so far
+  data::LoaderState loader_state() const;
+  // Per-batch loader timings since the last call (for the profiler).
+  std::vector<data::BatchTiming> take_loader_timings();
 
  private:
   void apply_update(float lr, float grad_scale);
+  void restart_loader(const data::LoaderState& start);
+  data::LoaderOptions loader_options() const;
 
   TrainConfig config_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<CachingAllocator> alloc_;
-  data::ByteTokenizer tokenizer_;
-  data::TrainValSplit split_;
-  std::unique_ptr<data::BatchLoader> train_loader_;
+  std::shared_ptr<const data::Tokenizer> tokenizer_;
+  data::DataSplit split_;
+  std::unique_ptr<data::PrefetchLoader> train_loader_;
+  data::Batch batch_;  // the micro-batch in use (its staging buffer)
   std::unique_ptr<GptModel> model_;
   Buffer<float> adam_m_, adam_v_;  // (num_params)
-  Buffer<int32_t> inputs_, targets_;  // (B, T)
   LossScaler scaler_;
   Rng rng_;
   int step_ = 0;
