@@ -1,4 +1,5 @@
-// tokenizer_bench.cpp: single-thread GPT-2 BPE and byte tokenizer throughput (MB/s, tokens/s) on the KJV.
+// tokenizer_bench.cpp: single-thread GPT-2 BPE and byte tokenizer throughput (MB/s, tokens/s) on
+// the KJV.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -99,8 +100,8 @@ int main(int argc, char** argv) {
         text_path.c_str(), text.size(), ids.size(),
         static_cast<double>(text.size()) / static_cast<double>(ids.size()), load_s, cold.s,
         mb / cold.s, static_cast<double>(cold.tokens) / cold.s, warm_med, mb / warm_med,
-        static_cast<double>(ids.size()) / warm_med, warm[0], mb / warm[0], decode_s,
-        mb / decode_s, byte_s[byte_s.size() / 2], mb / byte_s[byte_s.size() / 2], reps);
+        static_cast<double>(ids.size()) / warm_med, warm[0], mb / warm[0], decode_s, mb / decode_s,
+        byte_s[byte_s.size() / 2], mb / byte_s[byte_s.size() / 2], reps);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tokenizer_bench: %s\n", e.what());
     return 1;

@@ -1,4 +1,5 @@
-// tokenizer_gpt2_test.cpp: GPT-2 BPE against golden ids from two JS implementations, round trips, files.
+// tokenizer_gpt2_test.cpp: GPT-2 BPE against golden ids from two JS implementations, round trips,
+// files.
 #include "ft/trainer/tokenizer_gpt2.h"
 
 #include <gtest/gtest.h>
@@ -127,7 +128,8 @@ TEST(Gpt2Tokenizer, PretokenizerFollowsTheRegex) {
   EXPECT_EQ(pieces("x\t y"), (V{"x", "\t", " y"}));
   EXPECT_EQ(pieces("abc123 456!!?"), (V{"abc", "123", " 456", "!!?"}));
   EXPECT_EQ(pieces("don't'X 're"), (V{"don", "'t", "'", "X", " '", "re"}));
-  EXPECT_EQ(pieces("\xC3\xA9t\xC3\xA9 \xD0\x9C\xD0\xB8"), (V{"\xC3\xA9t\xC3\xA9", " \xD0\x9C\xD0\xB8"}));
+  EXPECT_EQ(pieces("\xC3\xA9t\xC3\xA9 \xD0\x9C\xD0\xB8"),
+            (V{"\xC3\xA9t\xC3\xA9", " \xD0\x9C\xD0\xB8"}));
   EXPECT_EQ(pieces("\xFF\xFE a\x80"), (V{"\xFF\xFE", " a", "\x80"}));
   EXPECT_EQ(pieces(""), V{});
 }
@@ -142,8 +144,21 @@ TEST(Gpt2Tokenizer, ByteToUnicodeTable) {
 
 TEST(Gpt2Tokenizer, RandomBytesRoundTrip) {
   std::mt19937 rng(7);
-  const std::string alphabet[] = {"a", "Z", " ", "  ", "\n", "'s", "1", "\xC3\xA9", "\xE4\xB8\xAD",
-                                  "\xF0\x9F\xA6\x80", "\xFF", "\x80", "\xE2\x82", "!", "\t"};
+  const std::string alphabet[] = {"a",
+                                  "Z",
+                                  " ",
+                                  "  ",
+                                  "\n",
+                                  "'s",
+                                  "1",
+                                  "\xC3\xA9",
+                                  "\xE4\xB8\xAD",
+                                  "\xF0\x9F\xA6\x80",
+                                  "\xFF",
+                                  "\x80",
+                                  "\xE2\x82",
+                                  "!",
+                                  "\t"};
   for (int trial = 0; trial < 300; ++trial) {
     std::string s;
     const int len = static_cast<int>(rng() % 40);
@@ -188,8 +203,8 @@ TEST(Gpt2Tokenizer, DecodeUnknownIdsAsReplacementCharacter) {
 void write_tokenizer_json(const fs::path& out, bool pair_merges) {
   nlohmann::json j;
   j["version"] = "1.0";
-  j["added_tokens"] = nlohmann::json::array(
-      {{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}});
+  j["added_tokens"] =
+      nlohmann::json::array({{{"id", 50256}, {"content", "<|endoftext|>"}, {"special", true}}});
   j["model"]["type"] = "BPE";
   j["model"]["vocab"] = nlohmann::json::parse(gunzip(kGpt2Dir / "encoder.json.gz"));
   j["model"]["vocab"].erase("<|endoftext|>");  // only in added_tokens, as some files have it
@@ -272,8 +287,7 @@ TEST_F(Gpt2Files, ClearErrorsForMissingAndMalformedFiles) {
   write_file_atomic(dir_ / "model.json", "{\"model\": {\"type\": \"WordPiece\"}}");
   expect_error<FormatError>([&] { make_tokenizer("gpt2", (dir_ / "model.json").string(), ""); },
                             {"model.json", "WordPiece"});
-  write_file_atomic(dir_ / "merge.json",
-                    "{\"model\": {\"vocab\": {}, \"merges\": [\"a b\", 3]}}");
+  write_file_atomic(dir_ / "merge.json", "{\"model\": {\"vocab\": {}, \"merges\": [\"a b\", 3]}}");
   expect_error<FormatError>([&] { make_tokenizer("gpt2", (dir_ / "merge.json").string(), ""); },
                             {"merge.json", "model.merges[1]"});
   // A truncated gzip file.
@@ -286,8 +300,8 @@ TEST_F(Gpt2Files, ClearErrorsForMissingAndMalformedFiles) {
 TEST_F(Gpt2Files, PlainFilesLoadLikeGzipped) {
   write_file_atomic(dir_ / "encoder.json", gunzip(kGpt2Dir / "encoder.json.gz"));
   write_file_atomic(dir_ / "vocab.bpe", gunzip(kGpt2Dir / "vocab.bpe.gz"));
-  const auto tok = make_tokenizer("gpt2", (dir_ / "encoder.json").string(),
-                                  (dir_ / "vocab.bpe").string());
+  const auto tok =
+      make_tokenizer("gpt2", (dir_ / "encoder.json").string(), (dir_ / "vocab.bpe").string());
   EXPECT_EQ(tok->encode("Hello world"), (std::vector<int32_t>{15496, 995}));
 }
 

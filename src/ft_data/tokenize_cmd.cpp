@@ -1,4 +1,5 @@
-// tokenize_cmd.cpp: 'ft-data tokenize': documents -> llm.c token shards, split train/val by document.
+// tokenize_cmd.cpp: 'ft-data tokenize': documents -> llm.c token shards, split train/val by
+// document.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -172,13 +173,16 @@ class WorkerPool {
 class ShardSink {
  public:
   ShardSink(fs::path dir, std::string prefix, size_t shard_tokens, int version)
-      : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens),
+      : dir_(std::move(dir)),
+        prefix_(std::move(prefix)),
+        shard_tokens_(shard_tokens),
         version_(version) {}
   void add(const std::vector<int32_t>& tokens) {
     buf_.insert(buf_.end(), tokens.begin(), tokens.end());
     total_ += tokens.size();
     while (buf_.size() >= shard_tokens_) {
-      write(std::vector<int32_t>(buf_.begin(), buf_.begin() + static_cast<ptrdiff_t>(shard_tokens_)));
+      write(
+          std::vector<int32_t>(buf_.begin(), buf_.begin() + static_cast<ptrdiff_t>(shard_tokens_)));
       buf_.erase(buf_.begin(), buf_.begin() + static_cast<ptrdiff_t>(shard_tokens_));
     }
   }
@@ -246,8 +250,8 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
   if (o.inputs.empty()) throw ConfigError("no input files or directories (IN...)");
   if (o.out.empty()) throw ConfigError("--out DIR is required");
   if (o.shard_tokens < 1 || o.shard_tokens > INT32_MAX) {
-    throw ConfigError(fmt::format("--shard-tokens must be in [1, {}], got {}", INT32_MAX,
-                                  o.shard_tokens));
+    throw ConfigError(
+        fmt::format("--shard-tokens must be in [1, {}], got {}", INT32_MAX, o.shard_tokens));
   }
   if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0)) {
     throw ConfigError(fmt::format("--val-fraction must be in [0, 1), got {}", o.val_fraction));
@@ -257,8 +261,9 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
     throw ConfigError("give either --tokenizer-json or --vocab and --merges, not both");
   }
   if (o.tokenizer == "gpt2" && o.tokenizer_json.empty() && (o.vocab.empty() || o.merges.empty())) {
-    throw ConfigError("--tokenizer gpt2 needs --vocab encoder.json and --merges vocab.bpe, or "
-                      "--tokenizer-json tokenizer.json");
+    throw ConfigError(
+        "--tokenizer gpt2 needs --vocab encoder.json and --merges vocab.bpe, or "
+        "--tokenizer-json tokenizer.json");
   }
   return o;
 }
@@ -280,9 +285,10 @@ void prepare_out_dir(const fs::path& dir, bool force) {
   }
   if (old.empty()) return;
   if (!force) {
-    throw ConfigError(fmt::format("--out '{}' already holds {} (and {} more); use --force to "
-                                  "replace them",
-                                  dir.string(), old[0].filename().string(), old.size() - 1));
+    throw ConfigError(
+        fmt::format("--out '{}' already holds {} (and {} more); use --force to "
+                    "replace them",
+                    dir.string(), old[0].filename().string(), old.size() - 1));
   }
   for (const auto& p : old) fs::remove(p);
 }
@@ -303,8 +309,9 @@ int tokenize_main(const std::vector<std::string>& args) {
   prepare_out_dir(out, o.force);
 
   const int version = tok->vocab_size() <= 65536 ? 1 : 7;
-  const int threads =
-      o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = o.threads > 0
+                          ? o.threads
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   const Tokenize fn(*tok, o.val_fraction, o.seed);
   ShardSink sinks[2] = {{out, "train", static_cast<size_t>(o.shard_tokens), version},
                         {out, "val", static_cast<size_t>(o.shard_tokens), version}};
@@ -353,8 +360,7 @@ int tokenize_main(const std::vector<std::string>& args) {
     }
   }
   for (auto& s : sinks) s.finish();
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (docs[0] + docs[1] == 0) {
     throw ConfigError(fmt::format("no documents in {} input file(s)", files.size()));
   }
@@ -375,8 +381,9 @@ int tokenize_main(const std::vector<std::string>& args) {
   if (!o.merges.empty()) meta["tokenizer"]["merges"] = o.merges;
   meta["inputs"] = o.inputs;
   meta["input_files"] = files.size();
-  meta["split"] = {{"rule", "by document: val iff splitmix64(fnv1a64(document bytes) ^ (seed + "
-                            "0x9e3779b97f4a7c15)) >> 11, times 2^-53, is below val_fraction"},
+  meta["split"] = {{"rule",
+                    "by document: val iff splitmix64(fnv1a64(document bytes) ^ (seed + "
+                    "0x9e3779b97f4a7c15)) >> 11, times 2^-53, is below val_fraction"},
                    {"val_fraction", o.val_fraction},
                    {"seed", o.seed}};
   const char* names[2] = {"train", "val"};
@@ -389,10 +396,11 @@ int tokenize_main(const std::vector<std::string>& args) {
   write_file_atomic(out / "meta.json", meta.dump(1) + "\n");
 
   const double mb = static_cast<double>(bytes[0] + bytes[1]) / 1e6;
-  fmt::print("tokenized {} documents ({:.2f} MB) from {} file(s) with {} (vocab {}), {} thread(s), "
-             "{:.2f} s, {:.2f} MB/s\n",
-             docs[0] + docs[1], mb, files.size(), tok->name(), tok->vocab_size(), threads, secs,
-             mb / secs);
+  fmt::print(
+      "tokenized {} documents ({:.2f} MB) from {} file(s) with {} (vocab {}), {} thread(s), "
+      "{:.2f} s, {:.2f} MB/s\n",
+      docs[0] + docs[1], mb, files.size(), tok->name(), tok->vocab_size(), threads, secs,
+      mb / secs);
   for (int s = 0; s < 2; ++s) {
     fmt::print("  {:<5} {:>9} documents {:>12} tokens in {} shard(s)\n", names[s], docs[s],
                sinks[s].tokens(), sinks[s].shards().size());

@@ -99,11 +99,13 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::vector<std::pair<std::string, int32_t>>&
     const auto ib = bytes_to_id.find(b);
     const auto im = bytes_to_id.find(a + b);
     if (ia == bytes_to_id.end() || ib == bytes_to_id.end() || im == bytes_to_id.end()) {
-      throw FormatError(fmt::format("{}: merge {} (rank {}) uses a token that is not in the "
-                                    "vocabulary",
-                                    origin, r + 1, r));
+      throw FormatError(
+          fmt::format("{}: merge {} (rank {}) uses a token that is not in the "
+                      "vocabulary",
+                      origin, r + 1, r));
     }
-    const uint64_t key = (static_cast<uint64_t>(ia->second) << 32) | static_cast<uint32_t>(ib->second);
+    const uint64_t key =
+        (static_cast<uint64_t>(ia->second) << 32) | static_cast<uint32_t>(ib->second);
     // The first (lowest-rank) occurrence of a pair wins, as in GPT-2's dict of ranks.
     merges_.emplace(key, (static_cast<uint64_t>(r) << 32) | static_cast<uint32_t>(im->second));
   }

@@ -1,4 +1,5 @@
-// tokenizer_gpt2_load.cpp: reads encoder.json/vocab.bpe/tokenizer.json (plain or gzip); make_tokenizer.
+// tokenizer_gpt2_load.cpp: reads encoder.json/vocab.bpe/tokenizer.json (plain or gzip);
+// make_tokenizer.
 #include <fmt/format.h>
 #include <zlib.h>
 
@@ -89,8 +90,8 @@ nlohmann::json parse_json(const std::string& text, const fs::path& path) {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
-    throw FormatError(fmt::format("'{}': not valid JSON at byte {}: {}", path.string(), e.byte,
-                                  e.what()));
+    throw FormatError(
+        fmt::format("'{}': not valid JSON at byte {}: {}", path.string(), e.byte, e.what()));
   }
 }
 
@@ -98,8 +99,8 @@ std::vector<std::pair<std::string, int32_t>> vocab_from_json(const nlohmann::jso
                                                              const fs::path& path,
                                                              const char* where) {
   if (!j.is_object()) {
-    throw FormatError(fmt::format("'{}': {} must be a JSON object of token -> id", path.string(),
-                                  where));
+    throw FormatError(
+        fmt::format("'{}': {} must be a JSON object of token -> id", path.string(), where));
   }
   std::vector<std::pair<std::string, int32_t>> vocab;
   vocab.reserve(j.size());
@@ -113,9 +114,10 @@ std::vector<std::pair<std::string, int32_t>> vocab_from_json(const nlohmann::jso
     if (key == Gpt2Tokenizer::kEndOfTextText) {
       bytes = key;
     } else if (!byte_decoder().decode(key, bytes)) {
-      throw FormatError(fmt::format("'{}': {}: token \"{}\" (id {}) has a character outside "
-                                    "GPT-2's byte-to-unicode alphabet",
-                                    path.string(), where, key, value.get<int64_t>()));
+      throw FormatError(
+          fmt::format("'{}': {}: token \"{}\" (id {}) has a character outside "
+                      "GPT-2's byte-to-unicode alphabet",
+                      path.string(), where, key, value.get<int64_t>()));
     }
     vocab.emplace_back(bytes, static_cast<int32_t>(value.get<int64_t>()));
   }
@@ -127,9 +129,10 @@ std::pair<std::string, std::string> merge_parts(const std::string& a, const std:
   std::pair<std::string, std::string> out;
   if (!byte_decoder().decode(a, out.first) || !byte_decoder().decode(b, out.second) ||
       out.first.empty() || out.second.empty()) {
-    throw FormatError(fmt::format("'{}': {}: merge \"{} {}\" has a character outside GPT-2's "
-                                  "byte-to-unicode alphabet",
-                                  path.string(), where, a, b));
+    throw FormatError(
+        fmt::format("'{}': {}: merge \"{} {}\" has a character outside GPT-2's "
+                    "byte-to-unicode alphabet",
+                    path.string(), where, a, b));
   }
   return out;
 }
@@ -155,24 +158,26 @@ std::shared_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_files(const fs::path& encoder
     const size_t sp = line.find(' ');
     if (sp == std::string::npos || sp == 0 || sp + 1 == line.size() ||
         line.find(' ', sp + 1) != std::string::npos) {
-      throw FormatError(fmt::format("'{}' line {}: expected two tokens separated by one space, "
-                                    "got \"{}\"",
-                                    vocab_bpe.string(), line_no, line));
+      throw FormatError(
+          fmt::format("'{}' line {}: expected two tokens separated by one space, "
+                      "got \"{}\"",
+                      vocab_bpe.string(), line_no, line));
     }
     merges.push_back(merge_parts(line.substr(0, sp), line.substr(sp + 1), vocab_bpe,
                                  fmt::format("line {}", line_no)));
   }
   return std::make_shared<Gpt2Tokenizer>(
-      vocab, merges, fmt::format("GPT-2 tokenizer from '{}' and '{}'", encoder_json.string(),
-                                 vocab_bpe.string()));
+      vocab, merges,
+      fmt::format("GPT-2 tokenizer from '{}' and '{}'", encoder_json.string(), vocab_bpe.string()));
 }
 
 std::shared_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json(const fs::path& path) {
   const nlohmann::json j = parse_json(read_maybe_gz(path, "tokenizer.json"), path);
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) {
-    throw FormatError(fmt::format("'{}': no \"model\" object (expected a HuggingFace "
-                                  "tokenizer.json)",
-                                  path.string()));
+    throw FormatError(
+        fmt::format("'{}': no \"model\" object (expected a HuggingFace "
+                    "tokenizer.json)",
+                    path.string()));
   }
   const auto& model = j["model"];
   if (model.contains("type") && model["type"] != "BPE") {
@@ -180,8 +185,8 @@ std::shared_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json(const fs::path
                                   path.string(), model["type"].dump()));
   }
   if (!model.contains("vocab") || !model.contains("merges") || !model["merges"].is_array()) {
-    throw FormatError(fmt::format("'{}': model needs \"vocab\" (object) and \"merges\" (array)",
-                                  path.string()));
+    throw FormatError(
+        fmt::format("'{}': model needs \"vocab\" (object) and \"merges\" (array)", path.string()));
   }
   auto vocab = vocab_from_json(model["vocab"], path, "model.vocab");
   // Special tokens may live only in added_tokens.
@@ -205,21 +210,20 @@ std::shared_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json(const fs::path
       const std::string s = m[i].get<std::string>();
       const size_t sp = s.find(' ');
       if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos) {
-        throw FormatError(fmt::format("'{}': {}: expected \"a b\", got \"{}\"", path.string(),
-                                      where, s));
+        throw FormatError(
+            fmt::format("'{}': {}: expected \"a b\", got \"{}\"", path.string(), where, s));
       }
       merges.push_back(merge_parts(s.substr(0, sp), s.substr(sp + 1), path, where));
-    } else if (m[i].is_array() && m[i].size() == 2 && m[i][0].is_string() &&
-               m[i][1].is_string()) {
-      merges.push_back(merge_parts(m[i][0].get<std::string>(), m[i][1].get<std::string>(), path,
-                                   where));
+    } else if (m[i].is_array() && m[i].size() == 2 && m[i][0].is_string() && m[i][1].is_string()) {
+      merges.push_back(
+          merge_parts(m[i][0].get<std::string>(), m[i][1].get<std::string>(), path, where));
     } else {
       throw FormatError(fmt::format("'{}': {}: expected \"a b\" or [\"a\", \"b\"], got {}",
                                     path.string(), where, m[i].dump()));
     }
   }
-  return std::make_shared<Gpt2Tokenizer>(
-      vocab, merges, fmt::format("GPT-2 tokenizer from '{}'", path.string()));
+  return std::make_shared<Gpt2Tokenizer>(vocab, merges,
+                                         fmt::format("GPT-2 tokenizer from '{}'", path.string()));
 }
 
 std::shared_ptr<const Tokenizer> make_tokenizer(const std::string& name,
@@ -233,8 +237,9 @@ std::shared_ptr<const Tokenizer> make_tokenizer(const std::string& name,
   }
   if (name == "gpt2") {
     if (vocab_or_tokenizer_json.empty()) {
-      throw ConfigError("the gpt2 tokenizer needs encoder.json and vocab.bpe (--vocab, --merges) "
-                        "or a tokenizer.json (--tokenizer-json)");
+      throw ConfigError(
+          "the gpt2 tokenizer needs encoder.json and vocab.bpe (--vocab, --merges) "
+          "or a tokenizer.json (--tokenizer-json)");
     }
     if (merges.empty()) return Gpt2Tokenizer::from_tokenizer_json(vocab_or_tokenizer_json);
     return Gpt2Tokenizer::from_files(vocab_or_tokenizer_json, merges);
