@@ -40,6 +40,10 @@ class MappedShard : public TokenSource {
       ::close(fd);
       throw IoError(fmt::format("cannot stat '{}': {}", path.string(), std::strerror(err)));
     }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      shard_error(path, "not a regular file");
+    }
     const size_t size = static_cast<size_t>(st.st_size);
     if (size < kHeaderBytes) {
       ::close(fd);
