@@ -303,6 +303,8 @@ int tokenize_main(const std::vector<std::string>& args) {
   const auto tok = o.tokenizer_json.empty()
                        ? data::make_tokenizer(o.tokenizer, o.vocab, o.merges)
                        : data::make_tokenizer(o.tokenizer, o.tokenizer_json, "");
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<fs::path> inputs(o.inputs.begin(), o.inputs.end());
   const auto files = data::list_document_files(inputs);  // ConfigError for a missing path
   const fs::path out(o.out);
@@ -360,7 +362,8 @@ int tokenize_main(const std::vector<std::string>& args) {
     }
   }
   for (auto& s : sinks) s.finish();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - load_s;
   if (docs[0] + docs[1] == 0) {
     throw ConfigError(fmt::format("no documents in {} input file(s)", files.size()));
   }
@@ -397,9 +400,9 @@ int tokenize_main(const std::vector<std::string>& args) {
 
   const double mb = static_cast<double>(bytes[0] + bytes[1]) / 1e6;
   fmt::print(
-      "tokenized {} documents ({:.2f} MB) from {} file(s) with {} (vocab {}), {} thread(s), "
-      "{:.2f} s, {:.2f} MB/s\n",
-      docs[0] + docs[1], mb, files.size(), tok->name(), tok->vocab_size(), threads, secs,
+      "tokenized {} documents ({:.2f} MB) from {} file(s) with {} (vocab {}, loaded in "
+      "{:.2f} s), {} thread(s), {:.2f} s, {:.2f} MB/s (reading, tokenizing, writing)\n",
+      docs[0] + docs[1], mb, files.size(), tok->name(), tok->vocab_size(), load_s, threads, secs,
       mb / secs);
   for (int s = 0; s < 2; ++s) {
     fmt::print("  {:<5} {:>9} documents {:>12} tokens in {} shard(s)\n", names[s], docs[s],
