@@ -92,6 +92,16 @@ int main(int argc, char** argv) {
       ft::write_file_atomic(dump_path, std::string_view(reinterpret_cast<const char*>(u.data()),
                                                         u.size() * sizeof(uint32_t)));
     }
+    // One 1 MB piece (letters, no space): the heap-based merge keeps this O(n log n).
+    std::string run(1 << 20, 'a');
+    uint32_t lcg = 12345;
+    for (char& ch : run) {
+      lcg = lcg * 1103515245u + 12345u;
+      ch = "etaoinshrdlucmfw"[(lcg >> 16) % 16];
+    }
+    t0 = std::chrono::steady_clock::now();
+    const size_t run_tokens = gpt2->encode(run).size();
+    const double run_s = seconds_since(t0);
     data::ByteTokenizer byte;
     std::vector<double> byte_s;
     for (int r = 0; r < reps; ++r) {
@@ -112,6 +122,7 @@ int main(int argc, char** argv) {
         " \"gpt2_cpu_time\": {\"cold_mb_per_s\": %.2f, \"warm_median_mb_per_s\": %.2f, "
         "\"warm_median_tokens_per_s\": %.0f},\n"
         " \"gpt2_decode\": {\"s\": %.3f, \"mb_per_s\": %.2f},\n"
+        " \"gpt2_one_1mb_piece\": {\"s\": %.3f, \"tokens\": %zu},\n"
         " \"byte_encode_median\": {\"s\": %.4f, \"mb_per_s\": %.1f}, \"reps\": %d}\n",
         text_path.c_str(), text.size(), ids.size(),
         static_cast<double>(text.size()) / static_cast<double>(ids.size()), load_s, cold.s,
@@ -119,7 +130,7 @@ int main(int argc, char** argv) {
         static_cast<double>(ids.size()) / warm_med, warm[0], mb / warm[0], mb / cold_cpu,
         mb / warm_cpu[warm_cpu.size() / 2],
         static_cast<double>(ids.size()) / warm_cpu[warm_cpu.size() / 2], decode_s, mb / decode_s,
-        byte_s[byte_s.size() / 2], mb / byte_s[byte_s.size() / 2], reps);
+        run_s, run_tokens, byte_s[byte_s.size() / 2], mb / byte_s[byte_s.size() / 2], reps);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tokenizer_bench: %s\n", e.what());
     return 1;

@@ -161,6 +161,18 @@ add('truncated_utf8', [0x61, 0xe2, 0x82, 0x20, 0x62, 0xc3]);
 add('overlong_and_surrogate', [0xc0, 0xaf, 0x20, 0xed, 0xa0, 0x80, 0x78, 0xf5, 0x79]);
 add('invalid_among_letters', [0x63, 0x61, 0x66, 0xe9, 0x20, 0x63, 0x61, 0x66, 0xc3, 0xa9]);
 
+// Long pieces (ft merges pieces over 64 bytes with a heap instead of rescans): a fixed LCG
+// makes the letter soup reproducible.
+let lcg = 12345;
+const rand = (n) => { lcg = (lcg * 1103515245 + 12345) % 2147483648; return lcg % n; };
+add('long_letters', utf8(Array.from({ length: 3000 }, () => 'etaoinshrdlucmfw'[rand(16)]).join('')));
+add('long_word_repeat', utf8('Pneumonoultramicroscopicsilicovolcanoconiosis'.repeat(20)));
+add('long_digits', utf8(Array.from({ length: 400 }, () => String(rand(10))).join('')));
+add('long_punctuation', utf8(' ' + '!?.,;:-'.repeat(100)));
+add('long_spaces', utf8(' '.repeat(300) + 'x' + '\n'.repeat(100)));
+add('long_cjk', utf8(Array.from({ length: 300 }, () => String.fromCodePoint(0x4e00 + rand(2000))).join('')));
+add('long_aaa', utf8('a'.repeat(1001)));
+
 // A few KJV paragraphs (chapters are separated by blank lines in ft's kjv.txt).
 const kjv = fs.readFileSync(kjvPath, 'utf-8').split(/\n\s*\n/);
 for (const idx of [0, 150, 1000]) {

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <climits>
 #include <cstring>
+#include <functional>
+#include <queue>
 
 #include "ft/core/error.h"
 #include "tokenizer_gpt2_pretok.h"
@@ -15,6 +17,9 @@ namespace ft::trainer::data {
 namespace {
 
 std::atomic<uint64_t> g_next_instance{1};
+
+constexpr size_t kLongPiece = 64;        // longer pieces use the heap-based merge
+constexpr size_t kMaxCachedPiece = 256;  // longer pieces are not cached (rarely repeat)
 
 // Transparent hashing so the cache is probed with string_views without allocating.
 struct PieceHash {
@@ -112,30 +117,35 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::vector<std::pair<std::string, int32_t>>&
   num_merges_ = merges.size();
 }
 
+uint32_t Gpt2Tokenizer::merge_rank(int32_t a, int32_t b, int32_t* merged) const {
+  const auto it = merges_.find((static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b));
+  if (it == merges_.end()) return UINT32_MAX;
+  if (merged) *merged = static_cast<int32_t>(it->second & 0xffffffffu);
+  return static_cast<uint32_t>(it->second >> 32);
+}
+
 // Merges the lowest-ranked adjacent pair, all its occurrences left to right, until none is left:
 // exactly GPT-2's bpe().
 void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<int32_t>& out) const {
+  if (piece.size() > kLongPiece) {
+    bpe_long(piece, out);
+    return;
+  }
   thread_local std::vector<int32_t> ids;
   thread_local std::vector<uint32_t> ranks;  // ranks[k]: rank of (ids[k], ids[k+1])
   ids.resize(piece.size());
   for (size_t k = 0; k < piece.size(); ++k) ids[k] = byte_id_[static_cast<uint8_t>(piece[k])];
-  auto rank_of = [this](int32_t a, int32_t b, int32_t* merged) -> uint32_t {
-    const auto it = merges_.find((static_cast<uint64_t>(a) << 32) | static_cast<uint32_t>(b));
-    if (it == merges_.end()) return UINT32_MAX;
-    if (merged) *merged = static_cast<int32_t>(it->second & 0xffffffffu);
-    return static_cast<uint32_t>(it->second >> 32);
-  };
   ranks.resize(ids.size() > 0 ? ids.size() - 1 : 0);
-  for (size_t k = 0; k + 1 < ids.size(); ++k) ranks[k] = rank_of(ids[k], ids[k + 1], nullptr);
+  for (size_t k = 0; k + 1 < ids.size(); ++k) ranks[k] = merge_rank(ids[k], ids[k + 1], nullptr);
   while (ids.size() > 1) {
     const auto best = std::min_element(ranks.begin(), ranks.end());
     if (*best == UINT32_MAX) break;
     const size_t p = static_cast<size_t>(best - ranks.begin());
     const int32_t first = ids[p], second = ids[p + 1];
     int32_t merged = 0;
-    rank_of(first, second, &merged);
+    merge_rank(first, second, &merged);
     const uint32_t rank = *best;
-    // One left-to-right pass merging every (first, second); only neighbours' ranks change.
+    // One left-to-right pass merging every (first, second).
     size_t w = 0;
     for (size_t k = 0; k < ids.size();) {
       if (k + 1 < ids.size() && ranks[k] == rank && ids[k] == first && ids[k + 1] == second) {
@@ -147,9 +157,72 @@ void Gpt2Tokenizer::bpe(std::string_view piece, std::vector<int32_t>& out) const
     }
     ids.resize(w);
     ranks.resize(w > 0 ? w - 1 : 0);
-    for (size_t k = 0; k + 1 < w; ++k) ranks[k] = rank_of(ids[k], ids[k + 1], nullptr);
+    for (size_t k = 0; k + 1 < w; ++k) ranks[k] = merge_rank(ids[k], ids[k + 1], nullptr);
   }
   out.insert(out.end(), ids.begin(), ids.end());
+}
+
+// The same merges with a doubly linked list of symbols and a min-heap of (rank, left symbol).
+// All heap entries of the lowest rank are taken as one batch and applied in position order,
+// which is GPT-2's left-to-right pass; entries made stale by earlier merges are skipped.
+void Gpt2Tokenizer::bpe_long(std::string_view piece, std::vector<int32_t>& out) const {
+  const auto n = static_cast<int32_t>(piece.size());
+  std::vector<int32_t> id(static_cast<size_t>(n)), prev(static_cast<size_t>(n)),
+      next(static_cast<size_t>(n));
+  std::vector<uint8_t> alive(static_cast<size_t>(n), 1);
+  for (int32_t k = 0; k < n; ++k) {
+    id[static_cast<size_t>(k)] = byte_id_[static_cast<uint8_t>(piece[static_cast<size_t>(k)])];
+    prev[static_cast<size_t>(k)] = k - 1;
+    next[static_cast<size_t>(k)] = k + 1 < n ? k + 1 : -1;
+  }
+  using Entry = std::pair<uint32_t, int32_t>;  // (rank, left symbol)
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  auto push = [&](int32_t l) {
+    if (l < 0) return;
+    const int32_t r = next[static_cast<size_t>(l)];
+    if (r < 0) return;
+    const uint32_t rank =
+        merge_rank(id[static_cast<size_t>(l)], id[static_cast<size_t>(r)], nullptr);
+    if (rank != UINT32_MAX) heap.emplace(rank, l);
+  };
+  for (int32_t k = 0; k + 1 < n; ++k) push(k);
+  std::vector<int32_t> batch, touched;
+  while (!heap.empty()) {
+    const uint32_t rank = heap.top().first;
+    batch.clear();
+    while (!heap.empty() && heap.top().first == rank) {
+      batch.push_back(heap.top().second);
+      heap.pop();
+    }
+    std::sort(batch.begin(), batch.end());
+    touched.clear();
+    int32_t first = -1, second = -1, merged = -1;
+    for (const int32_t l : batch) {
+      const auto ul = static_cast<size_t>(l);
+      const int32_t r = next[ul];
+      if (!alive[ul] || r < 0) continue;
+      const auto ur = static_cast<size_t>(r);
+      if (first < 0) {
+        // The pair this rank stands for, from the first entry that is still current.
+        if (merge_rank(id[ul], id[ur], &merged) != rank) continue;
+        first = id[ul];
+        second = id[ur];
+      }
+      if (id[ul] != first || id[ur] != second) continue;
+      id[ul] = merged;
+      alive[ur] = 0;
+      next[ul] = next[ur];
+      if (next[ur] >= 0) prev[static_cast<size_t>(next[ur])] = l;
+      touched.push_back(l);
+    }
+    for (const int32_t l : touched) {
+      if (!alive[static_cast<size_t>(l)]) continue;
+      push(prev[static_cast<size_t>(l)]);
+      push(l);
+    }
+  }
+  for (int32_t k = 0; k >= 0; k = next[static_cast<size_t>(k)])
+    out.push_back(id[static_cast<size_t>(k)]);
 }
 
 void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
@@ -162,6 +235,10 @@ void Gpt2Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& o
   if (const auto it = cache.map.find(piece); it != cache.map.end()) {
     const auto [off, len] = it->second;
     out.insert(out.end(), cache.ids.begin() + off, cache.ids.begin() + off + len);
+    return;
+  }
+  if (piece.size() > kMaxCachedPiece) {
+    bpe(piece, out);
     return;
   }
   const size_t before = out.size();

@@ -58,7 +58,12 @@ class Gpt2Tokenizer : public Tokenizer {
   size_t num_merges() const { return num_merges_; }
 
  private:
+  // Rank of merging (a, b) and its result, or UINT32_MAX if there is no such merge.
+  uint32_t merge_rank(int32_t a, int32_t b, int32_t* merged) const;
+  // Short pieces: repeated scans (fast for words). Long pieces: a heap of candidate pairs,
+  // O(n log n), for runs such as a megabyte of letters without a space. Same result.
   void bpe(std::string_view piece, std::vector<int32_t>& out) const;
+  void bpe_long(std::string_view piece, std::vector<int32_t>& out) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
 
   std::vector<std::string> id_to_bytes_;  // token bytes by id ("" = no token)
