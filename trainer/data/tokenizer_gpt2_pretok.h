@@ -12,6 +12,11 @@ namespace ft::trainer::data::gpt2_detail {
 enum class CharClass : uint8_t { kLetter, kNumber, kSpace, kOther };
 
 // \p{L}, \p{N}, \s (Unicode White_Space) or anything else, from ICU's character database.
+// ICU (Debian libicu-dev, ICU 72 = Unicode 15.0) rather than a generated table: nothing to
+// regenerate when Unicode changes, and u_charType is a two-level trie lookup, fast enough
+// behind the ASCII table below. \s is White_Space as in tiktoken's Rust regex; JavaScript's
+// \s differs on U+0085 and U+FEFF and Python's str.isspace() on U+001C..U+001F, so the golden
+// strings avoid those code points.
 inline CharClass classify_non_ascii(uint32_t cp) {
   if (u_isUWhiteSpace(static_cast<UChar32>(cp))) return CharClass::kSpace;
   const uint32_t mask = U_GET_GC_MASK(static_cast<UChar32>(cp));
