@@ -180,11 +180,13 @@ class ShardSink {
   void add(const std::vector<int32_t>& tokens) {
     buf_.insert(buf_.end(), tokens.begin(), tokens.end());
     total_ += tokens.size();
-    while (buf_.size() >= shard_tokens_) {
-      write(
-          std::vector<int32_t>(buf_.begin(), buf_.begin() + static_cast<ptrdiff_t>(shard_tokens_)));
-      buf_.erase(buf_.begin(), buf_.begin() + static_cast<ptrdiff_t>(shard_tokens_));
+    size_t done = 0;  // full shards are cut from the front, then the rest moves down once
+    while (buf_.size() - done >= shard_tokens_) {
+      const auto from = buf_.begin() + static_cast<ptrdiff_t>(done);
+      write(std::vector<int32_t>(from, from + static_cast<ptrdiff_t>(shard_tokens_)));
+      done += shard_tokens_;
     }
+    buf_.erase(buf_.begin(), buf_.begin() + static_cast<ptrdiff_t>(done));
   }
   void finish() {
     if (!buf_.empty()) write(buf_);
