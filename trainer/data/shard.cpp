@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <vector>
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
@@ -38,6 +39,10 @@ class MappedShard : public TokenSource {
       const int err = errno;
       ::close(fd);
       throw IoError(fmt::format("cannot stat '{}': {}", path.string(), std::strerror(err)));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      shard_error(path, "not a regular file");
     }
     const size_t size = static_cast<size_t>(st.st_size);
     if (size < kHeaderBytes) {
@@ -142,6 +147,30 @@ class MappedShard : public TokenSource {
 
 std::shared_ptr<TokenSource> open_llmc_shard(const std::filesystem::path& path) {
   return std::make_shared<MappedShard>(path);
+}
+
+std::shared_ptr<TokenSource> open_llmc_shard(const std::filesystem::path& path, int vocab_size) {
+  if (vocab_size < 1) {
+    throw ConfigError(fmt::format("vocabulary size must be >= 1, got {}", vocab_size));
+  }
+  auto shard = std::make_shared<MappedShard>(path);
+  if (shard->max_token() < vocab_size) return shard;
+  constexpr size_t kBlock = 1 << 16;
+  std::vector<int32_t> buf;
+  for (size_t pos = 0; pos < shard->size(); pos += kBlock) {
+    const size_t n = std::min(kBlock, shard->size() - pos);
+    buf.resize(n);
+    shard->read(pos, n, buf.data());
+    for (size_t i = 0; i < n; ++i) {
+      if (buf[i] < 0 || buf[i] >= vocab_size) {  // < 0: a uint32 id above INT32_MAX
+        shard_error(
+            path, fmt::format("token {} at position {} is outside the vocabulary of {} "
+                              "(ids 0..{})",
+                              static_cast<uint32_t>(buf[i]), pos + i, vocab_size, vocab_size - 1));
+      }
+    }
+  }
+  return shard;
 }
 
 void write_llmc_shard(const std::filesystem::path& path, const std::vector<int32_t>& tokens,

@@ -53,6 +53,9 @@ std::shared_ptr<TokenSource> make_slice_source(std::shared_ptr<TokenSource> base
 // Memory-mapped. Throws FormatError on a bad magic/version or a size that
 // disagrees with the header, naming the file.
 std::shared_ptr<TokenSource> open_llmc_shard(const std::filesystem::path& path);
+// As above, and also reads every id: throws FormatError naming the file, the position and the
+// id of the first token >= vocab_size.
+std::shared_ptr<TokenSource> open_llmc_shard(const std::filesystem::path& path, int vocab_size);
 void write_llmc_shard(const std::filesystem::path& path, const std::vector<int32_t>& tokens,
                       int version = 1);  // atomic
 
