@@ -43,6 +43,7 @@ constexpr const char* kUsage = R"(usage: ft-tune --out DIR --strategy guided|gri
   --allow-batch-change    the global batch may change; LR scaled by --lr-scaling
   --lr-scaling R          sqrt (default) or linear
   --seed S                sweep order and every trial's ft-train --seed (default 1337)
+  --no-memory-skip        run configs the memory model predicts to run out of memory
   --resume                continue the sweep journaled in DIR (nothing is rerun)
 Any other flag is an ft-train flag of the baseline configuration. ft-train and ft-diagnose
 are found next to ft-tune (override with FT_TRAIN / FT_DIAGNOSE).
@@ -168,6 +169,8 @@ int run(int argc, char** argv) {
     } else if (a == "--seed") {
       opt.seed = number<uint64_t>(a, value());
       seed_given = true;
+    } else if (a == "--no-memory-skip") {
+      opt.memory_skip = false;
     } else if (a == "--resume") {
       resume = true;
     } else {
@@ -203,6 +206,7 @@ int run(int argc, char** argv) {
   const ChildResult help = run_child({ft_train.string(), "--help"}, out / "ft-train-help.txt", 60);
   if (help.exit_code != 0) throw IoError(fmt::format("{} --help failed", ft_train.string()));
   opt.train_flags = help_flags(read_file(out / "ft-train-help.txt"));
+  opt.train_defaults = help_defaults(read_file(out / "ft-train-help.txt"));
   validate_config(opt.baseline, opt.train_flags);
   if (!knobs.empty()) {
     const auto all = default_space(opt.baseline, opt.train_flags, opt.batch);

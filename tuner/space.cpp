@@ -64,6 +64,31 @@ std::set<std::string> help_flags(const std::string& help_text) {
   return out;
 }
 
+std::map<std::string, std::string> help_defaults(const std::string& help_text) {
+  std::map<std::string, std::string> out;
+  static const std::regex re("--([a-z][a-z0-9-]*) arg \\(=([^)]*)\\)");
+  for (auto it = std::sregex_iterator(help_text.begin(), help_text.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    out[(*it)[1].str()] = (*it)[2].str();
+  }
+  return out;
+}
+
+std::string effective_key(const Config& c, const std::map<std::string, std::string>& defaults) {
+  static const char* kKnobs[] = {"precision",  "checkpoint",     "attention", "allocator-caching",
+                                 "micro-batch", "grad-accum",    "loader-workers", "prefetch"};
+  Config e = c;
+  for (const char* k : kKnobs) {
+    const auto d = defaults.find(k);
+    if (!e.count(k) && d != defaults.end()) e[k] = d->second;
+  }
+  for (auto& [k, v] : e) {
+    if (v == "1" && k == "allocator-caching") v = "true";
+    if (v == "0" && k == "allocator-caching") v = "false";
+  }
+  return config_key(e);
+}
+
 namespace {
 
 // The TrainConfig of a flag config (ft_trainer's defaults for the rest); flags this build of
@@ -192,9 +217,10 @@ std::vector<Dimension> default_space(const Config& baseline, const std::set<std:
 }
 
 std::vector<Config> grid_configs(const Config& baseline, const std::vector<Dimension>& space,
-                                 uint64_t seed, const BatchRule& rule) {
+                                 uint64_t seed, const BatchRule& rule,
+                                 const std::map<std::string, std::string>& defaults) {
   std::vector<Config> all{baseline};
-  std::set<std::string> seen{config_key(baseline)};
+  std::set<std::string> seen{effective_key(baseline, defaults)};
   std::vector<size_t> idx(space.size(), 0);
   std::vector<Config> rest;
   for (;;) {
@@ -217,7 +243,7 @@ std::vector<Config> grid_configs(const Config& baseline, const std::vector<Dimen
     std::string why;
     const auto c = apply_knob(baseline, patch, rule, &why);
     if (!c) continue;
-    if (seen.insert(config_key(*c)).second) all.push_back(*c);
+    if (seen.insert(effective_key(*c, defaults)).second) all.push_back(*c);
   }
   return all;
 }

@@ -144,7 +144,7 @@ class Sweep {
   std::string memory_skip(const Config& knobs, double* predicted) const {
     *predicted = predicted_peak(knobs);
     const double limit = o_.memory_limit;
-    if (limit <= 0 || *predicted <= 0 || *predicted <= limit) return "";
+    if (!o_.memory_skip || limit <= 0 || *predicted <= 0 || *predicted <= limit) return "";
     return fmt::format("skipped: the memory model predicts a {:.1f} MiB peak, over the {:.1f} MiB "
                        "limit", *predicted / 1048576.0, limit / 1048576.0);
   }
@@ -212,7 +212,7 @@ class Sweep {
   void grid() {
     const auto space = o_.space.empty() ? default_space(o_.baseline, o_.train_flags, o_.batch)
                                         : o_.space;
-    const std::vector<Config> configs = grid_configs(o_.baseline, space, o_.seed, o_.batch);
+    const std::vector<Config> configs = grid_configs(o_.baseline, space, o_.seed, o_.batch, o_.train_defaults);
     planned_left_ = static_cast<int>(configs.size());
     decide(0, "trial", fmt::format("grid of {} configurations over {} dimensions (seeded order, "
                                    "seed {})", configs.size(), space.size(), o_.seed));
@@ -224,7 +224,7 @@ class Sweep {
                                                        knobs_of.size(), configs.size()));
         break;
       }
-      const bool is_base = config_key(c) == config_key(o_.baseline);
+      const bool is_base = &c == &configs.front();
       const JournalEntry& e = short_trial(is_base ? "baseline" : "grid", c, 0);
       knobs_of[e.id] = c;
       if (is_base) out_.baseline_trial = e.id;
@@ -281,7 +281,7 @@ class Sweep {
     }
     Config inc = o_.baseline;
     std::vector<double> inc_samples{b.result.tokens_per_s};
-    std::set<std::string> tried{config_key(inc)};
+    std::set<std::string> tried{effective_key(inc, o_.train_defaults)};
     for (int round = 1;; ++round) {
       if (!budget_left()) return stop(round, budget_text());
       std::vector<Finding> findings = diag_(round, with_steps(inc, o_.trial_steps));
@@ -321,7 +321,7 @@ class Sweep {
             decide(round, "skip", fmt::format("knob '{}': {}", knob, why));
             continue;
           }
-          if (!tried.insert(config_key(*c)).second) continue;
+          if (!tried.insert(effective_key(*c, o_.train_defaults)).second) continue;
           double predicted = 0;
           const std::string skip = memory_skip(*c, &predicted);
           if (!skip.empty()) {

@@ -217,8 +217,8 @@ TrialResult run_trial(const std::string& id, const Config& config, const TrialOp
   r.wall_s = child.wall_s;
   if (timed_out) {
     r.status = TrialStatus::kTimeout;
+    read_metrics(metrics, &r);  // the steps it finished, if any
     r.reason = fmt::format("killed after the {:.0f} s time limit", options.timeout_s);
-    read_metrics(metrics, &r);
     return r;
   }
   if (status_signal != 0) {

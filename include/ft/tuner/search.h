@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -42,6 +43,12 @@ struct BatchRule {
 // The flags `ft-train --help` lists (long names without "--").
 std::set<std::string> help_flags(const std::string& help_text);
 
+// The defaults `ft-train --help` prints ("--precision arg (=fp32)"); booleans as true/false.
+std::map<std::string, std::string> help_defaults(const std::string& help_text);
+// config_key of `c` with the knob flags it leaves at ft-train's defaults spelled out, so
+// "--precision fp32" and no --precision are the same configuration.
+std::string effective_key(const Config& c, const std::map<std::string, std::string>& defaults);
+
 // precision x checkpoint x (micro-batch, grad-accum) x loader workers/prefetch (when `flags`
 // has them) x allocator caching x attention. The split keeps B*K fixed unless the rule allows a
 // change (then B in {B/2, B, 2B, 4B} with K = 1 as well).
@@ -50,7 +57,8 @@ std::vector<Dimension> default_space(const Config& baseline, const std::set<std:
 // Every combination, the baseline first, the rest in a seeded shuffle (so a budget-truncated
 // grid is an unbiased sample); duplicates removed.
 std::vector<Config> grid_configs(const Config& baseline, const std::vector<Dimension>& space,
-                                 uint64_t seed, const BatchRule& rule);
+                                 uint64_t seed, const BatchRule& rule,
+                                 const std::map<std::string, std::string>& defaults = {});
 // `incumbent` with `patch` applied under the batch rule. Returns nullopt and sets `why` when the
 // patch would change the global batch and that is not allowed, or cannot keep it fixed.
 std::optional<Config> apply_knob(const Config& incumbent, const Config& patch,
@@ -74,7 +82,9 @@ struct SweepOptions {
   VerifyRules verify;
   std::set<std::string> train_flags;  // from ft-train --help
   std::vector<Dimension> space;       // grid space; empty: default_space()
-  double memory_limit = 0;          // bytes for the skip rule; 0: --memory-limit or machine
+  std::map<std::string, std::string> train_defaults;  // from ft-train --help
+  double memory_limit = 0;          // bytes for the skip rule; 0: no limit
+  bool memory_skip = true;          // skip configs predicted to exceed memory_limit
 };
 
 struct Decision {
