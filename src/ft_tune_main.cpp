@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,7 +28,8 @@ using namespace ft::tuner;
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: ft-tune --out DIR --strategy guided|grid [options] [ft-train flags]
+constexpr const char* kUsage =
+    R"(usage: ft-tune --out DIR --strategy guided|grid [options] [ft-train flags]
 
   --out DIR               sweep directory: journal.jsonl, best.cfg, report.{md,html,json}
   --strategy S            guided (diagnose -> optimize -> verify, needs ft-diagnose) or grid
@@ -37,6 +39,7 @@ constexpr const char* kUsage = R"(usage: ft-tune --out DIR --strategy guided|gri
   --verify-steps N        steps of a loss-curve verification run (default 60)
   --trial-timeout S       seconds before a trial is killed (default 300)
   --repeats N             alternating incumbent/candidate re-measurements (default 2)
+  --candidates N          guided: candidates tried per diagnosis round (default 2)
   --min-gain F            guided: stop when no finding's share exceeds F (default 0.05)
   --knobs LIST            grid dimensions, comma-separated from precision,checkpoint,batch,
                           loader,allocator,attention (default: all available)
@@ -104,10 +107,10 @@ class Progress {
       bar = fmt::format("[{}{}] ", std::string(static_cast<size_t>(filled), '#'),
                         std::string(static_cast<size_t>(width - filled), '.'));
     }
-    const std::string line = fmt::format(
-        "{}{:02d}:{:02d} elapsed, {} trials done, {} left, best {:.0f} tok/s ({})", bar,
-        static_cast<int>(el) / 60, static_cast<int>(el) % 60, done,
-        left >= 0 ? std::to_string(left) : std::string("?"), best, best_change);
+    const std::string line =
+        fmt::format("{}{:02d}:{:02d} elapsed, {} trials done, {} left, best {:.0f} tok/s ({})", bar,
+                    static_cast<int>(el) / 60, static_cast<int>(el) % 60, done,
+                    left >= 0 ? std::to_string(left) : std::string("?"), best, best_change);
     if (tty_) {
       std::fprintf(stderr, "\r\033[K%s", line.substr(0, 160).c_str());
     } else {
@@ -158,6 +161,8 @@ int run(int argc, char** argv) {
       trial_timeout = number<double>(a, value());
     } else if (a == "--repeats") {
       opt.repeats = number<int>(a, value());
+    } else if (a == "--candidates") {
+      opt.candidates_per_round = std::max(1, number<int>(a, value()));
     } else if (a == "--min-gain") {
       opt.min_gain = number<double>(a, value());
     } else if (a == "--knobs") {
@@ -182,15 +187,16 @@ int run(int argc, char** argv) {
     throw ConfigError(fmt::format("--strategy '{}': expected guided or grid", opt.strategy));
   }
   if (opt.batch.lr_scaling != "sqrt" && opt.batch.lr_scaling != "linear") {
-    throw ConfigError(fmt::format("--lr-scaling '{}': expected sqrt or linear", opt.batch.lr_scaling));
+    throw ConfigError(
+        fmt::format("--lr-scaling '{}': expected sqrt or linear", opt.batch.lr_scaling));
   }
   if (trial_timeout <= 0) throw ConfigError("--trial-timeout must be positive");
   opt.baseline = parse_flag_words(train_words);
   for (const char* k : {"metrics", "save", "resume", "config", "help"}) {
     if (opt.baseline.count(k)) throw ConfigError(fmt::format("--{} cannot be part of a sweep", k));
   }
-  opt.baseline["seed"] = seed_given || !opt.baseline.count("seed") ? std::to_string(opt.seed)
-                                                                   : opt.baseline["seed"];
+  opt.baseline["seed"] =
+      seed_given || !opt.baseline.count("seed") ? std::to_string(opt.seed) : opt.baseline["seed"];
 
   const fs::path ft_train = tool("FT_TRAIN", "ft-train");
   const fs::path ft_diagnose = tool("FT_DIAGNOSE", "ft-diagnose");
@@ -198,9 +204,10 @@ int run(int argc, char** argv) {
     throw IoError(fmt::format("ft-train not found at {} (set FT_TRAIN)", ft_train.string()));
   }
   if (opt.strategy == "guided" && access(ft_diagnose.c_str(), X_OK) != 0) {
-    throw IoError(fmt::format("--strategy guided needs ft-diagnose, which is not at {} (build "
-                              "it, or set FT_DIAGNOSE); ft-tune does not guess a diagnosis",
-                              ft_diagnose.string()));
+    throw IoError(
+        fmt::format("--strategy guided needs ft-diagnose, which is not at {} (build "
+                    "it, or set FT_DIAGNOSE); ft-tune does not guess a diagnosis",
+                    ft_diagnose.string()));
   }
   fs::create_directories(out);
   const ChildResult help = run_child({ft_train.string(), "--help"}, out / "ft-train-help.txt", 60);
@@ -215,10 +222,12 @@ int run(int argc, char** argv) {
     for (size_t p; (p = rest.find(',')) != std::string::npos; rest.erase(0, p + 1)) {
       if (p > 0) want.insert(rest.substr(0, p));
     }
-    const std::map<std::string, std::string> names = {
-        {"precision", "precision"}, {"checkpoint", "checkpoint"},
-        {"batch", "micro-batch x grad-accum"}, {"loader", "loader"},
-        {"allocator", "allocator"}, {"attention", "attention"}};
+    const std::map<std::string, std::string> names = {{"precision", "precision"},
+                                                      {"checkpoint", "checkpoint"},
+                                                      {"batch", "micro-batch x grad-accum"},
+                                                      {"loader", "loader"},
+                                                      {"allocator", "allocator"},
+                                                      {"attention", "attention"}};
     for (const auto& w : want) {
       if (!names.count(w)) throw ConfigError(fmt::format("--knobs: unknown dimension '{}'", w));
     }
@@ -232,19 +241,21 @@ int run(int argc, char** argv) {
   // The memory limit the skip rule checks: the baseline's --memory-limit, else what the
   // machine has available now.
   {
-    Config only{{"memory-limit", opt.baseline.count("memory-limit") ? opt.baseline["memory-limit"] : "0"}};
+    Config only{
+        {"memory-limit", opt.baseline.count("memory-limit") ? opt.baseline["memory-limit"] : "0"}};
     std::vector<std::string> words{"ft-train"};
     for (const auto& w : config_args(only)) words.push_back(w);
     std::vector<const char*> av;
     for (auto& w : words) av.push_back(w.c_str());
     const auto tc = trainer::parse_train_args(static_cast<int>(av.size()), av.data());
-    opt.memory_limit = tc && tc->memory_limit > 0 ? static_cast<double>(tc->memory_limit)
-                                                  : available_memory();
+    opt.memory_limit =
+        tc && tc->memory_limit > 0 ? static_cast<double>(tc->memory_limit) : available_memory();
   }
 
   Journal journal(out / "journal.jsonl", resume);
   if (journal.dropped_bytes() > 0) {
-    std::fprintf(stderr, "ft-tune: dropped a torn last journal line (%zu bytes) of a killed sweep\n",
+    std::fprintf(stderr,
+                 "ft-tune: dropped a torn last journal line (%zu bytes) of a killed sweep\n",
                  journal.dropped_bytes());
   }
   TrialOptions topt{ft_train, out / "trials", trial_timeout};
@@ -259,10 +270,10 @@ int run(int argc, char** argv) {
   const SweepOutcome o = run_sweep(opt, journal, run_fn, diag_fn, progress_fn);
   progress.finish();
   write_outputs(out, o, opt);
-  std::cout << fmt::format("best: {} ({} trials run; stopped: {})\nwrote {}/best.cfg and "
-                           "report.{{md,html,json}}\n",
-                           describe_diff(o.baseline, o.best), o.trials_run, o.stop_reason,
-                           out.string());
+  std::cout << fmt::format(
+      "best: {} ({} trials run; stopped: {})\nwrote {}/best.cfg and "
+      "report.{{md,html,json}}\n",
+      describe_diff(o.baseline, o.best), o.trials_run, o.stop_reason, out.string());
   return 0;
 }
 

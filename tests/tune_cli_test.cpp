@@ -28,7 +28,8 @@ using nlohmann::json;
 const std::string kBin = FT_BINARY_DIR;
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("ft_tune_cli_" + name + "_" + std::to_string(::getpid()));
+  const fs::path d =
+      fs::temp_directory_path() / ("ft_tune_cli_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -39,7 +40,8 @@ fs::path corpus() {
     const fs::path d = temp_dir("corpus");
     std::string text;
     for (int i = 0; i < 400; ++i) {
-      text += "In the beginning God created the heaven and the earth. " + std::to_string(i % 7) + "\n\n";
+      text += "In the beginning God created the heaven and the earth. " + std::to_string(i % 7) +
+              "\n\n";
     }
     write_file_atomic(d / "c.txt", text);
     return d / "c.txt";
@@ -63,7 +65,8 @@ Result sh(const std::string& cmd) {
 }
 
 std::string tiny() {
-  return " --data " + corpus().string() + " --layers 1 --heads 2 --channels 32 --seq-len 32 --threads 2 ";
+  return " --data " + corpus().string() +
+         " --layers 1 --heads 2 --channels 32 --seq-len 32 --threads 2 ";
 }
 
 Result tune(const std::string& args) { return sh(kBin + "/ft-tune " + args); }
@@ -77,8 +80,10 @@ json report(const fs::path& dir) { return json::parse(read_file(dir / "report.js
 
 TEST(TuneCli, GridOnATinySpaceWritesReportsAndALoadableBestCfg) {
   const fs::path d = temp_dir("grid");
-  const Result r = tune("--out " + d.string() + " --strategy grid --knobs precision,attention "
-                        "--trial-steps 6 --verify-steps 30 --micro-batch 4" + tiny());
+  const Result r = tune("--out " + d.string() +
+                        " --strategy grid --knobs precision,attention "
+                        "--trial-steps 6 --verify-steps 30 --micro-batch 4" +
+                        tiny());
   ASSERT_EQ(r.status, 0) << r.out;
   const auto entries = journal(d);
   const json rep = report(d);
@@ -106,8 +111,10 @@ TEST(TuneCli, OomTimeoutAndPredictedSkipAreRecordedAndTheSweepGoesOn) {
                             "--threads 2 --memory-limit 6M";
   // Measured: flash peaks at 4.0 MiB, naive attention at 8.0 MiB.
   const fs::path a = temp_dir("oom");
-  Result r = tune("--out " + a.string() + " --strategy grid --knobs attention --no-memory-skip "
-                  "--trial-steps 3 --verify-steps 10" + model);
+  Result r = tune("--out " + a.string() +
+                  " --strategy grid --knobs attention --no-memory-skip "
+                  "--trial-steps 3 --verify-steps 10" +
+                  model);
   ASSERT_EQ(r.status, 0) << r.out;
   auto e = journal(a);
   ASSERT_GE(e.size(), 2u);
@@ -117,8 +124,10 @@ TEST(TuneCli, OomTimeoutAndPredictedSkipAreRecordedAndTheSweepGoesOn) {
   EXPECT_NE(e[1].result.reason.find("out of memory"), std::string::npos) << e[1].result.reason;
   // With the memory model on, the same config is skipped before it runs, and the report says so.
   const fs::path b = temp_dir("skip");
-  r = tune("--out " + b.string() + " --strategy grid --knobs attention --trial-steps 3 "
-           "--verify-steps 10" + model);
+  r = tune("--out " + b.string() +
+           " --strategy grid --knobs attention --trial-steps 3 "
+           "--verify-steps 10" +
+           model);
   ASSERT_EQ(r.status, 0) << r.out;
   e = journal(b);
   ASSERT_GE(e.size(), 2u);
@@ -127,8 +136,10 @@ TEST(TuneCli, OomTimeoutAndPredictedSkipAreRecordedAndTheSweepGoesOn) {
   EXPECT_NE(read_file(b / "report.md").find("memory model predicts"), std::string::npos);
   // A trial longer than --trial-timeout is killed and marked; the grid continues.
   const fs::path c = temp_dir("timeout");
-  r = tune("--out " + c.string() + " --strategy grid --knobs attention --trial-steps 200000 "
-           "--trial-timeout 1 --micro-batch 4" + tiny());
+  r = tune("--out " + c.string() +
+           " --strategy grid --knobs attention --trial-steps 200000 "
+           "--trial-timeout 1 --micro-batch 4" +
+           tiny());
   ASSERT_EQ(r.status, 0) << r.out;
   e = journal(c);
   ASSERT_EQ(e.size(), 2u);
@@ -140,10 +151,12 @@ TEST(TuneCli, OomTimeoutAndPredictedSkipAreRecordedAndTheSweepGoesOn) {
 
 TEST(TuneCli, KillDashNineMidSweepThenResumeLosesAndRepeatsNothing) {
   const fs::path a = temp_dir("kill"), b = temp_dir("whole");
-  const std::string args = " --strategy grid --knobs precision,attention,checkpoint "
-                           "--trial-steps 40 --verify-steps 40 --micro-batch 4" + tiny();
-  const std::string cmd = kBin + "/ft-tune --out " + a.string() + args + " > " +
-                          (a.string() + ".log") + " 2>&1";
+  const std::string args =
+      " --strategy grid --knobs precision,attention,checkpoint "
+      "--trial-steps 40 --verify-steps 40 --micro-batch 4" +
+      tiny();
+  const std::string cmd =
+      kBin + "/ft-tune --out " + a.string() + args + " > " + (a.string() + ".log") + " 2>&1";
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -198,10 +211,18 @@ TEST(TuneCli, KillDashNineMidSweepThenResumeLosesAndRepeatsNothing) {
 // The rejection itself, deterministic: loss curves do not depend on timing.
 TEST(TuneCli, VerificationRejectsALinearlyScaledLrThatBreaksConvergence) {
   const fs::path d = temp_dir("verify");
-  const Config base = parse_flag_words({"--data", corpus().string(), "--layers", "2", "--heads",
-                                        "2", "--channels", "32", "--seq-len", "32", "--threads",
-                                        "2", "--micro-batch", "1", "--lr", "0.03", "--min-lr", "0",
-                                        "--warmup", "0", "--steps", "320", "--quiet"});
+  const Config base = parse_flag_words({"--data",        corpus().string(),
+                                        "--layers",      "2",
+                                        "--heads",       "2",
+                                        "--channels",    "32",
+                                        "--seq-len",     "32",
+                                        "--threads",     "2",
+                                        "--micro-batch", "1",
+                                        "--lr",          "0.03",
+                                        "--min-lr",      "0",
+                                        "--warmup",      "0",
+                                        "--steps",       "320",
+                                        "--quiet"});
   std::string why;
   const auto big = apply_knob(base, {{"micro-batch", "32"}}, BatchRule{true, "linear"}, &why);
   ASSERT_TRUE(big) << why;
@@ -239,7 +260,8 @@ TEST(TuneCli, GuidedNeverKeepsTheBrokenChangeAndNeedsARealDiagnoser) {
   const fs::path out = d / "sweep";
   Result r = sh("FT_DIAGNOSE=" + fake + " " + kBin + "/ft-tune --out " + out.string() +
                 " --strategy guided --allow-batch-change --lr-scaling linear --repeats 1 "
-                "--trial-steps 8 --verify-steps 320" + model);
+                "--trial-steps 8 --verify-steps 320" +
+                model);
   ASSERT_EQ(r.status, 0) << r.out;
   const std::string cfg = read_file(out / "best.cfg");
   EXPECT_EQ(cfg.find("micro-batch = 32"), std::string::npos) << cfg;

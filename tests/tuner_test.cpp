@@ -1,4 +1,5 @@
-// tuner_test.cpp: journal recovery, loss-curve verification, knob space and sweep logic (in-process).
+// tuner_test.cpp: journal recovery, loss-curve verification, knob space and sweep logic
+// (in-process).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -21,7 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("ft_tuner_test_" + name + "_" + std::to_string(::getpid()));
+  const fs::path d =
+      fs::temp_directory_path() / ("ft_tuner_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -136,7 +138,8 @@ TEST(Journal, RoundTripsAndDropsATornTail) {
 
 TEST(Journal, CorruptMiddleLineIsAFormatErrorWithTheLine) {
   const fs::path d = temp_dir("journal_bad");
-  write_file_atomic(d / "journal.jsonl", "{\"id\": 0}\nnot json\n" + entry_to_json(entry(0, "1")).dump() + "\n");
+  write_file_atomic(d / "journal.jsonl",
+                    "{\"id\": 0}\nnot json\n" + entry_to_json(entry(0, "1")).dump() + "\n");
   try {
     Journal j(d / "journal.jsonl", true);
     FAIL() << "expected FormatError";
@@ -157,7 +160,8 @@ TEST(Space, BatchSplitKeepsTheGlobalBatchUnlessAllowed) {
   ASSERT_TRUE(c);  // global 16 -> 64: lr x sqrt(4), steps / 4 (same tokens)
   EXPECT_NEAR(std::stod(c->at("lr")), 0.002, 1e-9);
   EXPECT_EQ(c->at("steps"), "10");
-  c = apply_knob(base, {{"micro-batch", "16"}, {"grad-accum", "4"}}, BatchRule{true, "linear"}, &why);
+  c = apply_knob(base, {{"micro-batch", "16"}, {"grad-accum", "4"}}, BatchRule{true, "linear"},
+                 &why);
   EXPECT_NEAR(std::stod(c->at("lr")), 0.004, 1e-9);
 }
 
@@ -173,7 +177,8 @@ TEST(Space, GridIsTheFullProductBaselineFirstSeeded) {
   EXPECT_EQ(grid_configs(base, space, 7, BatchRule{}), g1);
   EXPECT_NE(grid_configs(base, space, 8, BatchRule{}), g1);
   for (const auto& c : g1) EXPECT_EQ(global_batch(c), 8);
-  EXPECT_EQ(help_flags("  --loader-workers arg   workers\n  --prefetch arg\n").count("prefetch"), 1u);
+  EXPECT_EQ(help_flags("  --loader-workers arg   workers\n  --prefetch arg\n").count("prefetch"),
+            1u);
 }
 
 // A deterministic stand-in for ft-train, for the sweep's bookkeeping only: throughput follows
@@ -204,7 +209,8 @@ struct Synthetic {
     const double per_step = 32.0 * global_batch(c);
     for (int s = 1; s <= steps; ++s) {
       r.tokens.push_back(s * per_step);
-      r.losses.push_back(p == "fp16" && s > 3 ? std::nan("") : 2 + 3 * std::exp(-s * per_step / 3000));
+      r.losses.push_back(p == "fp16" && s > 3 ? std::nan("")
+                                              : 2 + 3 * std::exp(-s * per_step / 3000));
     }
     r.final_loss = r.losses.back();
     return r;
@@ -213,8 +219,9 @@ struct Synthetic {
 
 std::vector<Finding> findings(int round, const Config&) {
   if (round == 1) {
-    return {{"batch", 0.2, "warning", "under-filled micro-batch", "", {"--micro-batch 8"}},
-            {"compute", 0.4, "warning", "fp32 GEMMs", "", {"--precision fp16", "--precision bf16"}}};
+    return {
+        {"batch", 0.2, "warning", "under-filled micro-batch", "", {"--micro-batch 8"}},
+        {"compute", 0.4, "warning", "fp32 GEMMs", "", {"--precision fp16", "--precision bf16"}}};
   }
   return {{"compute", 0.02, "info", "little left", "", {"--checkpoint block"}}};
 }
@@ -293,8 +300,8 @@ TEST(Sweep, KilledSweepResumesWithTheSameTrialsAndDecisions) {
 TEST(Sweep, BudgetAndMemorySkipAreJournaled) {
   const fs::path d = temp_dir("budget");
   SweepOptions o = guided_options();
-  o.baseline = {{"micro-batch", "2"}, {"grad-accum", "32"}, {"steps", "40"}, {"layers", "2"},
-                {"channels", "64"}, {"heads", "2"}, {"seq-len", "64"}};
+  o.baseline = {{"micro-batch", "2"}, {"grad-accum", "32"}, {"steps", "40"},  {"layers", "2"},
+                {"channels", "64"},   {"heads", "2"},       {"seq-len", "64"}};
   const double small = predicted_peak(o.baseline);
   Config big = o.baseline;
   big["micro-batch"] = "64";
@@ -340,8 +347,9 @@ TEST(Diagnosis, MalformedReportIsAFormatError) {
   const fs::path d = temp_dir("diag");
   write_file_atomic(d / "report.json", "{\"findings\": [{\"share\": 0.3}]}");
   EXPECT_THROW(read_diagnosis(d / "report.json"), FormatError);
-  write_file_atomic(d / "report.json", "{\"findings\": [{\"class\": \"data\", \"share\": 0.3, "
-                                       "\"knobs\": [\"--loader-workers 2\"]}]}");
+  write_file_atomic(d / "report.json",
+                    "{\"findings\": [{\"class\": \"data\", \"share\": 0.3, "
+                    "\"knobs\": [\"--loader-workers 2\"]}]}");
   const auto f = read_diagnosis(d / "report.json");
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].knobs[0], "--loader-workers 2");

@@ -125,8 +125,8 @@ Journal::Journal(fs::path path, bool resume) : path_(std::move(path)) {
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!complete || j.is_discarded()) {
       if (last) break;  // torn tail of a killed writer: dropped below
-      throw FormatError(fmt::format("{}:{} (byte {}): unparsable journal line",
-                                    path_.string(), line_no, pos));
+      throw FormatError(
+          fmt::format("{}:{} (byte {}): unparsable journal line", path_.string(), line_no, pos));
     }
     try {
       entries_.push_back(entry_from_json(j, fmt::format("{}:{}", path_.string(), line_no)));
@@ -152,7 +152,8 @@ Journal::Journal(fs::path path, bool resume) : path_(std::move(path)) {
     const int err = errno;
     ::close(fd_);
     fd_ = -1;
-    throw IoError(fmt::format("cannot truncate journal {}: {}", path_.string(), std::strerror(err)));
+    throw IoError(
+        fmt::format("cannot truncate journal {}: {}", path_.string(), std::strerror(err)));
   }
 }
 
@@ -172,8 +173,8 @@ void Journal::append(const JournalEntry& e) {
     const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      throw IoError(fmt::format("cannot append to journal {}: {}", path_.string(),
-                                std::strerror(errno)));
+      throw IoError(
+          fmt::format("cannot append to journal {}: {}", path_.string(), std::strerror(errno)));
     }
     done += static_cast<size_t>(n);
   }

@@ -21,7 +21,7 @@ double mib(double b) { return b / 1048576.0; }
 
 const JournalEntry* at(const SweepOutcome& o, int id) {
   return id >= 0 && id < static_cast<int>(o.trials.size()) ? &o.trials[static_cast<size_t>(id)]
-                                                            : nullptr;
+                                                           : nullptr;
 }
 
 double speedup(const SweepOutcome& o) {
@@ -47,12 +47,23 @@ std::string html_escape(const std::string& s) {
   o.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      case '\'': o += "&#39;"; break;
-      default: o += c;
+      case '&':
+        o += "&amp;";
+        break;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      case '\'':
+        o += "&#39;";
+        break;
+      default:
+        o += c;
     }
   }
   return o;
@@ -122,8 +133,8 @@ json report_json(const SweepOutcome& o, const SweepOptions& opt) {
   for (const auto& e : o.trials) j["trials"].push_back(entry_to_json(e));
   j["decisions"] = json::array();
   for (const auto& d : o.decisions) {
-    j["decisions"].push_back({{"round", d.round}, {"kind", d.kind}, {"text", d.text},
-                              {"trials", d.trials}});
+    j["decisions"].push_back(
+        {{"round", d.round}, {"kind", d.kind}, {"text", d.text}, {"trials", d.trials}});
   }
   j["pareto_front"] = pareto_front(o.trials);
   return j;
@@ -181,12 +192,17 @@ std::string scatter_svg(const SweepOutcome& o) {
     y.fit(e.result.tokens_per_s);
   }
   if (x.lo > x.hi) return "<p>No successful trials to plot.</p>";
-  if (x.hi - x.lo < 1e-9) { x.lo -= 1; x.hi += 1; }
+  if (x.hi - x.lo < 1e-9) {
+    x.lo -= 1;
+    x.hi += 1;
+  }
   y.hi = y.hi * 1.05 + 1;
   const auto px = [&](double v) { return L + (v - x.lo) / (x.hi - x.lo) * (W - L - 20); };
   const auto py = [&](double v) { return H - B - (v - y.lo) / (y.hi - y.lo) * (H - B - 20); };
-  std::string s = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}'>", W, H);
-  s += fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#000'/>", L, H - B, W - 10, H - B);
+  std::string s =
+      fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}'>", W, H);
+  s +=
+      fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#000'/>", L, H - B, W - 10, H - B);
   s += fmt::format("<line x1='{}' y1='20' x2='{}' y2='{}' stroke='#000'/>", L, L, H - B);
   s += fmt::format("<text x='{}' y='{}' font-size='12'>peak memory (MiB) {:.1f} .. {:.1f}</text>",
                    L, H - 10, x.lo, x.hi);
@@ -225,13 +241,20 @@ std::string curves_svg(const SweepOutcome& o) {
       if (std::isfinite(e->result.losses[i])) y.fit(std::min(e->result.losses[i], 20.0));
     }
   }
-  if (y.lo > y.hi) { y.lo = 0; y.hi = 1; }
+  if (y.lo > y.hi) {
+    y.lo = 0;
+    y.hi = 1;
+  }
   if (x.hi <= x.lo) x.hi = x.lo + 1;
   if (y.hi - y.lo < 1e-9) y.hi = y.lo + 1;
   const auto px = [&](double v) { return L + (v - x.lo) / (x.hi - x.lo) * (W - L - 20); };
-  const auto py = [&](double v) { return H - B - (std::min(v, 20.0) - y.lo) / (y.hi - y.lo) * (H - B - 20); };
-  std::string s = fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}'>", W, H);
-  s += fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#000'/>", L, H - B, W - 10, H - B);
+  const auto py = [&](double v) {
+    return H - B - (std::min(v, 20.0) - y.lo) / (y.hi - y.lo) * (H - B - 20);
+  };
+  std::string s =
+      fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{}' height='{}'>", W, H);
+  s +=
+      fmt::format("<line x1='{}' y1='{}' x2='{}' y2='{}' stroke='#000'/>", L, H - B, W - 10, H - B);
   s += fmt::format("<line x1='{}' y1='20' x2='{}' y2='{}' stroke='#000'/>", L, L, H - B);
   s += fmt::format("<text x='{}' y='{}' font-size='12'>tokens {:.0f} .. {:.0f}</text>", L, H - 10,
                    x.lo, x.hi);
@@ -249,9 +272,10 @@ std::string curves_svg(const SweepOutcome& o) {
     }
     const std::string label = fmt::format("trial {}: {}{}", e->id, base ? "baseline" : e->change,
                                           rejected ? " (rejected)" : " (accepted)");
-    s += fmt::format("<polyline fill='none' stroke='{}' stroke-width='1.5'{} points='{}'><title>{}"
-                     "</title></polyline>", color, rejected ? " stroke-dasharray='4 3'" : "", pts,
-                     esc(label));
+    s += fmt::format(
+        "<polyline fill='none' stroke='{}' stroke-width='1.5'{} points='{}'><title>{}"
+        "</title></polyline>",
+        color, rejected ? " stroke-dasharray='4 3'" : "", pts, esc(label));
     s += fmt::format("<text x='{}' y='{}' font-size='11' fill='{}'>{}</text>", W - 300,
                      30 + 14 * row++, color, esc(label));
   }
@@ -261,10 +285,11 @@ std::string curves_svg(const SweepOutcome& o) {
 }  // namespace
 
 std::string report_html(const SweepOutcome& o, const SweepOptions& opt) {
-  std::string s = "<!DOCTYPE html><html><head><meta charset='utf-8'><title>ft-tune sweep</title>"
-                  "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-                  "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}"
-                  ".rejected,.oom,.crash,.timeout{color:#b00}</style></head><body>";
+  std::string s =
+      "<!DOCTYPE html><html><head><meta charset='utf-8'><title>ft-tune sweep</title>"
+      "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+      "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}"
+      ".rejected,.oom,.crash,.timeout{color:#b00}</style></head><body>";
   s += "<h1>ft-tune sweep (" + esc(o.strategy) + ")</h1><ul>";
   s += "<li>best: <b>" + esc(describe_diff(o.baseline, o.best)) +
        fmt::format("</b> ({:.2f}x the baseline's short-trial throughput)</li>", speedup(o));
@@ -280,14 +305,15 @@ std::string report_html(const SweepOutcome& o, const SweepOptions& opt) {
     s += fmt::format("<li>[round {}] <b>{}</b>: {}</li>", d.round, esc(d.kind), esc(d.text));
   }
   s += "</ol><h2>Trials</h2><table><tr><th>id</th><th>phase</th><th>change</th><th>status</th>"
-       "<th>tokens/s</th><th>peak MiB</th><th>predicted MiB</th><th>final loss</th><th>reason</th></tr>";
+       "<th>tokens/s</th><th>peak MiB</th><th>predicted MiB</th><th>final "
+       "loss</th><th>reason</th></tr>";
   for (const auto& e : o.trials) {
     const auto& r = e.result;
-    s += fmt::format("<tr class='{}'><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0f}</td>"
-                     "<td>{:.1f}</td><td>{:.1f}</td><td>{:.4f}</td><td>{}</td></tr>",
-                     trial_status_name(r.status), e.id, esc(e.phase), esc(e.change),
-                     trial_status_name(r.status), r.tokens_per_s, mib(r.mem_peak),
-                     mib(e.predicted_mem), r.final_loss, esc(r.reason));
+    s += fmt::format(
+        "<tr class='{}'><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0f}</td>"
+        "<td>{:.1f}</td><td>{:.1f}</td><td>{:.4f}</td><td>{}</td></tr>",
+        trial_status_name(r.status), e.id, esc(e.phase), esc(e.change), trial_status_name(r.status),
+        r.tokens_per_s, mib(r.mem_peak), mib(e.predicted_mem), r.final_loss, esc(r.reason));
   }
   return s + "</table></body></html>\n";
 }

@@ -39,8 +39,8 @@ std::vector<Finding> read_diagnosis(const std::filesystem::path& report_json) {
       x.severity = f.value("severity", std::string("info"));
       x.title = f.value("title", std::string());
       if (f.contains("evidence")) {
-        x.evidence = f["evidence"].is_string() ? f["evidence"].get<std::string>()
-                                               : f["evidence"].dump();
+        x.evidence =
+            f["evidence"].is_string() ? f["evidence"].get<std::string>() : f["evidence"].dump();
       }
       if (f.contains("knobs")) {
         for (const auto& k : f["knobs"]) x.knobs.push_back(k.get<std::string>());
@@ -75,8 +75,8 @@ std::map<std::string, std::string> help_defaults(const std::string& help_text) {
 }
 
 std::string effective_key(const Config& c, const std::map<std::string, std::string>& defaults) {
-  static const char* kKnobs[] = {"precision",  "checkpoint",     "attention", "allocator-caching",
-                                 "micro-batch", "grad-accum",    "loader-workers", "prefetch"};
+  static const char* kKnobs[] = {"precision",   "checkpoint", "attention",      "allocator-caching",
+                                 "micro-batch", "grad-accum", "loader-workers", "prefetch"};
   Config e = c;
   for (const char* k : kKnobs) {
     const auto d = defaults.find(k);
@@ -158,8 +158,10 @@ std::optional<Config> apply_knob(const Config& incumbent, const Config& patch,
   if (new_g == old_g) return c;
   if (!rule.allow_change) {
     if (why) {
-      *why = fmt::format("changes the global batch from {} to {} sequences (pass "
-                         "--allow-batch-change to permit it)", old_g, new_g);
+      *why = fmt::format(
+          "changes the global batch from {} to {} sequences (pass "
+          "--allow-batch-change to permit it)",
+          old_g, new_g);
     }
     return std::nullopt;
   }
@@ -184,15 +186,15 @@ std::optional<Config> apply_knob(const Config& incumbent, const Config& patch,
 std::vector<Dimension> default_space(const Config& baseline, const std::set<std::string>& flags,
                                      const BatchRule& rule) {
   std::vector<Dimension> dims;
-  dims.push_back({"precision", {{{"precision", "fp32"}}, {{"precision", "bf16"}},
-                                {{"precision", "fp16"}}}});
+  dims.push_back(
+      {"precision", {{{"precision", "fp32"}}, {{"precision", "bf16"}}, {{"precision", "fp16"}}}});
   dims.push_back({"checkpoint", {{{"checkpoint", "none"}}, {{"checkpoint", "block"}}}});
   Dimension split{"micro-batch x grad-accum", {}};
   const int g = global_batch(baseline);
   for (int b = g; b >= 1 && split.settings.size() < 4; b /= 2) {
     if (g % b == 0) {
-      split.settings.push_back({{"micro-batch", std::to_string(b)},
-                                {"grad-accum", std::to_string(g / b)}});
+      split.settings.push_back(
+          {{"micro-batch", std::to_string(b)}, {"grad-accum", std::to_string(g / b)}});
     }
   }
   if (rule.allow_change) {
@@ -211,7 +213,8 @@ std::vector<Dimension> default_space(const Config& baseline, const std::set<std:
     }
     dims.push_back(loader);
   }
-  dims.push_back({"allocator", {{{"allocator-caching", "true"}}, {{"allocator-caching", "false"}}}});
+  dims.push_back(
+      {"allocator", {{{"allocator-caching", "true"}}, {{"allocator-caching", "false"}}}});
   dims.push_back({"attention", {{{"attention", "flash"}}, {{"attention", "naive"}}}});
   return dims;
 }
@@ -288,7 +291,8 @@ std::vector<Finding> run_diagnosis(const std::filesystem::path& ft_diagnose,
   const auto log = dir.string() + ".log";
   const ChildResult r = run_child(cmd, log, timeout_s);
   if (r.timed_out) {
-    throw IoError(fmt::format("ft-diagnose did not finish within {:.0f} s (log {})", timeout_s, log));
+    throw IoError(
+        fmt::format("ft-diagnose did not finish within {:.0f} s (log {})", timeout_s, log));
   }
   if (r.exit_code != 0) {
     throw IoError(fmt::format("ft-diagnose failed with exit status {}: {} (log {})", r.exit_code,

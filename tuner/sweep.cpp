@@ -2,8 +2,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cctype>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -49,8 +49,9 @@ class Sweep {
       throw ConfigError(fmt::format("--strategy '{}': expected guided or grid", o_.strategy));
     }
     if (static_cast<size_t>(next_id_) < journal_.entries().size()) {
-      decide(0, "stop", fmt::format("note: the journal holds {} trials beyond this sweep's end",
-                                    journal_.entries().size() - next_id_));
+      decide(0, "stop",
+             fmt::format("note: the journal holds {} trials beyond this sweep's end",
+                         journal_.entries().size() - next_id_));
     }
     return out_;
   }
@@ -145,28 +146,33 @@ class Sweep {
     *predicted = predicted_peak(knobs);
     const double limit = o_.memory_limit;
     if (!o_.memory_skip || limit <= 0 || *predicted <= 0 || *predicted <= limit) return "";
-    return fmt::format("skipped: the memory model predicts a {:.1f} MiB peak, over the {:.1f} MiB "
-                       "limit", *predicted / 1048576.0, limit / 1048576.0);
+    return fmt::format(
+        "skipped: the memory model predicts a {:.1f} MiB peak, over the {:.1f} MiB "
+        "limit",
+        *predicted / 1048576.0, limit / 1048576.0);
   }
 
   const JournalEntry& short_trial(const std::string& phase, const Config& knobs, int round,
                                   int repeat = 0) {
     double predicted = 0;
     const std::string skip = memory_skip(knobs, &predicted);
-    return trial(phase, with_steps(knobs, o_.trial_steps), describe_diff(o_.baseline, knobs),
-                 round, repeat, nullptr, predicted, skip);
+    return trial(phase, with_steps(knobs, o_.trial_steps), describe_diff(o_.baseline, knobs), round,
+                 repeat, nullptr, predicted, skip);
   }
 
   // The baseline's verify run, once.
   const JournalEntry* baseline_verify(int round) {
     if (out_.baseline_verify >= 0) return &out_.trials[static_cast<size_t>(out_.baseline_verify)];
     if (!budget_left()) return nullptr;
-    const JournalEntry& e = trial("verify-baseline", verify_config(o_.baseline), "baseline", round, 0);
+    const JournalEntry& e =
+        trial("verify-baseline", verify_config(o_.baseline), "baseline", round, 0);
     out_.baseline_verify = e.id;
     if (e.result.status != TrialStatus::kOk) {
-      decide(round, "stop", fmt::format("the baseline's verify run failed ({}: {}); no change can "
-                                        "be verified", trial_status_name(e.result.status),
-                                        e.result.reason), {e.id});
+      decide(round, "stop",
+             fmt::format("the baseline's verify run failed ({}: {}); no change can "
+                         "be verified",
+                         trial_status_name(e.result.status), e.result.reason),
+             {e.id});
       return nullptr;
     }
     return &out_.trials[static_cast<size_t>(e.id)];
@@ -180,25 +186,28 @@ class Sweep {
     const Curve base_curve = curve_of(base->result);
     const int base_id = base->id;
     VerifyResult vr;
-    const JournalEntry& e = trial(
-        "verify", verify_config(knobs), describe_diff(o_.baseline, knobs), round, 0,
-        [&](JournalEntry& je) {
-          if (je.result.status != TrialStatus::kOk) return;
-          const VerifyResult r = verify_curve(base_curve, curve_of(je.result), o_.verify);
-          if (!r.accepted) {
-            je.result.status = TrialStatus::kRejected;
-            je.result.reason = "convergence check failed: " + r.reason;
-          }
-        });
+    const JournalEntry& e = trial("verify", verify_config(knobs), describe_diff(o_.baseline, knobs),
+                                  round, 0, [&](JournalEntry& je) {
+                                    if (je.result.status != TrialStatus::kOk) return;
+                                    const VerifyResult r =
+                                        verify_curve(base_curve, curve_of(je.result), o_.verify);
+                                    if (!r.accepted) {
+                                      je.result.status = TrialStatus::kRejected;
+                                      je.result.reason = "convergence check failed: " + r.reason;
+                                    }
+                                  });
     *failed_to_run = false;
     if (e.result.status == TrialStatus::kRejected) {
-      decide(round, "reject", fmt::format("{}: faster, but REJECTED by the loss-curve check: {}",
-                                          e.change, e.result.reason), {base_id, e.id});
+      decide(round, "reject",
+             fmt::format("{}: faster, but REJECTED by the loss-curve check: {}", e.change,
+                         e.result.reason),
+             {base_id, e.id});
       return false;
     }
     if (e.result.status != TrialStatus::kOk) {
-      decide(round, "reject", fmt::format("{}: verify run failed ({}: {})", e.change,
-                                          trial_status_name(e.result.status), e.result.reason),
+      decide(round, "reject",
+             fmt::format("{}: verify run failed ({}: {})", e.change,
+                         trial_status_name(e.result.status), e.result.reason),
              {e.id});
       return false;
     }
@@ -210,18 +219,22 @@ class Sweep {
   }
 
   void grid() {
-    const auto space = o_.space.empty() ? default_space(o_.baseline, o_.train_flags, o_.batch)
-                                        : o_.space;
-    const std::vector<Config> configs = grid_configs(o_.baseline, space, o_.seed, o_.batch, o_.train_defaults);
+    const auto space =
+        o_.space.empty() ? default_space(o_.baseline, o_.train_flags, o_.batch) : o_.space;
+    const std::vector<Config> configs =
+        grid_configs(o_.baseline, space, o_.seed, o_.batch, o_.train_defaults);
     planned_left_ = static_cast<int>(configs.size());
-    decide(0, "trial", fmt::format("grid of {} configurations over {} dimensions (seeded order, "
-                                   "seed {})", configs.size(), space.size(), o_.seed));
+    decide(0, "trial",
+           fmt::format("grid of {} configurations over {} dimensions (seeded order, "
+                       "seed {})",
+                       configs.size(), space.size(), o_.seed));
     std::vector<std::pair<double, int>> ranked;  // (tokens/s, trial id)
     std::map<int, Config> knobs_of;
     for (const Config& c : configs) {
       if (!budget_left()) {
-        decide(0, "stop", budget_text() + fmt::format(" after {} of {} grid points",
-                                                       knobs_of.size(), configs.size()));
+        decide(0, "stop",
+               budget_text() +
+                   fmt::format(" after {} of {} grid points", knobs_of.size(), configs.size()));
         break;
       }
       const bool is_base = &c == &configs.front();
@@ -236,23 +249,33 @@ class Sweep {
     out_.best_trial = out_.baseline_trial;
     int verified = 0;
     const double base_tps =
-        out_.baseline_trial >= 0 ? out_.trials[static_cast<size_t>(out_.baseline_trial)].result.tokens_per_s : 0;
+        out_.baseline_trial >= 0
+            ? out_.trials[static_cast<size_t>(out_.baseline_trial)].result.tokens_per_s
+            : 0;
     for (const auto& [tps, id] : ranked) {
       if (id == out_.baseline_trial) {
-        decide(0, "accept", fmt::format("the baseline is the fastest remaining configuration "
-                                        "({:.0f} tokens/s); kept", tps), {id});
+        decide(0, "accept",
+               fmt::format("the baseline is the fastest remaining configuration "
+                           "({:.0f} tokens/s); kept",
+                           tps),
+               {id});
         break;
       }
       if (verified >= o_.max_verify) {
-        decide(0, "stop", fmt::format("{} fastest configurations failed verification; keeping "
-                                      "the baseline", verified));
+        decide(0, "stop",
+               fmt::format("{} fastest configurations failed verification; keeping "
+                           "the baseline",
+                           verified));
         break;
       }
       ++verified;
       const Config& c = knobs_of[id];
-      decide(0, "trial", fmt::format("{}: fastest remaining ({:.0f} tokens/s, {:+.1f}% vs "
-                                     "baseline); verifying", describe_diff(o_.baseline, c), tps,
-                                     base_tps > 0 ? 100 * (tps / base_tps - 1) : 0), {id});
+      decide(0, "trial",
+             fmt::format("{}: fastest remaining ({:.0f} tokens/s, {:+.1f}% vs "
+                         "baseline); verifying",
+                         describe_diff(o_.baseline, c), tps,
+                         base_tps > 0 ? 100 * (tps / base_tps - 1) : 0),
+             {id});
       bool failed = false;
       if (verify(c, 0, &failed)) {
         out_.best = c;
@@ -275,8 +298,10 @@ class Sweep {
     const JournalEntry& b = short_trial("baseline", o_.baseline, 0);
     out_.baseline_trial = out_.best_trial = b.id;
     if (b.result.status != TrialStatus::kOk) {
-      stop(0, fmt::format("the baseline trial failed ({}: {})", trial_status_name(b.result.status),
-                          b.result.reason), {b.id});
+      stop(0,
+           fmt::format("the baseline trial failed ({}: {})", trial_status_name(b.result.status),
+                       b.result.reason),
+           {b.id});
       return;
     }
     Config inc = o_.baseline;
@@ -293,8 +318,9 @@ class Sweep {
         summary += fmt::format("{}{} {:.0f}% ({})", i ? "; " : "", findings[i].cls,
                                100 * findings[i].share, findings[i].title);
       }
-      decide(round, "diagnose", fmt::format("diagnosis of {}: {}", describe_diff(o_.baseline, inc),
-                                            summary.empty() ? "no findings" : summary));
+      decide(round, "diagnose",
+             fmt::format("diagnosis of {}: {}", describe_diff(o_.baseline, inc),
+                         summary.empty() ? "no findings" : summary));
       std::vector<std::pair<Config, bool>> cands;  // (knobs, is a loss-stability change)
       bool promising = false;
       for (const Finding& f : findings) {
@@ -307,12 +333,15 @@ class Sweep {
           try {
             patch = parse_flag_words(split_words(knob));
           } catch (const ConfigError& e) {
-            decide(round, "skip", fmt::format("knob '{}' of finding '{}': {}", knob, f.title, e.what()));
+            decide(round, "skip",
+                   fmt::format("knob '{}' of finding '{}': {}", knob, f.title, e.what()));
             continue;
           }
           if (!stability && (patch.count("lr") || patch.count("warmup") || patch.count("min-lr"))) {
-            decide(round, "skip", fmt::format("knob '{}': LR/warmup changes only for an unstable "
-                                              "loss finding", knob));
+            decide(round, "skip",
+                   fmt::format("knob '{}': LR/warmup changes only for an unstable "
+                               "loss finding",
+                               knob));
             continue;
           }
           std::string why;
@@ -325,10 +354,11 @@ class Sweep {
           double predicted = 0;
           const std::string skip = memory_skip(*c, &predicted);
           if (!skip.empty()) {
-            const JournalEntry& e = trial("trial", with_steps(*c, o_.trial_steps),
-                                          describe_diff(o_.baseline, *c), round, 0, nullptr,
-                                          predicted, skip);
-            decide(round, "skip", fmt::format("{} (from '{}'): {}", e.change, f.title, skip), {e.id});
+            const JournalEntry& e =
+                trial("trial", with_steps(*c, o_.trial_steps), describe_diff(o_.baseline, *c),
+                      round, 0, nullptr, predicted, skip);
+            decide(round, "skip", fmt::format("{} (from '{}'): {}", e.change, f.title, skip),
+                   {e.id});
             continue;
           }
           cands.push_back({*c, stability});
@@ -345,9 +375,10 @@ class Sweep {
       for (size_t i = 0; i < cands.size(); ++i) {
         if (!budget_left()) return stop(round, budget_text());
         const JournalEntry& e = short_trial("trial", cands[i].first, round);
-        decide(round, "trial", fmt::format("{}: {} {:.0f} tokens/s{}", e.change,
-                                           trial_status_name(e.result.status), e.result.tokens_per_s,
-                                           e.result.reason.empty() ? "" : " (" + e.result.reason + ")"),
+        decide(round, "trial",
+               fmt::format("{}: {} {:.0f} tokens/s{}", e.change, trial_status_name(e.result.status),
+                           e.result.tokens_per_s,
+                           e.result.reason.empty() ? "" : " (" + e.result.reason + ")"),
                {e.id});
         if (e.result.status == TrialStatus::kOk) ok.push_back({e.id, i});
       }
@@ -362,8 +393,10 @@ class Sweep {
         if (!cands[ci].second) {
           const double inc_now = median(inc_samples);
           if (first_tps <= inc_now * (1 + o_.min_improvement)) {
-            decide(round, "reject", fmt::format("{}: {:.0f} tokens/s is not faster than the "
-                                                "incumbent's {:.0f}", change, first_tps, inc_now),
+            decide(round, "reject",
+                   fmt::format("{}: {:.0f} tokens/s is not faster than the "
+                               "incumbent's {:.0f}",
+                               change, first_tps, inc_now),
                    {first_id});
             continue;
           }
@@ -382,16 +415,20 @@ class Sweep {
           const double threshold = std::max(noise, o_.min_improvement);
           const double gain = median(cand_block) / median(inc_block) - 1;
           if (gain <= threshold) {
-            decide(round, "reject", fmt::format("{}: median gain {:+.1f}% over {} alternating "
-                                                "measurements is within the noise threshold {:.1f}%",
-                                                change, 100 * gain, inc_block.size() + cand_block.size(),
-                                                100 * threshold), ids);
+            decide(round, "reject",
+                   fmt::format("{}: median gain {:+.1f}% over {} alternating "
+                               "measurements is within the noise threshold {:.1f}%",
+                               change, 100 * gain, inc_block.size() + cand_block.size(),
+                               100 * threshold),
+                   ids);
             continue;
           }
-          decide(round, "measure", fmt::format("{}: median {:.0f} vs {:.0f} tokens/s, gain {:+.1f}% "
-                                               "> noise threshold {:.1f}%; verifying the loss curve",
-                                               change, median(cand_block), median(inc_block),
-                                               100 * gain, 100 * threshold), ids);
+          decide(round, "measure",
+                 fmt::format("{}: median {:.0f} vs {:.0f} tokens/s, gain {:+.1f}% "
+                             "> noise threshold {:.1f}%; verifying the loss curve",
+                             change, median(cand_block), median(inc_block), 100 * gain,
+                             100 * threshold),
+                 ids);
           bool failed = false;
           if (!verify(knobs, round, &failed)) {
             if (failed) return stop(round, budget_text() + "; verification could not run");
@@ -414,7 +451,8 @@ class Sweep {
       }
       if (!accepted) {
         return stop(round, fmt::format("no candidate of round {} beat the incumbent beyond noise "
-                                       "and passed verification", round));
+                                       "and passed verification",
+                                       round));
       }
     }
   }

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -67,8 +67,8 @@ Config parse_flag_words(const std::vector<std::string>& words) {
     const size_t eq = body.find('=');
     if (eq != std::string::npos) {
       c[body.substr(0, eq)] = body.substr(eq + 1);
-    } else if (i + 1 < words.size() && (words[i + 1].compare(0, 2, "--") != 0 ||
-                                        words[i + 1].size() == 2)) {
+    } else if (i + 1 < words.size() &&
+               (words[i + 1].compare(0, 2, "--") != 0 || words[i + 1].size() == 2)) {
       c[body] = words[++i];
     } else {
       c[body] = "";
@@ -79,11 +79,16 @@ Config parse_flag_words(const std::vector<std::string>& words) {
 
 const char* trial_status_name(TrialStatus s) {
   switch (s) {
-    case TrialStatus::kOk: return "ok";
-    case TrialStatus::kOom: return "oom";
-    case TrialStatus::kCrash: return "crash";
-    case TrialStatus::kTimeout: return "timeout";
-    case TrialStatus::kRejected: return "rejected";
+    case TrialStatus::kOk:
+      return "ok";
+    case TrialStatus::kOom:
+      return "oom";
+    case TrialStatus::kCrash:
+      return "crash";
+    case TrialStatus::kTimeout:
+      return "timeout";
+    case TrialStatus::kRejected:
+      return "rejected";
   }
   return "crash";
 }
@@ -236,9 +241,9 @@ TrialResult run_trial(const std::string& id, const Config& config, const TrialOp
   }
   if (r.exit_code != 0) {
     r.status = TrialStatus::kCrash;
-    r.reason = fmt::format("exit status {}: {}", r.exit_code,
-                           r.exit_code == 127 ? "cannot execute " + options.ft_train.string()
-                                              : last_error_line(log));
+    r.reason = fmt::format(
+        "exit status {}: {}", r.exit_code,
+        r.exit_code == 127 ? "cannot execute " + options.ft_train.string() : last_error_line(log));
     return r;
   }
   if (!read_metrics(metrics, &r)) {

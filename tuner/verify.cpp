@@ -68,7 +68,8 @@ VerifyResult verify_curve(const Curve& baseline, const Curve& candidate, const V
     r.reason = "no comparable points";
     return r;
   }
-  const size_t tail = std::max<size_t>(1, static_cast<size_t>(std::lround(rules.tail_fraction * n)));
+  const size_t tail =
+      std::max<size_t>(1, static_cast<size_t>(std::lround(rules.tail_fraction * n)));
   r.base_final = mean(base, n - tail, n);
   r.cand_final = mean(cand, n - tail, n);
   r.limit = r.base_final * (1 + rules.rel_tol) + rules.abs_tol;
@@ -104,9 +105,10 @@ VerifyResult verify_curve(const Curve& baseline, const Curve& candidate, const V
     return r;
   }
   r.accepted = true;
-  r.reason = fmt::format("final smoothed loss {:.4f} within {:.4f} (baseline {:.4f}); no NaN, "
-                         "spike or divergence over {} points",
-                         r.cand_final, r.limit, r.base_final, n);
+  r.reason = fmt::format(
+      "final smoothed loss {:.4f} within {:.4f} (baseline {:.4f}); no NaN, "
+      "spike or divergence over {} points",
+      r.cand_final, r.limit, r.base_final, n);
   return r;
 }
 

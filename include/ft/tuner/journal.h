@@ -2,10 +2,9 @@
 #pragma once
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ft/tuner/trial.h"
 
@@ -13,15 +12,15 @@ namespace ft::tuner {
 
 // One journal line: a trial that ran (or was skipped before running) and what it measured.
 struct JournalEntry {
-  int id = 0;              // sequential from 0; a sweep's decisions depend only on seed + results
-  std::string phase;       // baseline | trial | repeat | verify | verify-baseline | grid
-  int repeat = 0;          // repetition index within a repeated measurement
-  int round = 0;           // guided: the diagnosis round that proposed it
-  Config config;           // the full ft-train flags the trial ran with (without --metrics)
-  std::string change;      // the change against the incumbent, e.g. "precision bf16"
-  bool skipped = false;    // not run (e.g. predicted out of memory); status is rejected
+  int id = 0;                // sequential from 0; a sweep's decisions depend only on seed + results
+  std::string phase;         // baseline | trial | repeat | verify | verify-baseline | grid
+  int repeat = 0;            // repetition index within a repeated measurement
+  int round = 0;             // guided: the diagnosis round that proposed it
+  Config config;             // the full ft-train flags the trial ran with (without --metrics)
+  std::string change;        // the change against the incumbent, e.g. "precision bf16"
+  bool skipped = false;      // not run (e.g. predicted out of memory); status is rejected
   double predicted_mem = 0;  // bytes, from the memory model (0 when unknown)
-  TrialResult result;      // status, reason, tokens_per_s, step_ms, mem_peak, final_loss, curve
+  TrialResult result;        // status, reason, tokens_per_s, step_ms, mem_peak, final_loss, curve
 };
 
 nlohmann::json entry_to_json(const JournalEntry& e);
@@ -42,8 +41,8 @@ class Journal {
   Journal& operator=(const Journal&) = delete;
 
   const std::vector<JournalEntry>& entries() const { return entries_; }
-  const JournalEntry* find(int id) const;  // nullptr when not journaled
-  void append(const JournalEntry& e);      // throws IoError
+  const JournalEntry* find(int id) const;                  // nullptr when not journaled
+  void append(const JournalEntry& e);                      // throws IoError
   size_t dropped_bytes() const { return dropped_bytes_; }  // torn tail removed on open
   const std::filesystem::path& path() const { return path_; }
 

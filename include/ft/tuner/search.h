@@ -72,19 +72,19 @@ struct SweepOptions {
   double budget_minutes = 0;        // 0: unlimited; counts recorded trial wall time
   int trial_steps = 12;
   int verify_steps = 60;
-  int repeats = 2;                  // alternating incumbent/candidate re-measurements
+  int repeats = 2;  // alternating incumbent/candidate re-measurements
   int candidates_per_round = 2;
-  int max_verify = 3;               // grid: verify at most this many of the fastest
-  double min_gain = 0.05;           // stop when no finding's share promises more
-  double min_improvement = 0.02;    // floor of the noise threshold
+  int max_verify = 3;             // grid: verify at most this many of the fastest
+  double min_gain = 0.05;         // stop when no finding's share promises more
+  double min_improvement = 0.02;  // floor of the noise threshold
   uint64_t seed = 1;
   BatchRule batch;
   VerifyRules verify;
-  std::set<std::string> train_flags;  // from ft-train --help
-  std::vector<Dimension> space;       // grid space; empty: default_space()
+  std::set<std::string> train_flags;                  // from ft-train --help
+  std::vector<Dimension> space;                       // grid space; empty: default_space()
   std::map<std::string, std::string> train_defaults;  // from ft-train --help
-  double memory_limit = 0;          // bytes for the skip rule; 0: no limit
-  bool memory_skip = true;          // skip configs predicted to exceed memory_limit
+  double memory_limit = 0;                            // bytes for the skip rule; 0: no limit
+  bool memory_skip = true;  // skip configs predicted to exceed memory_limit
 };
 
 struct Decision {
@@ -98,15 +98,15 @@ struct SweepOutcome {
   std::string strategy;
   std::vector<JournalEntry> trials;  // in id order (also the journal)
   std::vector<Decision> decisions;
-  Config baseline, best;             // knob configs (the user's steps), best.cfg is `best`
-  int baseline_trial = -1;           // short-trial ids
+  Config baseline, best;    // knob configs (the user's steps), best.cfg is `best`
+  int baseline_trial = -1;  // short-trial ids
   int best_trial = -1;
-  int baseline_verify = -1;          // verify-run ids: baseline and each accepted change
+  int baseline_verify = -1;  // verify-run ids: baseline and each accepted change
   std::vector<int> accepted_verifies;
   std::string stop_reason;
-  int trials_run = 0;                // trials that ran (skipped ones excluded)
+  int trials_run = 0;  // trials that ran (skipped ones excluded)
   int diagnoses = 0;
-  double spent_s = 0;                // sum of trial wall times
+  double spent_s = 0;  // sum of trial wall times
 };
 
 // Runs (or, for ids already journaled, replays) one trial.

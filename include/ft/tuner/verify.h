@@ -37,10 +37,10 @@ struct VerifyRules {
 
 struct VerifyResult {
   bool accepted = false;
-  std::string reason;      // why rejected, or a one-line summary when accepted
-  double base_final = 0;   // smoothed final losses
+  std::string reason;     // why rejected, or a one-line summary when accepted
+  double base_final = 0;  // smoothed final losses
   double cand_final = 0;
-  double limit = 0;        // base_final * (1 + rel_tol) + abs_tol
+  double limit = 0;  // base_final * (1 + rel_tol) + abs_tol
   int compared_points = 0;
 };
 
