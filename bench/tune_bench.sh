@@ -27,17 +27,16 @@ else
 fi
 DIAG="${FT_DIAGNOSE:-$BUILD/ft-diagnose}"
 
-# Median tokens/s of `ft-train FLAGS --steps 16` over REPEATS alternating runs of two configs.
-side_by_side() {  # $1 baseline flags, $2 tuned cfg file; prints "base_tps tuned_tps"
-  local b=() t=()
-  for r in $(seq "$REPEATS"); do
-    "$TRAIN" $1 --steps 16 -q --metrics "$OUT/sbs_b.jsonl" >/dev/null 2>&1
-    b+=("$(tail -1 "$OUT/sbs_b.jsonl" | python3 -c 'import json,sys;print(json.load(sys.stdin)["summary"]["mean_tokens_per_s"])')")
-    "$TRAIN" --config "$2" --steps 16 -q --metrics "$OUT/sbs_t.jsonl" >/dev/null 2>&1
-    t+=("$(tail -1 "$OUT/sbs_t.jsonl" | python3 -c 'import json,sys;print(json.load(sys.stdin)["summary"]["mean_tokens_per_s"])')")
-  done
-  python3 -c "import statistics,sys; a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]; print(statistics.median(a), statistics.median(b))" "${b[*]}" "${t[*]}"
+# Median tokens/s over REPEATS alternating 16-step runs of two ft-train config files.
+tps() { "$TRAIN" --config "$1" --steps 16 -q --metrics "$OUT/sbs.jsonl" >/dev/null 2>&1 &&
+  tail -1 "$OUT/sbs.jsonl" | python3 -c 'import json,sys;print(json.load(sys.stdin)["summary"]["mean_tokens_per_s"])'; }
+side_by_side() {  # $1 $2 config files; prints "median1 median2"
+  local a=() b=()
+  for r in $(seq "$REPEATS"); do a+=("$(tps "$1")"); b+=("$(tps "$2")"); done
+  python3 -c "import statistics,sys; a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]; print(statistics.median(a), statistics.median(b))" "${a[*]}" "${b[*]}"
 }
+# The baseline flags as a config file (from the sweep's report.json).
+default_cfg() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1]+"/report.json")); print("\n".join(f"{k} = {v or \"true\"}" for k,v in r["baseline"].items()))' "$1" > "$1/default.cfg"; }
 
 summary() {  # $1 sweep dir -> "trials best_tps change verified_base verified_best"
   python3 - "$1" <<'PY'
@@ -54,8 +53,9 @@ echo "| scenario | strategy | trials | best change | sweep best tok/s | default 
 echo "|---|---|---:|---|---:|---:|---:|---:|---|"
 for name in "${!SCEN[@]}"; do
   flags=${SCEN[$name]}
-  for strategy in grid guided; do
+  for strategy in ${STRATEGIES:-grid guided}; do
     dir="$OUT/$name-$strategy"
+    [[ -n ${KEEP_GRID:-} && $strategy == grid && -f $dir/report.json ]] && { echo "| $name | grid | (kept from an earlier run: $dir) |"; continue; }
     rm -rf "$dir"
     if [[ $strategy == guided && ! -x $DIAG ]]; then
       echo "| $name | guided | - | SKIPPED: no ft-diagnose at $DIAG (issue 4 not merged) | | | | | |"
@@ -70,7 +70,8 @@ for name in "${!SCEN[@]}"; do
       continue
     fi
     s=$(summary "$dir")
-    read -r base tuned <<<"$(side_by_side "$flags" "$dir/best.cfg")"
+    default_cfg "$dir"
+    read -r base tuned <<<"$(side_by_side "$dir/default.cfg" "$dir/best.cfg")"
     python3 - "$name" "$strategy" "$s" "$base" "$tuned" "$(( $(date +%s) - start ))" <<'PY'
 import json, sys
 name, strategy, s, base, tuned, secs = sys.argv[1:]
@@ -80,4 +81,9 @@ print(f'| {name} | {strategy} | {s["trials"]} | {s["change"]} | {s["best_tps"]:.
       f'{tuned:.0f} | {tuned / base:.2f}x | {loss} |  <!-- {secs} s; stop: {s["stop"]} -->')
 PY
   done
+  g="$OUT/$name-grid/best.cfg"; h="$OUT/$name-guided/best.cfg"
+  if [[ -f $g && -f $h ]]; then
+    read -r gt ht <<<"$(side_by_side "$g" "$h")"
+    python3 -c "import sys; g,h=map(float,sys.argv[2:]); print(f'| {sys.argv[1]} | guided vs grid best, side by side | | | | {g:.0f} (grid) | {h:.0f} (guided) | guided/grid {h/g:.2f} | |')" "$name" "$gt" "$ht"
+  fi
 done

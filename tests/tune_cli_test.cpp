@@ -66,7 +66,7 @@ Result sh(const std::string& cmd) {
 
 std::string tiny() {
   return " --data " + corpus().string() +
-         " --layers 1 --heads 2 --channels 32 --seq-len 32 --threads 2 ";
+         " --layers 1 --heads 2 --channels 32 --seq-len 32 --threads 1 ";
 }
 
 Result tune(const std::string& args) { return sh(kBin + "/ft-tune " + args); }
@@ -152,8 +152,8 @@ TEST(TuneCli, OomTimeoutAndPredictedSkipAreRecordedAndTheSweepGoesOn) {
 TEST(TuneCli, KillDashNineMidSweepThenResumeLosesAndRepeatsNothing) {
   const fs::path a = temp_dir("kill"), b = temp_dir("whole");
   const std::string args =
-      " --strategy grid --knobs precision,attention,checkpoint "
-      "--trial-steps 40 --verify-steps 40 --micro-batch 4" +
+      " --strategy grid --knobs precision,attention "
+      "--trial-steps 20 --verify-steps 20 --micro-batch 4" +
       tiny();
   const std::string cmd =
       kBin + "/ft-tune --out " + a.string() + args + " > " + (a.string() + ".log") + " 2>&1";
@@ -165,13 +165,14 @@ TEST(TuneCli, KillDashNineMidSweepThenResumeLosesAndRepeatsNothing) {
   }
   // Wait for a few journaled trials, then kill the sweep without warning.
   size_t lines = 0;
-  for (int i = 0; i < 3000 && lines < 4; ++i) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (lines < 3 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling the journal
     std::ifstream in(a / "journal.jsonl");
     lines = 0;
     for (std::string l; std::getline(in, l);) ++lines;
   }
-  ASSERT_GE(lines, 4u) << "the sweep journaled too few trials to kill it mid-sweep";
+  ASSERT_GE(lines, 3u) << "the sweep journaled too few trials to kill it mid-sweep";
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   int st = 0;
   waitpid(pid, &st, 0);
@@ -197,7 +198,7 @@ TEST(TuneCli, KillDashNineMidSweepThenResumeLosesAndRepeatsNothing) {
     }
     ++k;
   }
-  EXPECT_EQ(seen.size(), 12u);
+  EXPECT_EQ(seen.size(), 6u);
   // Decisions depend only on the journal: resuming the finished sweep replays it, runs nothing
   // and decides the same.
   const json first = report(a);
@@ -216,24 +217,24 @@ TEST(TuneCli, VerificationRejectsALinearlyScaledLrThatBreaksConvergence) {
                                         "--heads",       "2",
                                         "--channels",    "32",
                                         "--seq-len",     "32",
-                                        "--threads",     "2",
+                                        "--threads",     "1",
                                         "--micro-batch", "1",
                                         "--lr",          "0.03",
                                         "--min-lr",      "0",
                                         "--warmup",      "0",
-                                        "--steps",       "320",
+                                        "--steps",       "160",
                                         "--quiet"});
   std::string why;
-  const auto big = apply_knob(base, {{"micro-batch", "32"}}, BatchRule{true, "linear"}, &why);
+  const auto big = apply_knob(base, {{"micro-batch", "16"}}, BatchRule{true, "linear"}, &why);
   ASSERT_TRUE(big) << why;
-  EXPECT_EQ(big->at("lr"), "0.96");
+  EXPECT_EQ(big->at("lr"), "0.48");
   EXPECT_EQ(big->at("steps"), "10");
-  TrialOptions opt{kBin + "/ft-train", d, 120};
+  TrialOptions opt{kBin + "/ft-train", d, 300};
   const TrialResult rb = run_trial("base", base, opt);
   const TrialResult rc = run_trial("big", *big, opt);
   ASSERT_EQ(rb.status, TrialStatus::kOk) << rb.reason;
   ASSERT_EQ(rc.status, TrialStatus::kOk) << rc.reason;
-  EXPECT_NEAR(rb.tokens.back(), rc.tokens.back(), 1);  // equal tokens: 320 x 32 = 10 x 1024
+  EXPECT_NEAR(rb.tokens.back(), rc.tokens.back(), 1);  // equal tokens: 160 x 32 = 10 x 512
   const VerifyResult v = verify_curve({rb.tokens, rb.losses}, {rc.tokens, rc.losses});
   EXPECT_FALSE(v.accepted);
   EXPECT_GT(v.cand_final, v.limit) << v.reason;
@@ -253,18 +254,18 @@ TEST(TuneCli, GuidedNeverKeepsTheBrokenChangeAndNeedsARealDiagnoser) {
   write_file_atomic(d / "findings.json",
                     R"({"findings": [{"class": "batch", "share": 0.6, "severity": "warning",
                         "title": "under-filled micro-batch", "evidence": "tiny <b>GEMMs</b>",
-                        "knobs": ["--micro-batch 32"]}]})");
+                        "knobs": ["--micro-batch 16"]}]})");
   const std::string model = " --data " + corpus().string() +
-                            " --layers 2 --heads 2 --channels 32 --seq-len 32 --threads 2 "
-                            "--micro-batch 1 --lr 0.03 --min-lr 0 --warmup 0 --steps 320";
+                            " --layers 2 --heads 2 --channels 32 --seq-len 32 --threads 1 "
+                            "--micro-batch 1 --lr 0.03 --min-lr 0 --warmup 0 --steps 160";
   const fs::path out = d / "sweep";
   Result r = sh("FT_DIAGNOSE=" + fake + " " + kBin + "/ft-tune --out " + out.string() +
                 " --strategy guided --allow-batch-change --lr-scaling linear --repeats 1 "
-                "--trial-steps 8 --verify-steps 320" +
+                "--trial-steps 8 --verify-steps 160" +
                 model);
   ASSERT_EQ(r.status, 0) << r.out;
   const std::string cfg = read_file(out / "best.cfg");
-  EXPECT_EQ(cfg.find("micro-batch = 32"), std::string::npos) << cfg;
+  EXPECT_EQ(cfg.find("micro-batch = 16"), std::string::npos) << cfg;
   const std::string md = read_file(out / "report.md");
   bool verified = false;
   for (const auto& e : journal(out)) {

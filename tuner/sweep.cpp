@@ -28,6 +28,12 @@ double spread(const std::vector<double>& v) {
   return m > 0 ? (*hi - *lo) / m : 0;
 }
 
+std::string fmt_gains(const std::vector<double>& g) {
+  std::string s;
+  for (double x : g) s += fmt::format("{}{:+.1f}%", s.empty() ? "" : " ", 100 * x);
+  return s;
+}
+
 Curve curve_of(const TrialResult& r) { return Curve{r.tokens, r.losses}; }
 
 class Sweep {
@@ -400,34 +406,44 @@ class Sweep {
                    {first_id});
             continue;
           }
+          // Paired, alternating measurements: (incumbent's latest, candidate's first trial),
+          // then I, C per repeat. Faster only if every pair favours the candidate (a sign test
+          // against the load noise both share) and the median paired gain exceeds the floor.
           std::vector<double> inc_block{inc_samples.back()}, cand_block{first_tps};
+          std::vector<double> gains{first_tps / inc_samples.back() - 1};
           std::vector<int> ids{first_id};
           for (int r = 1; r <= o_.repeats && budget_left(); ++r) {
             const JournalEntry& ei = short_trial("repeat", inc, round, r);
             ids.push_back(ei.id);
-            if (ei.result.status == TrialStatus::kOk) inc_block.push_back(ei.result.tokens_per_s);
+            const bool iok = ei.result.status == TrialStatus::kOk;
+            const double itps = ei.result.tokens_per_s;
+            if (iok) inc_block.push_back(itps);
             if (!budget_left()) break;
             const JournalEntry& ec = short_trial("repeat", knobs, round, r);
             ids.push_back(ec.id);
-            if (ec.result.status == TrialStatus::kOk) cand_block.push_back(ec.result.tokens_per_s);
+            if (ec.result.status == TrialStatus::kOk) {
+              cand_block.push_back(ec.result.tokens_per_s);
+              if (iok && itps > 0) gains.push_back(ec.result.tokens_per_s / itps - 1);
+            }
           }
           const double noise = std::max(spread(inc_block), spread(cand_block));
-          const double threshold = std::max(noise, o_.min_improvement);
-          const double gain = median(cand_block) / median(inc_block) - 1;
-          if (gain <= threshold) {
+          const double gain = median(gains);
+          const double worst = *std::min_element(gains.begin(), gains.end());
+          const int need = 1 + std::min(o_.repeats, 1);
+          if (static_cast<int>(gains.size()) < need || worst <= 0 || gain <= o_.min_improvement) {
             decide(round, "reject",
-                   fmt::format("{}: median gain {:+.1f}% over {} alternating "
-                               "measurements is within the noise threshold {:.1f}%",
-                               change, 100 * gain, inc_block.size() + cand_block.size(),
-                               100 * threshold),
+                   fmt::format("{}: not faster beyond noise: paired gains {} (median {:+.1f}%, "
+                               "worst {:+.1f}%; needs every pair > 0 and median > {:.0f}%; "
+                               "spread of repeats {:.0f}%)",
+                               change, fmt_gains(gains), 100 * gain, 100 * worst,
+                               100 * o_.min_improvement, 100 * noise),
                    ids);
             continue;
           }
           decide(round, "measure",
-                 fmt::format("{}: median {:.0f} vs {:.0f} tokens/s, gain {:+.1f}% "
-                             "> noise threshold {:.1f}%; verifying the loss curve",
-                             change, median(cand_block), median(inc_block), 100 * gain,
-                             100 * threshold),
+                 fmt::format("{}: faster in every alternating pair, paired gains {} (median "
+                             "{:+.1f}%, spread of repeats {:.0f}%); verifying the loss curve",
+                             change, fmt_gains(gains), 100 * gain, 100 * noise),
                  ids);
           bool failed = false;
           if (!verify(knobs, round, &failed)) {
@@ -449,6 +465,7 @@ class Sweep {
         accepted = true;
         break;
       }
+      if (!accepted && !budget_left()) return stop(round, budget_text());
       if (!accepted) {
         return stop(round, fmt::format("no candidate of round {} beat the incumbent beyond noise "
                                        "and passed verification",
