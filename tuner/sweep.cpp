@@ -397,12 +397,14 @@ class Sweep {
         const double first_tps = entry(first_id).result.tokens_per_s;
         const std::string change = entry(first_id).change;
         if (!cands[ci].second) {
+          // Screening: a first trial within the incumbent's measured spread of a gain still
+          // goes to the paired measurement (the two were measured at different times).
           const double inc_now = median(inc_samples);
-          if (first_tps <= inc_now * (1 + o_.min_improvement)) {
+          if (first_tps <= inc_now * (1 + o_.min_improvement - spread(inc_samples))) {
             decide(round, "reject",
-                   fmt::format("{}: {:.0f} tokens/s is not faster than the "
-                               "incumbent's {:.0f}",
-                               change, first_tps, inc_now),
+                   fmt::format("{}: {:.0f} tokens/s is not faster than the incumbent's "
+                               "{:.0f} (screening allows its measured spread, {:.0f}%)",
+                               change, first_tps, inc_now, 100 * spread(inc_samples)),
                    {first_id});
             continue;
           }
