@@ -220,7 +220,7 @@ struct Synthetic {
 std::vector<Finding> findings(int round, const Config&) {
   if (round == 1) {
     return {
-        {"batch", 0.2, "warning", "under-filled micro-batch", "", {"--micro-batch 8"}},
+        {"batch", 0.2, "warning", "under-filled micro-batch", "", {"--micro-batch 8 (fills it)"}},
         {"compute", 0.4, "warning", "fp32 GEMMs", "", {"--precision fp16", "--precision bf16"}}};
   }
   return {{"compute", 0.02, "info", "little left", "", {"--checkpoint block"}}};
@@ -243,6 +243,12 @@ TEST(Sweep, GuidedRejectsAFastButBrokenChangeAndKeepsTheVerifiedOne) {
   const SweepOptions o = guided_options();
   const SweepOutcome out = run_sweep(o, j, std::ref(syn), findings);
   EXPECT_EQ(out.best.at("precision"), "bf16");
+  bool annotated_knob_ran = false;  // "--micro-batch 8 (fills it)": B 8, K 1 keeps 2 x 4
+  for (const auto& e : j.entries()) {
+    annotated_knob_ran |= e.config.count("micro-batch") && e.config.at("micro-batch") == "8" &&
+                          e.config.at("grad-accum") == "1";
+  }
+  EXPECT_TRUE(annotated_knob_ran);
   bool rejected_fp16 = false;
   for (const auto& dcs : out.decisions) {
     if (dcs.kind == "reject" && dcs.text.find("precision fp16") != std::string::npos &&

@@ -337,7 +337,8 @@ class Sweep {
           if (static_cast<int>(cands.size()) >= o_.candidates_per_round) break;
           Config patch;
           try {
-            patch = parse_flag_words(split_words(knob));
+            // ft-diagnose may annotate a knob: "--micro-batch 16 (doubles the global batch)".
+            patch = parse_flag_words(split_words(knob.substr(0, knob.find(" ("))));
           } catch (const ConfigError& e) {
             decide(round, "skip",
                    fmt::format("knob '{}' of finding '{}': {}", knob, f.title, e.what()));
