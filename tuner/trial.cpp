@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -67,8 +67,8 @@ Config parse_flag_words(const std::vector<std::string>& words) {
     const size_t eq = body.find('=');
     if (eq != std::string::npos) {
       c[body.substr(0, eq)] = body.substr(eq + 1);
-    } else if (i + 1 < words.size() && (words[i + 1].compare(0, 2, "--") != 0 ||
-                                        words[i + 1].size() == 2)) {
+    } else if (i + 1 < words.size() &&
+               (words[i + 1].compare(0, 2, "--") != 0 || words[i + 1].size() == 2)) {
       c[body] = words[++i];
     } else {
       c[body] = "";
@@ -79,11 +79,16 @@ Config parse_flag_words(const std::vector<std::string>& words) {
 
 const char* trial_status_name(TrialStatus s) {
   switch (s) {
-    case TrialStatus::kOk: return "ok";
-    case TrialStatus::kOom: return "oom";
-    case TrialStatus::kCrash: return "crash";
-    case TrialStatus::kTimeout: return "timeout";
-    case TrialStatus::kRejected: return "rejected";
+    case TrialStatus::kOk:
+      return "ok";
+    case TrialStatus::kOom:
+      return "oom";
+    case TrialStatus::kCrash:
+      return "crash";
+    case TrialStatus::kTimeout:
+      return "timeout";
+    case TrialStatus::kRejected:
+      return "rejected";
   }
   return "crash";
 }
@@ -133,8 +138,6 @@ bool read_metrics(const fs::path& path, TrialResult* r) {
   return summary;
 }
 
-namespace {
-
 // The last line of the log that looks like an error, for the failure reason.
 std::string last_error_line(const fs::path& log) {
   std::ifstream in(log);
@@ -151,24 +154,15 @@ std::string last_error_line(const fs::path& log) {
   return s.size() > 300 ? s.substr(0, 300) + "..." : s;
 }
 
-}  // namespace
-
-TrialResult run_trial(const std::string& id, const Config& config, const TrialOptions& options) {
-  fs::create_directories(options.work_dir);
-  const fs::path metrics = options.work_dir / (id + ".jsonl");
-  const fs::path log = options.work_dir / (id + ".log");
-  fs::remove(metrics);
-  Config c = config;
-  c["metrics"] = metrics.string();
-  std::vector<std::string> args = config_args(c);
-  args.insert(args.begin(), options.ft_train.string());
+ChildResult run_child(const std::vector<std::string>& command, const fs::path& log,
+                      double timeout_s) {
+  std::vector<std::string> args = command;
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-
   const auto t0 = std::chrono::steady_clock::now();
   const pid_t pid = fork();
-  if (pid < 0) throw IoError(fmt::format("cannot fork for trial {}: {}", id, std::strerror(errno)));
+  if (pid < 0) throw IoError(fmt::format("cannot fork for {}: {}", args[0], std::strerror(errno)));
   if (pid == 0) {
     setpgid(0, 0);  // its own group, so a timeout kills everything it started
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -181,17 +175,16 @@ TrialResult run_trial(const std::string& id, const Config& config, const TrialOp
     _exit(127);
   }
   setpgid(pid, pid);
-  TrialResult r;
+  ChildResult r;
   int status = 0;
-  bool timed_out = false;
   for (;;) {
     const pid_t w = waitpid(pid, &status, WNOHANG);
     if (w == pid) break;
     if (w < 0 && errno != EINTR) break;
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (elapsed > options.timeout_s) {
-      timed_out = true;
+    if (elapsed > timeout_s) {
+      r.timed_out = true;
       kill(-pid, SIGKILL);
       waitpid(pid, &status, 0);
       break;
@@ -199,20 +192,48 @@ TrialResult run_trial(const std::string& id, const Config& config, const TrialOp
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the child, not work
   }
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!r.timed_out) {
+    if (WIFSIGNALED(status)) {
+      r.signal = WTERMSIG(status);
+      r.exit_code = 128 + r.signal;
+    } else {
+      r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+  }
+  return r;
+}
+
+TrialResult run_trial(const std::string& id, const Config& config, const TrialOptions& options) {
+  fs::create_directories(options.work_dir);
+  // The pid in the names keeps a trial orphaned by a killed sweep from writing into the file of
+  // the same trial rerun by the resumed sweep.
+  const std::string stem = fmt::format("{}.{}", id, ::getpid());
+  const fs::path metrics = options.work_dir / (stem + ".jsonl");
+  const fs::path log = options.work_dir / (stem + ".log");
+  fs::remove(metrics);
+  Config c = config;
+  c["metrics"] = metrics.string();
+  std::vector<std::string> args = config_args(c);
+  args.insert(args.begin(), options.ft_train.string());
+  const ChildResult child = run_child(args, log, options.timeout_s);
+  TrialResult r;
+  const bool timed_out = child.timed_out;
+  const int status_signal = child.signal;
+  r.wall_s = child.wall_s;
   if (timed_out) {
     r.status = TrialStatus::kTimeout;
+    read_metrics(metrics, &r);  // the steps it finished, if any
     r.reason = fmt::format("killed after the {:.0f} s time limit", options.timeout_s);
-    read_metrics(metrics, &r);
     return r;
   }
-  if (WIFSIGNALED(status)) {
+  if (status_signal != 0) {
     r.status = TrialStatus::kCrash;
-    r.exit_code = 128 + WTERMSIG(status);
-    r.reason = fmt::format("killed by signal {} ({}); log: {}", WTERMSIG(status),
-                           strsignal(WTERMSIG(status)), last_error_line(log));
+    r.exit_code = child.exit_code;
+    r.reason = fmt::format("killed by signal {} ({}); log: {}", status_signal,
+                           strsignal(status_signal), last_error_line(log));
     return r;
   }
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.exit_code = child.exit_code;
   if (r.exit_code == 3) {
     r.status = TrialStatus::kOom;
     r.reason = "out of memory: " + last_error_line(log);
@@ -220,9 +241,9 @@ TrialResult run_trial(const std::string& id, const Config& config, const TrialOp
   }
   if (r.exit_code != 0) {
     r.status = TrialStatus::kCrash;
-    r.reason = fmt::format("exit status {}: {}", r.exit_code,
-                           r.exit_code == 127 ? "cannot execute " + options.ft_train.string()
-                                              : last_error_line(log));
+    r.reason = fmt::format(
+        "exit status {}: {}", r.exit_code,
+        r.exit_code == 127 ? "cannot execute " + options.ft_train.string() : last_error_line(log));
     return r;
   }
   if (!read_metrics(metrics, &r)) {

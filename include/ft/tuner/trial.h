@@ -45,6 +45,19 @@ struct TrialOptions {
   double timeout_s = 300;
 };
 
+// A child process run to completion or killed (with its process group) after `timeout_s`;
+// stdout and stderr go to `log`. Exit 127: the program could not be executed.
+struct ChildResult {
+  int exit_code = 0;  // 128 + signal when killed by a signal
+  int signal = 0;
+  bool timed_out = false;
+  double wall_s = 0;
+};
+ChildResult run_child(const std::vector<std::string>& command, const std::filesystem::path& log,
+                      double timeout_s);
+// The last line of a log that looks like an error (or the last line), at most 300 characters.
+std::string last_error_line(const std::filesystem::path& log);
+
 // Runs ft-train with `config` as a child process in its own process group; kills the group
 // after the time limit. Exit 3 (ft-train's out-of-memory status) is kOom, a signal or other
 // nonzero exit is kCrash with the log's last error line, a killed run is kTimeout. Never

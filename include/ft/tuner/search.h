@@ -1,0 +1,139 @@
+// search.h: the tuner's knob space, grid and guided (diagnose -> optimize -> verify) sweeps.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ft/tuner/journal.h"
+#include "ft/tuner/trial.h"
+#include "ft/tuner/verify.h"
+
+namespace ft::tuner {
+
+// A finding of ft-diagnose's report.json: {class, share, severity, title, evidence, knobs[]}.
+struct Finding {
+  std::string cls;
+  double share = 0;  // recoverable share of step time, 0..1 (0 for risk findings such as loss)
+  std::string severity, title, evidence;
+  std::vector<std::string> knobs;  // ft-train flag strings, e.g. "--micro-batch 16 --grad-accum 2"
+};
+// Reads DIR/report.json; throws FormatError (with the file) when it is not a diagnosis.
+std::vector<Finding> read_diagnosis(const std::filesystem::path& report_json);
+
+// One dimension of the space: alternative settings, each a patch of ft-train flags.
+struct Dimension {
+  std::string name;
+  std::vector<Config> settings;
+};
+
+// How the global batch may change. Fixed by default; with allow_change the LR (and min-lr) is
+// scaled by (new/old global batch) for "linear" or its square root for "sqrt", and steps and
+// warmup are scaled by old/new so the run covers the same tokens.
+struct BatchRule {
+  bool allow_change = false;
+  std::string lr_scaling = "sqrt";
+};
+
+// The flags `ft-train --help` lists (long names without "--").
+std::set<std::string> help_flags(const std::string& help_text);
+
+// The defaults `ft-train --help` prints ("--precision arg (=fp32)"); booleans as true/false.
+std::map<std::string, std::string> help_defaults(const std::string& help_text);
+// config_key of `c` with the knob flags it leaves at ft-train's defaults spelled out, so
+// "--precision fp32" and no --precision are the same configuration.
+std::string effective_key(const Config& c, const std::map<std::string, std::string>& defaults);
+
+// precision x checkpoint x (micro-batch, grad-accum) x loader workers/prefetch (when `flags`
+// has them) x allocator caching x attention. The split keeps B*K fixed unless the rule allows a
+// change (then B in {B/2, B, 2B, 4B} with K = 1 as well).
+std::vector<Dimension> default_space(const Config& baseline, const std::set<std::string>& flags,
+                                     const BatchRule& rule);
+// Every combination, the baseline first, the rest in a seeded shuffle (so a budget-truncated
+// grid is an unbiased sample); duplicates removed.
+std::vector<Config> grid_configs(const Config& baseline, const std::vector<Dimension>& space,
+                                 uint64_t seed, const BatchRule& rule,
+                                 const std::map<std::string, std::string>& defaults = {});
+// `incumbent` with `patch` applied under the batch rule. Returns nullopt and sets `why` when the
+// patch would change the global batch and that is not allowed, or cannot keep it fixed.
+std::optional<Config> apply_knob(const Config& incumbent, const Config& patch,
+                                 const BatchRule& rule, std::string* why);
+int global_batch(const Config& c);  // micro-batch x grad-accum (ft-train defaults 8 x 1)
+
+struct SweepOptions {
+  std::string strategy = "guided";  // guided | grid
+  Config baseline;                  // the user's ft-train flags
+  int budget_trials = 0;            // 0: unlimited (grid: the whole space)
+  double budget_minutes = 0;        // 0: unlimited; counts recorded trial wall time
+  int trial_steps = 12;
+  int verify_steps = 60;
+  int repeats = 2;  // alternating incumbent/candidate re-measurements
+  int candidates_per_round = 2;
+  int max_verify = 3;             // grid: verify at most this many of the fastest
+  double min_gain = 0.05;         // stop when no finding's share promises more
+  double min_improvement = 0.02;  // floor of the noise threshold
+  uint64_t seed = 1;
+  BatchRule batch;
+  VerifyRules verify;
+  std::set<std::string> train_flags;                  // from ft-train --help
+  std::vector<Dimension> space;                       // grid space; empty: default_space()
+  std::map<std::string, std::string> train_defaults;  // from ft-train --help
+  double memory_limit = 0;                            // bytes for the skip rule; 0: no limit
+  bool memory_skip = true;  // skip configs predicted to exceed memory_limit
+};
+
+struct Decision {
+  int round = 0;
+  std::string kind;  // diagnose | skip | trial | measure | accept | reject | stop
+  std::string text;
+  std::vector<int> trials;
+};
+
+struct SweepOutcome {
+  std::string strategy;
+  std::vector<JournalEntry> trials;  // in id order (also the journal)
+  std::vector<Decision> decisions;
+  Config baseline, best;    // knob configs (the user's steps), best.cfg is `best`
+  int baseline_trial = -1;  // short-trial ids
+  int best_trial = -1;
+  int baseline_verify = -1;  // verify-run ids: baseline and each accepted change
+  std::vector<int> accepted_verifies;
+  std::string stop_reason;
+  int trials_run = 0;  // trials that ran (skipped ones excluded)
+  int diagnoses = 0;
+  double spent_s = 0;  // sum of trial wall times
+};
+
+// Runs (or, for ids already journaled, replays) one trial.
+using TrialFn = std::function<TrialResult(const std::string& id, const Config& config)>;
+// Diagnoses `config` (round 1 = baseline) and returns its findings.
+using DiagnoseFn = std::function<std::vector<Finding>(int round, const Config& config)>;
+using ProgressFn = std::function<void(const SweepOutcome& so_far, int trials_left)>;
+
+// The sweep. Trial ids are sequential and every decision depends only on the options (seed)
+// and the recorded results, so a journaled trial is replayed, never rerun; a journal that does
+// not match (different flags or seed) is a ConfigError naming the first differing trial.
+SweepOutcome run_sweep(const SweepOptions& options, Journal& journal, const TrialFn& run,
+                       const DiagnoseFn& diagnose, const ProgressFn& progress = nullptr);
+
+// Runs `ft-diagnose run --out DIR <config flags>` as a child process with a time limit and
+// reads DIR/report.json. An existing DIR/report.json (a resumed sweep) is read, not rerun.
+// Throws IoError (with the log's last line) when ft-diagnose fails or writes no report.
+std::vector<Finding> run_diagnosis(const std::filesystem::path& ft_diagnose,
+                                   const std::filesystem::path& dir, const Config& config,
+                                   double timeout_s);
+
+// Throws ConfigError when `c` has a flag that ft-train (`train_flags`, from its --help) does not
+// list, or when ft_trainer rejects the values (flags it does not know are left to ft-train).
+void validate_config(const Config& c, const std::set<std::string>& train_flags);
+
+// Predicted peak bytes of a knob config (flags ft_trainer does not know are ignored); 0 when it
+// cannot be predicted.
+double predicted_peak(const Config& c);
+
+}  // namespace ft::tuner

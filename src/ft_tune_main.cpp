@@ -1,0 +1,292 @@
+// ft_tune_main.cpp: ft-tune, the diagnose -> optimize -> verify sweep command.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ft/core/atomic_file.h"
+#include "ft/core/error.h"
+#include "ft/trainer/train_config.h"
+#include "ft/tuner/journal.h"
+#include "ft/tuner/report.h"
+#include "ft/tuner/search.h"
+#include "ft/tuner/trial.h"
+
+namespace fs = std::filesystem;
+using namespace ft;
+using namespace ft::tuner;
+
+namespace {
+
+constexpr const char* kUsage =
+    R"(usage: ft-tune --out DIR --strategy guided|grid [options] [ft-train flags]
+
+  --out DIR               sweep directory: journal.jsonl, best.cfg, report.{md,html,json}
+  --strategy S            guided (diagnose -> optimize -> verify, needs ft-diagnose) or grid
+  --budget-trials N       stop after N trials have run (0: no limit)
+  --budget-minutes M      stop after M minutes of trial time (0: no limit)
+  --trial-steps N         steps of a short throughput trial (default 12)
+  --verify-steps N        steps of a loss-curve verification run (default 60)
+  --trial-timeout S       seconds before a trial is killed (default 300)
+  --repeats N             alternating incumbent/candidate re-measurements (default 2)
+  --candidates N          guided: candidates tried per diagnosis round (default 2)
+  --min-gain F            guided: stop when no finding's share exceeds F (default 0.05)
+  --knobs LIST            grid dimensions, comma-separated from precision,checkpoint,batch,
+                          loader,allocator,attention (default: all available)
+  --allow-batch-change    the global batch may change; LR scaled by --lr-scaling
+  --lr-scaling R          sqrt (default) or linear
+  --seed S                sweep order and every trial's ft-train --seed (default 1337)
+  --no-memory-skip        run configs the memory model predicts to run out of memory
+  --resume                continue the sweep journaled in DIR (nothing is rerun)
+Any other flag is an ft-train flag of the baseline configuration. ft-train and ft-diagnose
+are found next to ft-tune (override with FT_TRAIN / FT_DIAGNOSE).
+)";
+
+fs::path self_dir() {
+  std::error_code ec;
+  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::current_path() : p.parent_path();
+}
+
+fs::path tool(const char* env, const char* name) {
+  const char* e = std::getenv(env);
+  return e && *e ? fs::path(e) : self_dir() / name;
+}
+
+double available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+template <typename T>
+T number(const std::string& flag, const std::string& v) {
+  try {
+    size_t used = 0;
+    const double d = std::stod(v, &used);
+    if (used != v.size() || d < 0) throw std::invalid_argument(v);
+    return static_cast<T>(d);
+  } catch (const std::exception&) {
+    throw ConfigError(fmt::format("{} '{}': expected a non-negative number", flag, v));
+  }
+}
+
+class Progress {
+ public:
+  explicit Progress(std::chrono::steady_clock::time_point t0) : t0_(t0), tty_(isatty(2)) {}
+  void operator()(const SweepOutcome& o, int left) {
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    double best = 0;
+    std::string best_change = "-";
+    for (const auto& e : o.trials) {
+      if (e.result.status == TrialStatus::kOk && e.phase != "verify" &&
+          e.phase != "verify-baseline" && e.result.tokens_per_s > best) {
+        best = e.result.tokens_per_s;
+        best_change = e.change;
+      }
+    }
+    const int done = o.trials_run;
+    std::string bar;
+    if (left >= 0) {
+      const int width = 24, filled = done + left > 0 ? width * done / (done + left) : width;
+      bar = fmt::format("[{}{}] ", std::string(static_cast<size_t>(filled), '#'),
+                        std::string(static_cast<size_t>(width - filled), '.'));
+    }
+    const std::string line =
+        fmt::format("{}{:02d}:{:02d} elapsed, {} trials done, {} left, best {:.0f} tok/s ({})", bar,
+                    static_cast<int>(el) / 60, static_cast<int>(el) % 60, done,
+                    left >= 0 ? std::to_string(left) : std::string("?"), best, best_change);
+    if (tty_) {
+      std::fprintf(stderr, "\r\033[K%s", line.substr(0, 160).c_str());
+    } else {
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (tty_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+  bool tty_;
+};
+
+int run(int argc, char** argv) {
+  SweepOptions opt;
+  opt.seed = 1337;
+  fs::path out;
+  bool resume = false;
+  bool seed_given = false;
+  double trial_timeout = 300;
+  std::string knobs;
+  std::vector<std::string> train_words;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw ConfigError(fmt::format("{} needs a value", a));
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::cout << kUsage;
+      return 0;
+    } else if (a == "--out") {
+      out = value();
+    } else if (a == "--strategy") {
+      opt.strategy = value();
+    } else if (a == "--budget-trials") {
+      opt.budget_trials = number<int>(a, value());
+    } else if (a == "--budget-minutes") {
+      opt.budget_minutes = number<double>(a, value());
+    } else if (a == "--trial-steps") {
+      opt.trial_steps = number<int>(a, value());
+    } else if (a == "--verify-steps") {
+      opt.verify_steps = number<int>(a, value());
+    } else if (a == "--trial-timeout") {
+      trial_timeout = number<double>(a, value());
+    } else if (a == "--repeats") {
+      opt.repeats = number<int>(a, value());
+    } else if (a == "--candidates") {
+      opt.candidates_per_round = std::max(1, number<int>(a, value()));
+    } else if (a == "--min-gain") {
+      opt.min_gain = number<double>(a, value());
+    } else if (a == "--knobs") {
+      knobs = value();
+    } else if (a == "--allow-batch-change") {
+      opt.batch.allow_change = true;
+    } else if (a == "--lr-scaling") {
+      opt.batch.lr_scaling = value();
+    } else if (a == "--seed") {
+      opt.seed = number<uint64_t>(a, value());
+      seed_given = true;
+    } else if (a == "--no-memory-skip") {
+      opt.memory_skip = false;
+    } else if (a == "--resume") {
+      resume = true;
+    } else {
+      train_words.push_back(a);
+    }
+  }
+  if (out.empty()) throw ConfigError("--out DIR is required");
+  if (opt.strategy != "guided" && opt.strategy != "grid") {
+    throw ConfigError(fmt::format("--strategy '{}': expected guided or grid", opt.strategy));
+  }
+  if (opt.batch.lr_scaling != "sqrt" && opt.batch.lr_scaling != "linear") {
+    throw ConfigError(
+        fmt::format("--lr-scaling '{}': expected sqrt or linear", opt.batch.lr_scaling));
+  }
+  if (trial_timeout <= 0) throw ConfigError("--trial-timeout must be positive");
+  opt.baseline = parse_flag_words(train_words);
+  for (const char* k : {"metrics", "save", "resume", "config", "help"}) {
+    if (opt.baseline.count(k)) throw ConfigError(fmt::format("--{} cannot be part of a sweep", k));
+  }
+  opt.baseline["seed"] =
+      seed_given || !opt.baseline.count("seed") ? std::to_string(opt.seed) : opt.baseline["seed"];
+
+  const fs::path ft_train = tool("FT_TRAIN", "ft-train");
+  const fs::path ft_diagnose = tool("FT_DIAGNOSE", "ft-diagnose");
+  if (access(ft_train.c_str(), X_OK) != 0) {
+    throw IoError(fmt::format("ft-train not found at {} (set FT_TRAIN)", ft_train.string()));
+  }
+  if (opt.strategy == "guided" && access(ft_diagnose.c_str(), X_OK) != 0) {
+    throw IoError(
+        fmt::format("--strategy guided needs ft-diagnose, which is not at {} (build "
+                    "it, or set FT_DIAGNOSE); ft-tune does not guess a diagnosis",
+                    ft_diagnose.string()));
+  }
+  fs::create_directories(out);
+  const ChildResult help = run_child({ft_train.string(), "--help"}, out / "ft-train-help.txt", 60);
+  if (help.exit_code != 0) throw IoError(fmt::format("{} --help failed", ft_train.string()));
+  opt.train_flags = help_flags(read_file(out / "ft-train-help.txt"));
+  opt.train_defaults = help_defaults(read_file(out / "ft-train-help.txt"));
+  validate_config(opt.baseline, opt.train_flags);
+  if (!knobs.empty()) {
+    const auto all = default_space(opt.baseline, opt.train_flags, opt.batch);
+    std::string rest = knobs + ",";
+    std::set<std::string> want;
+    for (size_t p; (p = rest.find(',')) != std::string::npos; rest.erase(0, p + 1)) {
+      if (p > 0) want.insert(rest.substr(0, p));
+    }
+    const std::map<std::string, std::string> names = {{"precision", "precision"},
+                                                      {"checkpoint", "checkpoint"},
+                                                      {"batch", "micro-batch x grad-accum"},
+                                                      {"loader", "loader"},
+                                                      {"allocator", "allocator"},
+                                                      {"attention", "attention"}};
+    for (const auto& w : want) {
+      if (!names.count(w)) throw ConfigError(fmt::format("--knobs: unknown dimension '{}'", w));
+    }
+    for (const auto& d : all) {
+      for (const auto& w : want) {
+        if (names.at(w) == d.name) opt.space.push_back(d);
+      }
+    }
+    if (opt.space.empty()) throw ConfigError("--knobs selects no available dimension");
+  }
+  // The memory limit the skip rule checks: the baseline's --memory-limit, else what the
+  // machine has available now.
+  {
+    Config only{
+        {"memory-limit", opt.baseline.count("memory-limit") ? opt.baseline["memory-limit"] : "0"}};
+    std::vector<std::string> words{"ft-train"};
+    for (const auto& w : config_args(only)) words.push_back(w);
+    std::vector<const char*> av;
+    for (auto& w : words) av.push_back(w.c_str());
+    const auto tc = trainer::parse_train_args(static_cast<int>(av.size()), av.data());
+    opt.memory_limit =
+        tc && tc->memory_limit > 0 ? static_cast<double>(tc->memory_limit) : available_memory();
+  }
+
+  Journal journal(out / "journal.jsonl", resume);
+  if (journal.dropped_bytes() > 0) {
+    std::fprintf(stderr,
+                 "ft-tune: dropped a torn last journal line (%zu bytes) of a killed sweep\n",
+                 journal.dropped_bytes());
+  }
+  TrialOptions topt{ft_train, out / "trials", trial_timeout};
+  const TrialFn run_fn = [&](const std::string& id, const Config& c) {
+    return run_trial(id, c, topt);
+  };
+  const DiagnoseFn diag_fn = [&](int round, const Config& c) {
+    return run_diagnosis(ft_diagnose, out / fmt::format("diag_{}", round), c, trial_timeout * 2);
+  };
+  Progress progress(std::chrono::steady_clock::now());
+  const ProgressFn progress_fn = [&](const SweepOutcome& o, int left) { progress(o, left); };
+  const SweepOutcome o = run_sweep(opt, journal, run_fn, diag_fn, progress_fn);
+  progress.finish();
+  write_outputs(out, o, opt);
+  std::cout << fmt::format(
+      "best: {} ({} trials run; stopped: {})\nwrote {}/best.cfg and "
+      "report.{{md,html,json}}\n",
+      describe_diff(o.baseline, o.best), o.trials_run, o.stop_reason, out.string());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "ft-tune: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ft-tune: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,295 @@
+// tune_cli_test.cpp: ft-tune end to end with real ft-train trials on tiny models.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "ft/core/atomic_file.h"
+#include "ft/tuner/journal.h"
+#include "ft/tuner/search.h"
+#include "ft/tuner/trial.h"
+#include "ft/tuner/verify.h"
+
+namespace ft::tuner {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kBin = FT_BINARY_DIR;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path d =
+      fs::temp_directory_path() / ("ft_tune_cli_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+fs::path corpus() {
+  static const fs::path p = [] {
+    const fs::path d = temp_dir("corpus");
+    std::string text;
+    for (int i = 0; i < 400; ++i) {
+      text += "In the beginning God created the heaven and the earth. " + std::to_string(i % 7) +
+              "\n\n";
+    }
+    write_file_atomic(d / "c.txt", text);
+    return d / "c.txt";
+  }();
+  return p;
+}
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+Result sh(const std::string& cmd) {
+  Result r{0, ""};
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string tiny() {
+  return " --data " + corpus().string() +
+         " --layers 1 --heads 2 --channels 32 --seq-len 32 --threads 1 ";
+}
+
+Result tune(const std::string& args) { return sh(kBin + "/ft-tune " + args); }
+
+std::vector<JournalEntry> journal(const fs::path& dir) {
+  Journal j(dir / "journal.jsonl", true);
+  return j.entries();
+}
+
+json report(const fs::path& dir) { return json::parse(read_file(dir / "report.json")); }
+
+TEST(TuneCli, GridOnATinySpaceWritesReportsAndALoadableBestCfg) {
+  const fs::path d = temp_dir("grid");
+  const Result r = tune("--out " + d.string() +
+                        " --strategy grid --knobs precision,attention "
+                        "--trial-steps 6 --verify-steps 30 --micro-batch 4" +
+                        tiny());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto entries = journal(d);
+  const json rep = report(d);
+  EXPECT_EQ(rep["trials_run"].get<size_t>(), entries.size());
+  int grid = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    EXPECT_EQ(entries[i].id, static_cast<int>(i));
+    grid += entries[i].phase == "grid" || entries[i].phase == "baseline";
+  }
+  EXPECT_EQ(grid, 6);  // 3 precisions x 2 attentions; "fp32 + flash" is the baseline itself
+  EXPECT_EQ(entries[0].phase, "baseline");
+  const std::string html = read_file(d / "report.html");
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("polyline"), std::string::npos);
+  EXPECT_NE(read_file(d / "report.md").find("## Decisions"), std::string::npos);
+  EXPECT_NE(r.out.find("trials done"), std::string::npos);  // the progress line
+  // best.cfg loads in ft-train.
+  const Result t = sh(kBin + "/ft-train --config " + (d / "best.cfg").string() + " --steps 2 -q");
+  EXPECT_EQ(t.status, 0) << t.out;
+}
+
+TEST(TuneCli, OomTimeoutAndPredictedSkipAreRecordedAndTheSweepGoesOn) {
+  const std::string model = " --data " + corpus().string() +
+                            " --layers 1 --heads 4 --channels 32 --seq-len 256 --micro-batch 4 "
+                            "--threads 2 --memory-limit 6M";
+  // Measured: flash peaks at 4.0 MiB, naive attention at 8.0 MiB.
+  const fs::path a = temp_dir("oom");
+  Result r = tune("--out " + a.string() +
+                  " --strategy grid --knobs attention --no-memory-skip "
+                  "--trial-steps 3 --verify-steps 10" +
+                  model);
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto e = journal(a);
+  ASSERT_GE(e.size(), 2u);
+  EXPECT_EQ(e[0].result.status, TrialStatus::kOk);
+  EXPECT_EQ(e[1].config.at("attention"), "naive");
+  EXPECT_EQ(e[1].result.status, TrialStatus::kOom);
+  EXPECT_NE(e[1].result.reason.find("out of memory"), std::string::npos) << e[1].result.reason;
+  // With the memory model on, the same config is skipped before it runs, and the report says so.
+  const fs::path b = temp_dir("skip");
+  r = tune("--out " + b.string() +
+           " --strategy grid --knobs attention --trial-steps 3 "
+           "--verify-steps 10" +
+           model);
+  ASSERT_EQ(r.status, 0) << r.out;
+  e = journal(b);
+  ASSERT_GE(e.size(), 2u);
+  EXPECT_TRUE(e[1].skipped);
+  EXPECT_EQ(e[1].result.status, TrialStatus::kRejected);
+  EXPECT_NE(read_file(b / "report.md").find("memory model predicts"), std::string::npos);
+  // A trial longer than --trial-timeout is killed and marked; the grid continues.
+  const fs::path c = temp_dir("timeout");
+  r = tune("--out " + c.string() +
+           " --strategy grid --knobs attention --trial-steps 200000 "
+           "--trial-timeout 1 --micro-batch 4" +
+           tiny());
+  ASSERT_EQ(r.status, 0) << r.out;
+  e = journal(c);
+  ASSERT_EQ(e.size(), 2u);
+  for (const auto& x : e) {
+    EXPECT_EQ(x.result.status, TrialStatus::kTimeout);
+    EXPECT_NE(x.result.reason.find("time limit"), std::string::npos);
+  }
+}
+
+TEST(TuneCli, KillDashNineMidSweepThenResumeLosesAndRepeatsNothing) {
+  const fs::path a = temp_dir("kill"), b = temp_dir("whole");
+  const std::string args =
+      " --strategy grid --knobs precision,attention "
+      "--trial-steps 20 --verify-steps 20 --micro-batch 4" +
+      tiny();
+  const std::string cmd =
+      kBin + "/ft-tune --out " + a.string() + args + " > " + (a.string() + ".log") + " 2>&1";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait for a few journaled trials, then kill the sweep without warning.
+  size_t lines = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (lines < 3 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling the journal
+    std::ifstream in(a / "journal.jsonl");
+    lines = 0;
+    for (std::string l; std::getline(in, l);) ++lines;
+  }
+  ASSERT_GE(lines, 3u) << "the sweep journaled too few trials to kill it mid-sweep";
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  const size_t before = journal(a).size();
+  Result r = tune("--out " + a.string() + args);
+  EXPECT_EQ(r.status, 2) << "an existing journal without --resume must be refused: " << r.out;
+  r = tune("--out " + a.string() + args + " --resume");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto resumed = journal(a);
+  EXPECT_GT(resumed.size(), before);
+  const Result w = tune("--out " + b.string() + args);
+  ASSERT_EQ(w.status, 0) << w.out;
+  const auto whole = journal(b);
+  // Every grid point exactly once, in the uninterrupted sweep's order.
+  std::set<std::string> seen;
+  size_t k = 0;
+  for (const auto& e : resumed) {
+    EXPECT_EQ(e.id, static_cast<int>(k));
+    if (e.phase == "grid" || e.phase == "baseline") {
+      EXPECT_TRUE(seen.insert(config_key(e.config)).second) << "repeated: " << config_key(e.config);
+      ASSERT_LT(k, whole.size());
+      EXPECT_EQ(config_key(e.config), config_key(whole[k].config));
+    }
+    ++k;
+  }
+  EXPECT_EQ(seen.size(), 6u);
+  // Decisions depend only on the journal: resuming the finished sweep replays it, runs nothing
+  // and decides the same.
+  const json first = report(a);
+  r = tune("--out " + a.string() + args + " --resume");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(journal(a).size(), resumed.size());
+  EXPECT_EQ(report(a)["decisions"], first["decisions"]);
+  EXPECT_EQ(report(a)["best"], first["best"]);
+}
+
+// The rejection itself, deterministic: loss curves do not depend on timing.
+TEST(TuneCli, VerificationRejectsALinearlyScaledLrThatBreaksConvergence) {
+  const fs::path d = temp_dir("verify");
+  const Config base = parse_flag_words({"--data",        corpus().string(),
+                                        "--layers",      "2",
+                                        "--heads",       "2",
+                                        "--channels",    "32",
+                                        "--seq-len",     "32",
+                                        "--threads",     "1",
+                                        "--micro-batch", "1",
+                                        "--lr",          "0.03",
+                                        "--min-lr",      "0",
+                                        "--warmup",      "0",
+                                        "--steps",       "160",
+                                        "--quiet"});
+  std::string why;
+  const auto big = apply_knob(base, {{"micro-batch", "16"}}, BatchRule{true, "linear"}, &why);
+  ASSERT_TRUE(big) << why;
+  EXPECT_EQ(big->at("lr"), "0.48");
+  EXPECT_EQ(big->at("steps"), "10");
+  TrialOptions opt{kBin + "/ft-train", d, 300};
+  const TrialResult rb = run_trial("base", base, opt);
+  const TrialResult rc = run_trial("big", *big, opt);
+  ASSERT_EQ(rb.status, TrialStatus::kOk) << rb.reason;
+  ASSERT_EQ(rc.status, TrialStatus::kOk) << rc.reason;
+  EXPECT_NEAR(rb.tokens.back(), rc.tokens.back(), 1);  // equal tokens: 160 x 32 = 10 x 512
+  const VerifyResult v = verify_curve({rb.tokens, rb.losses}, {rc.tokens, rc.losses});
+  EXPECT_FALSE(v.accepted);
+  EXPECT_GT(v.cand_final, v.limit) << v.reason;
+  // The same run compared with itself passes: the rule is not simply rejecting everything.
+  EXPECT_TRUE(verify_curve({rb.tokens, rb.losses}, {rb.tokens, rb.losses}).accepted);
+}
+
+TEST(TuneCli, GuidedNeverKeepsTheBrokenChangeAndNeedsARealDiagnoser) {
+  const fs::path d = temp_dir("guided");
+  const std::string fake = (d / "fake-ft-diagnose").string();
+  // Test double for ft-diagnose: writes the findings file into --out DIR/report.json.
+  write_file_atomic(fake,
+                    "#!/bin/sh\nout=''; prev=''\nfor a in \"$@\"; do [ \"$prev\" = --out ] && "
+                    "out=\"$a\"; prev=\"$a\"; done\nmkdir -p \"$out\"\ncp \"" +
+                        (d / "findings.json").string() + "\" \"$out/report.json\"\n");
+  fs::permissions(fake, fs::perms::owner_all);
+  write_file_atomic(d / "findings.json",
+                    R"({"findings": [{"class": "batch", "share": 0.6, "severity": "warning",
+                        "title": "under-filled micro-batch", "evidence": "tiny <b>GEMMs</b>",
+                        "knobs": ["--micro-batch 16"]}]})");
+  const std::string model = " --data " + corpus().string() +
+                            " --layers 2 --heads 2 --channels 32 --seq-len 32 --threads 1 "
+                            "--micro-batch 1 --lr 0.03 --min-lr 0 --warmup 0 --steps 160";
+  const fs::path out = d / "sweep";
+  Result r = sh("FT_DIAGNOSE=" + fake + " " + kBin + "/ft-tune --out " + out.string() +
+                " --strategy guided --allow-batch-change --lr-scaling linear --repeats 1 "
+                "--trial-steps 8 --verify-steps 160" +
+                model);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string cfg = read_file(out / "best.cfg");
+  EXPECT_EQ(cfg.find("micro-batch = 16"), std::string::npos) << cfg;
+  const std::string md = read_file(out / "report.md");
+  bool verified = false;
+  for (const auto& e : journal(out)) {
+    if (e.phase == "verify") {
+      verified = true;
+      EXPECT_EQ(e.result.status, TrialStatus::kRejected) << e.result.reason;
+    }
+  }
+  // Whether it got past the speed gate depends on this machine's load; when it did, the report
+  // must say the loss curve rejected it.
+  if (verified) {
+    EXPECT_NE(md.find("REJECTED by the loss-curve check"), std::string::npos) << md;
+  }
+  EXPECT_NE(md.find("under-filled micro-batch"), std::string::npos);
+  EXPECT_EQ(read_file(out / "report.html").find("<b>GEMMs"), std::string::npos);
+  // Without ft-diagnose, guided fails with a clear message instead of guessing.
+  r = sh("FT_DIAGNOSE=/nonexistent/ft-diagnose " + kBin + "/ft-tune --out " + (d / "x").string() +
+         " --strategy guided" + model);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("needs ft-diagnose"), std::string::npos) << r.out;
+  EXPECT_EQ(tune("--out " + (d / "y").string() + " --strategy fastest").status, 2);
+  EXPECT_EQ(tune("--out " + (d / "y").string() + " --strategy grid --bogus-flag 3").status, 2);
+  EXPECT_EQ(tune("--strategy grid").status, 2);
+}
+
+}  // namespace
+}  // namespace ft::tuner

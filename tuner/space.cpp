@@ -1,0 +1,307 @@
+// space.cpp: the knob space, grid enumeration, knob application with the batch rule, diagnosis
+// reading and memory prediction of a flag config.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+
+#include "ft/core/atomic_file.h"
+#include "ft/core/error.h"
+#include "ft/trainer/train_config.h"
+#include "ft/tuner/memory_model.h"
+#include "ft/tuner/search.h"
+
+namespace ft::tuner {
+using nlohmann::json;
+
+std::vector<Finding> read_diagnosis(const std::filesystem::path& report_json) {
+  const std::string text = read_file(report_json);
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    throw FormatError(fmt::format("{}: not a JSON object", report_json.string()));
+  }
+  if (!j.contains("findings") || !j["findings"].is_array()) {
+    throw FormatError(fmt::format("{}: no findings[] array", report_json.string()));
+  }
+  std::vector<Finding> out;
+  int i = 0;
+  for (const auto& f : j["findings"]) {
+    try {
+      Finding x;
+      x.cls = f.at("class").get<std::string>();
+      x.share = f.value("share", 0.0);
+      if (x.share > 1.0) x.share /= 100.0;  // a percentage
+      if (!std::isfinite(x.share) || x.share < 0) x.share = 0;
+      x.severity = f.value("severity", std::string("info"));
+      x.title = f.value("title", std::string());
+      if (f.contains("evidence")) {
+        x.evidence =
+            f["evidence"].is_string() ? f["evidence"].get<std::string>() : f["evidence"].dump();
+      }
+      if (f.contains("knobs")) {
+        for (const auto& k : f["knobs"]) x.knobs.push_back(k.get<std::string>());
+      }
+      out.push_back(std::move(x));
+    } catch (const json::exception& e) {
+      throw FormatError(fmt::format("{}: findings[{}]: {}", report_json.string(), i, e.what()));
+    }
+    ++i;
+  }
+  return out;
+}
+
+std::set<std::string> help_flags(const std::string& help_text) {
+  std::set<std::string> out;
+  static const std::regex re("(^|[\\s,])--([a-z][a-z0-9-]*)");
+  for (auto it = std::sregex_iterator(help_text.begin(), help_text.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    out.insert((*it)[2].str());
+  }
+  return out;
+}
+
+std::map<std::string, std::string> help_defaults(const std::string& help_text) {
+  std::map<std::string, std::string> out;
+  static const std::regex re("--([a-z][a-z0-9-]*) arg \\(=([^)]*)\\)");
+  for (auto it = std::sregex_iterator(help_text.begin(), help_text.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    out[(*it)[1].str()] = (*it)[2].str();
+  }
+  return out;
+}
+
+std::string effective_key(const Config& c, const std::map<std::string, std::string>& defaults) {
+  static const char* kKnobs[] = {"precision",   "checkpoint", "attention",      "allocator-caching",
+                                 "micro-batch", "grad-accum", "loader-workers", "prefetch"};
+  Config e = c;
+  for (const char* k : kKnobs) {
+    const auto d = defaults.find(k);
+    if (!e.count(k) && d != defaults.end()) e[k] = d->second;
+  }
+  for (auto& [k, v] : e) {
+    if (v == "1" && k == "allocator-caching") v = "true";
+    if (v == "0" && k == "allocator-caching") v = "false";
+  }
+  return config_key(e);
+}
+
+namespace {
+
+// The TrainConfig of a flag config (ft_trainer's defaults for the rest); flags this build of
+// ft_trainer does not know (e.g. a newer ft-train's loader flags) are dropped.
+std::optional<trainer::TrainConfig> to_train_config(Config c) {
+  c.erase("metrics");
+  c.erase("config");
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    std::vector<std::string> words = config_args(c);
+    words.insert(words.begin(), "ft-tune");
+    std::vector<const char*> argv;
+    for (auto& w : words) argv.push_back(w.c_str());
+    try {
+      return trainer::parse_train_args(static_cast<int>(argv.size()), argv.data());
+    } catch (const ConfigError& e) {
+      static const std::regex unknown("unrecognised option '--([a-z0-9-]+)'");
+      std::smatch m;
+      const std::string what = e.what();
+      if (!std::regex_search(what, m, unknown) || !c.erase(m[1].str())) return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string fmt_num(double v) { return fmt::format("{:.6g}", v); }
+
+}  // namespace
+
+int global_batch(const Config& c) {
+  const auto get = [&](const char* k, int def) {
+    const auto it = c.find(k);
+    if (it == c.end()) return def;
+    try {
+      return std::stoi(it->second);
+    } catch (const std::exception&) {
+      throw ConfigError(fmt::format("--{} '{}' is not an integer", k, it->second));
+    }
+  };
+  const auto tc = to_train_config(Config{});  // ft-train's defaults
+  return get("micro-batch", tc ? tc->micro_batch : 8) * get("grad-accum", tc ? tc->grad_accum : 1);
+}
+
+double predicted_peak(const Config& c) {
+  const auto tc = to_train_config(c);
+  if (!tc) return 0;
+  try {
+    return static_cast<double>(predict_memory(*tc).peak);
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
+std::optional<Config> apply_knob(const Config& incumbent, const Config& patch,
+                                 const BatchRule& rule, std::string* why) {
+  Config c = incumbent;
+  for (const auto& [k, v] : patch) c[k] = v;
+  const int old_g = global_batch(incumbent);
+  int new_g = global_batch(c);
+  if (new_g != old_g && patch.count("micro-batch") && !patch.count("grad-accum") &&
+      !rule.allow_change) {
+    const int b = std::stoi(c["micro-batch"]);
+    if (b > 0 && old_g % b == 0) {
+      c["grad-accum"] = std::to_string(old_g / b);
+      new_g = global_batch(c);
+    }
+  }
+  if (new_g == old_g) return c;
+  if (!rule.allow_change) {
+    if (why) {
+      *why = fmt::format(
+          "changes the global batch from {} to {} sequences (pass "
+          "--allow-batch-change to permit it)",
+          old_g, new_g);
+    }
+    return std::nullopt;
+  }
+  const auto tc = to_train_config(incumbent);
+  if (!tc) {
+    if (why) *why = "the incumbent's flags do not parse";
+    return std::nullopt;
+  }
+  const double ratio = static_cast<double>(new_g) / old_g;
+  const double lr_factor = rule.lr_scaling == "linear" ? ratio : std::sqrt(ratio);
+  if (!patch.count("lr")) c["lr"] = fmt_num(tc->lr * lr_factor);
+  if (!patch.count("min-lr")) c["min-lr"] = fmt_num(tc->min_lr * lr_factor);
+  if (!patch.count("steps")) {
+    c["steps"] = std::to_string(std::max(1L, std::lround(tc->steps / ratio)));
+  }
+  if (!patch.count("warmup")) {
+    c["warmup"] = std::to_string(std::max(0L, std::lround(tc->warmup / ratio)));
+  }
+  return c;
+}
+
+std::vector<Dimension> default_space(const Config& baseline, const std::set<std::string>& flags,
+                                     const BatchRule& rule) {
+  std::vector<Dimension> dims;
+  dims.push_back(
+      {"precision", {{{"precision", "fp32"}}, {{"precision", "bf16"}}, {{"precision", "fp16"}}}});
+  dims.push_back({"checkpoint", {{{"checkpoint", "none"}}, {{"checkpoint", "block"}}}});
+  Dimension split{"micro-batch x grad-accum", {}};
+  const int g = global_batch(baseline);
+  for (int b = g; b >= 1 && split.settings.size() < 4; b /= 2) {
+    if (g % b == 0) {
+      split.settings.push_back(
+          {{"micro-batch", std::to_string(b)}, {"grad-accum", std::to_string(g / b)}});
+    }
+  }
+  if (rule.allow_change) {
+    const auto it = baseline.find("micro-batch");
+    const int b = it == baseline.end() ? g : std::stoi(it->second);
+    for (int f : {2, 4}) split.settings.push_back({{"micro-batch", std::to_string(b * f)}});
+  }
+  dims.push_back(split);
+  if (flags.count("loader-workers")) {
+    Dimension loader{"loader", {}};
+    const bool prefetch = flags.count("prefetch") > 0;
+    loader.settings.push_back(Config{{"loader-workers", "0"}});
+    for (const char* w : {"1", "2"}) {
+      loader.settings.push_back(prefetch ? Config{{"loader-workers", w}, {"prefetch", "4"}}
+                                         : Config{{"loader-workers", w}});
+    }
+    dims.push_back(loader);
+  }
+  dims.push_back(
+      {"allocator", {{{"allocator-caching", "true"}}, {{"allocator-caching", "false"}}}});
+  dims.push_back({"attention", {{{"attention", "flash"}}, {{"attention", "naive"}}}});
+  return dims;
+}
+
+std::vector<Config> grid_configs(const Config& baseline, const std::vector<Dimension>& space,
+                                 uint64_t seed, const BatchRule& rule,
+                                 const std::map<std::string, std::string>& defaults) {
+  std::vector<Config> all{baseline};
+  std::set<std::string> seen{effective_key(baseline, defaults)};
+  std::vector<size_t> idx(space.size(), 0);
+  std::vector<Config> rest;
+  for (;;) {
+    Config patch;
+    for (size_t d = 0; d < space.size(); ++d) {
+      if (space[d].settings.empty()) continue;
+      for (const auto& [k, v] : space[d].settings[idx[d]]) patch[k] = v;
+    }
+    rest.push_back(patch);
+    size_t d = 0;
+    while (d < space.size() && ++idx[d] >= std::max<size_t>(1, space[d].settings.size())) {
+      idx[d++] = 0;
+    }
+    if (d == space.size()) break;
+  }
+  std::mt19937_64 rng(seed);
+  std::shuffle(rest.begin(), rest.end(), rng);
+  for (Config& patch : rest) {
+    // The split applies against the baseline; batch-changing patches get the rule's LR scaling.
+    std::string why;
+    const auto c = apply_knob(baseline, patch, rule, &why);
+    if (!c) continue;
+    if (seen.insert(effective_key(*c, defaults)).second) all.push_back(*c);
+  }
+  return all;
+}
+
+}  // namespace ft::tuner
+
+namespace ft::tuner {
+
+void validate_config(const Config& c, const std::set<std::string>& train_flags) {
+  for (const auto& [k, v] : c) {
+    if (!train_flags.empty() && !train_flags.count(k)) {
+      throw ConfigError(fmt::format("--{} is neither an ft-tune nor an ft-train flag", k));
+    }
+  }
+  Config known = c;
+  known.erase("metrics");
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    std::vector<std::string> words = config_args(known);
+    words.insert(words.begin(), "ft-train");
+    std::vector<const char*> argv;
+    for (auto& w : words) argv.push_back(w.c_str());
+    try {
+      trainer::parse_train_args(static_cast<int>(argv.size()), argv.data());
+      return;
+    } catch (const ConfigError& e) {
+      static const std::regex unknown("unrecognised option '--([a-z0-9-]+)'");
+      std::smatch m;
+      const std::string what = e.what();
+      if (!std::regex_search(what, m, unknown) || !known.erase(m[1].str())) throw;
+    }
+  }
+}
+
+std::vector<Finding> run_diagnosis(const std::filesystem::path& ft_diagnose,
+                                   const std::filesystem::path& dir, const Config& config,
+                                   double timeout_s) {
+  const auto report = dir / "report.json";
+  if (std::filesystem::exists(report)) return read_diagnosis(report);
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> cmd{ft_diagnose.string(), "run", "--out", dir.string()};
+  for (const auto& w : config_args(config)) cmd.push_back(w);
+  const auto log = dir.string() + ".log";
+  const ChildResult r = run_child(cmd, log, timeout_s);
+  if (r.timed_out) {
+    throw IoError(
+        fmt::format("ft-diagnose did not finish within {:.0f} s (log {})", timeout_s, log));
+  }
+  if (r.exit_code != 0) {
+    throw IoError(fmt::format("ft-diagnose failed with exit status {}: {} (log {})", r.exit_code,
+                              last_error_line(log), log));
+  }
+  if (!std::filesystem::exists(report)) {
+    throw IoError(fmt::format("ft-diagnose wrote no {}", report.string()));
+  }
+  return read_diagnosis(report);
+}
+
+}  // namespace ft::tuner
