@@ -169,10 +169,7 @@ size_t kernel_breakdown_rows(const HtaFrame& f, HtaKernelType type, const HtaOpt
 }
 
 json idle_breakdown(const HtaFrame& f, const HtaOptions& o) {
-  std::unordered_map<uint64_t, int64_t> runtime_ts;  // correlation -> launch ts
-  for (const HtaRow& r : f.rows) {
-    if (!r.gpu() && r.corr != 0) runtime_ts.emplace(r.corr, r.ts);
-  }
+  const kineto::CorrIndex runtime(f.rows, /*gpu=*/false);  // correlation -> launch call
   std::vector<int64_t> streams;
   std::unordered_set<int64_t> seen;
   for (const HtaRow& r : f.rows) {
@@ -192,9 +189,9 @@ json idle_breakdown(const HtaFrame& f, const HtaOptions& o) {
     for (size_t i = 1; i < ks.size(); ++i) {
       const int64_t prev_end = ks[i - 1]->end();
       const int64_t gap = ks[i]->ts - prev_end;
-      const auto it = runtime_ts.find(ks[i]->corr);
+      const auto rt = runtime.find(ks[i]->corr);
       int c;
-      if (ks[i]->corr != 0 && it != runtime_ts.end() && it->second > prev_end) {
+      if (ks[i]->corr != 0 && rt.first != rt.second && f.rows[rt.first->row].ts > prev_end) {
         c = 0;
       } else if (gap < o.consecutive_kernel_delay_us) {
         c = 1;
@@ -230,22 +227,30 @@ bool is_queue_launch(const std::string& n) {
          n == "hipExtLaunchKernel" || n == "hipModuleLaunchKernel";
 }
 
-json launch_stats(const HtaFrame& f, const std::vector<std::string>& names, const HtaOptions& o) {
-  std::unordered_set<uint64_t> corr;
-  for (const HtaRow& r : f.rows) {
-    if (r.corr != 0 && is_stats_launch(names[r.name])) corr.insert(r.corr);
+// Per name id: bit 0 = launch call for the queue length, bit 1 = for launch statistics.
+std::vector<uint8_t> launch_kinds(const StringTable& names) {
+  std::vector<uint8_t> k(names.size(), 0);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& n = names.at(static_cast<uint32_t>(i));
+    k[i] = static_cast<uint8_t>((is_queue_launch(n) ? 1 : 0) | (is_stats_launch(n) ? 2 : 0));
   }
-  std::unordered_map<uint64_t, std::vector<const HtaRow*>> cpu;
+  return k;
+}
+
+json launch_stats(const HtaFrame& f, const std::vector<uint8_t>& kinds, const HtaOptions& o) {
+  std::vector<uint64_t> corr;  // correlation ids of launch calls (any row with such a name)
   for (const HtaRow& r : f.rows) {
-    if (!r.gpu() && r.corr != 0 && corr.count(r.corr)) cpu[r.corr].push_back(&r);
+    if (r.corr != 0 && (kinds[r.name] & 2)) corr.push_back(r.corr);
   }
+  std::sort(corr.begin(), corr.end());
+  const kineto::CorrIndex cpu(f.rows, /*gpu=*/false);
   size_t n = 0, short_k = 0, rt_out = 0, ld_out = 0;
   double cpu_sum = 0, gpu_sum = 0, ld_sum = 0;
   for (const HtaRow& g : f.rows) {
-    if (!g.gpu() || g.corr == 0 || !corr.count(g.corr)) continue;
-    const auto it = cpu.find(g.corr);
-    if (it == cpu.end()) continue;
-    for (const HtaRow* c : it->second) {
+    if (!g.gpu() || g.corr == 0 || !std::binary_search(corr.begin(), corr.end(), g.corr)) continue;
+    const auto range = cpu.find(g.corr);
+    for (auto it = range.first; it != range.second; ++it) {
+      const HtaRow* c = &f.rows[it->row];
       const int64_t ld = std::max<int64_t>(0, g.ts - (c->ts + c->dur));
       ++n;
       cpu_sum += static_cast<double>(c->dur);
@@ -382,27 +387,25 @@ std::vector<int64_t> numpy_argsort_quicksort(const std::vector<int64_t>& v) {
   return idx;
 }
 
-void queue_summary(const HtaFrame& f, const std::vector<std::string>& names, json* out) {
-  std::unordered_map<uint64_t, const HtaRow*> gpu_by_corr;
-  for (const HtaRow& r : f.rows) {
-    if (r.gpu() && r.corr != 0) gpu_by_corr.emplace(r.corr, &r);
-  }
+void queue_summary(const HtaFrame& f, const std::vector<uint8_t>& kinds, json* out) {
+  const kineto::CorrIndex gpu(f.rows, /*gpu=*/true);
   // HTA concatenates the launch calls that have a GPU partner (taking the partner's stream)
   // and the GPU events launched by them, sorts by ts, groups by stream and takes a cumsum.
   std::vector<int64_t> ts, stream;
   std::vector<int> delta;
-  std::unordered_set<uint64_t> launched;
+  std::vector<uint64_t> launched;
   for (const HtaRow& r : f.rows) {
-    if (r.gpu() || r.corr == 0 || !is_queue_launch(names[r.name])) continue;
-    const auto it = gpu_by_corr.find(r.corr);
-    if (it == gpu_by_corr.end()) continue;
+    if (r.gpu() || r.corr == 0 || !(kinds[r.name] & 1)) continue;
+    const auto it = gpu.find(r.corr);
+    if (it.first == it.second) continue;
     ts.push_back(r.ts);
-    stream.push_back(it->second->stream);
+    stream.push_back(f.rows[it.first->row].stream);
     delta.push_back(1);
-    launched.insert(r.corr);
+    launched.push_back(r.corr);
   }
+  std::sort(launched.begin(), launched.end());
   for (const HtaRow& r : f.rows) {
-    if (r.gpu() && r.corr != 0 && launched.count(r.corr)) {
+    if (r.gpu() && r.corr != 0 && std::binary_search(launched.begin(), launched.end(), r.corr)) {
       ts.push_back(r.ts);
       stream.push_back(r.stream);
       delta.push_back(-1);
@@ -451,8 +454,7 @@ json hta_analyses(const std::vector<Trace>& ranks, const HtaOptions& options) {
   size_t breakdown_rows = 0;
   for (const Trace& t : ranks) {
     const HtaFrame f = kineto::make_hta_frame(t);
-    std::vector<std::string> names(t.names.size());
-    for (size_t i = 0; i < names.size(); ++i) names[i] = t.names.at(static_cast<uint32_t>(i));
+    const std::vector<uint8_t> kinds = launch_kinds(t.names);
     out["ranks"].push_back(f.rank);
     out["events_after_load_filter"][std::to_string(f.rank)] = f.rows.size();
     out["temporal_breakdown"].push_back(temporal(f));
@@ -463,8 +465,8 @@ json hta_analyses(const std::vector<Trace>& ranks, const HtaOptions& options) {
          {HtaKernelType::kComputation, HtaKernelType::kCommunication, HtaKernelType::kMemory}) {
       breakdown_rows += kernel_breakdown_rows(f, k, options);
     }
-    queue_summary(f, names, &out["queue_length_summary"]);
-    out["cuda_kernel_launch_stats"][std::to_string(f.rank)] = launch_stats(f, names, options);
+    queue_summary(f, kinds, &out["queue_length_summary"]);
+    out["cuda_kernel_launch_stats"][std::to_string(f.rank)] = launch_stats(f, kinds, options);
   }
   std::vector<std::pair<std::string, int64_t>> types(type_sums.begin(), type_sums.end());
   std::stable_sort(types.begin(), types.end(),

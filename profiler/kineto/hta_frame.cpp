@@ -2,8 +2,8 @@
 #include "hta_frame.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
-#include <unordered_set>
 
 #include "ft/profiler/kineto_reader.h"
 
@@ -25,14 +25,21 @@ double micros_double(int64_t ns) {
 HtaFrame make_hta_frame(const Trace& trace) {
   HtaFrame f;
   f.rank = trace_rank(trace);
-  // Kernel types are a function of the name: classify each distinct name once.
+  // Kernel type and "is a ProfilerStep" are functions of the name: classify each name once.
   std::vector<int8_t> type_of(trace.names.size(), -1);
-  std::vector<int64_t> step_starts;
+  std::vector<int8_t> is_step(trace.names.size(), -1);
+  size_t n = 0;
+  for (const Event& e : trace.events) {
+    n += e.phase == Phase::kSpan && !(e.flags & kNoSourceCategory);
+  }
+  f.rows.reserve(n);
+  int64_t last_step = INT64_MIN;
+  size_t steps = 0;
   for (const Event& e : trace.events) {
     if (e.phase != Phase::kSpan || (e.flags & kNoSourceCategory)) continue;
     HtaRow r;
-    // HTA works on the JSON's float µs: ts = ceil(ts), end = floor(ts + dur). ts_ns / 1000.0
-    // is the same double the JSON text parses to (see micros_double).
+    // HTA works on the JSON's float µs: ts = ceil(ts), end = floor(ts + dur), computed on the
+    // same doubles the JSON text parses to (see micros_double).
     const double ts = micros_double(e.ts_ns);
     const double dur = micros_double(e.dur_ns);
     r.ts = static_cast<int64_t>(std::ceil(ts));
@@ -42,32 +49,53 @@ HtaFrame make_hta_frame(const Trace& trace) {
     r.name = e.name;
     r.sync = e.category == Category::kSync && e.track.device;
     if (type_of[e.name] < 0) {
-      type_of[e.name] = static_cast<int8_t>(hta_kernel_type(trace.names.at(e.name)));
+      const std::string& name = trace.names.at(e.name);
+      type_of[e.name] = static_cast<int8_t>(hta_kernel_type(name));
+      is_step[e.name] = name.rfind("ProfilerStep#", 0) == 0 ? 1 : 0;
     }
     r.type = static_cast<HtaKernelType>(type_of[e.name]);
-    if (trace.names.at(e.name).rfind("ProfilerStep#", 0) == 0) step_starts.push_back(r.ts);
+    if (is_step[e.name]) {
+      ++steps;
+      last_step = std::max(last_step, r.ts);
+    }
     f.rows.push_back(r);
   }
   // With two or more ProfilerSteps HTA keeps CPU events that start before the last step and
-  // the GPU events correlated with a kept CPU event.
-  if (step_starts.size() >= 2) {
-    const int64_t last = *std::max_element(step_starts.begin(), step_starts.end());
-    std::unordered_set<uint64_t> kept_corr;
+  // the GPU events correlated with a kept CPU event (CPU rows first, then GPU rows).
+  if (steps >= 2) {
+    std::vector<uint64_t> kept_corr;
     for (const HtaRow& r : f.rows) {
-      if (!r.gpu() && r.ts < last && r.corr != 0) kept_corr.insert(r.corr);
+      if (!r.gpu() && r.ts < last_step && r.corr != 0) kept_corr.push_back(r.corr);
     }
-    std::vector<HtaRow> cpu, gpu;
-    for (const HtaRow& r : f.rows) {
-      if (!r.gpu()) {
-        if (r.ts < last) cpu.push_back(r);
-      } else if (r.corr != 0 && kept_corr.count(r.corr)) {
-        gpu.push_back(r);
-      }
-    }
-    f.rows = std::move(cpu);
-    f.rows.insert(f.rows.end(), gpu.begin(), gpu.end());
+    std::sort(kept_corr.begin(), kept_corr.end());
+    auto keep = [&](const HtaRow& r) {
+      if (!r.gpu()) return r.ts < last_step;
+      return r.corr != 0 && std::binary_search(kept_corr.begin(), kept_corr.end(), r.corr);
+    };
+    auto end =
+        std::remove_if(f.rows.begin(), f.rows.end(), [&](const HtaRow& r) { return !keep(r); });
+    f.rows.erase(end, f.rows.end());
+    std::stable_partition(f.rows.begin(), f.rows.end(), [](const HtaRow& r) { return !r.gpu(); });
   }
   return f;
+}
+
+CorrIndex::CorrIndex(const std::vector<HtaRow>& rows, bool gpu) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].gpu() == gpu && rows[i].corr != 0) {
+      entries_.push_back({rows[i].corr, static_cast<uint32_t>(i)});
+    }
+  }
+  std::stable_sort(entries_.begin(), entries_.end(),
+                   [](const Entry& a, const Entry& b) { return a.corr < b.corr; });
+}
+
+std::pair<const CorrIndex::Entry*, const CorrIndex::Entry*> CorrIndex::find(uint64_t corr) const {
+  const auto lo = std::lower_bound(entries_.begin(), entries_.end(), corr,
+                                   [](const Entry& e, uint64_t c) { return e.corr < c; });
+  auto hi = lo;
+  while (hi != entries_.end() && hi->corr == corr) ++hi;
+  return {entries_.data() + (lo - entries_.begin()), entries_.data() + (hi - entries_.begin())};
 }
 
 }  // namespace ft::profiler::kineto

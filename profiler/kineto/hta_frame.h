@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "ft/profiler/event.h"
@@ -24,6 +25,25 @@ struct HtaRow {
 struct HtaFrame {
   int rank = 0;
   std::vector<HtaRow> rows;  // file order
+};
+
+// Rows of one side (CPU or GPU) sorted by correlation id, file order kept among equals: the
+// joins HTA does with pandas, without per-row hash-map nodes.
+class CorrIndex {
+ public:
+  struct Entry {
+    uint64_t corr;
+    uint32_t row;
+  };
+  CorrIndex(const std::vector<HtaRow>& rows, bool gpu);
+  std::pair<const Entry*, const Entry*> find(uint64_t corr) const;  // [first, last)
+  bool contains(uint64_t corr) const {
+    const auto r = find(corr);
+    return r.first != r.second;
+  }
+
+ private:
+  std::vector<Entry> entries_;
 };
 
 // Applies HTA's loading rules: spans with a source category, integer-µs rounding, and the

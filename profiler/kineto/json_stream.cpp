@@ -3,6 +3,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <climits>
@@ -20,7 +21,9 @@ constexpr size_t kMaxDepth = 512;
 
 class FileSource : public ByteSource {
  public:
-  FileSource(FILE* f, std::string path) : f_(f), path_(std::move(path)) {}
+  FileSource(FILE* f, std::string path, uint64_t size)
+      : f_(f), path_(std::move(path)), size_(size) {}
+  uint64_t size_hint() const override { return size_; }
   ~FileSource() override { std::fclose(f_); }
   size_t read(char* buf, size_t cap) override {
     const size_t n = std::fread(buf, 1, cap, f_);
@@ -34,13 +37,14 @@ class FileSource : public ByteSource {
   FILE* f_;
   std::string path_;
   uint64_t read_ = 0;
+  uint64_t size_ = 0;
 };
 
 // gzip via zlib's inflate with automatic header detection; handles concatenated members.
 class GzipSource : public ByteSource {
  public:
-  GzipSource(FILE* f, std::string path)
-      : f_(f), path_(std::move(path)), in_(new unsigned char[kIn]) {
+  GzipSource(FILE* f, std::string path, uint64_t hint)
+      : f_(f), path_(std::move(path)), in_(new unsigned char[kIn]), hint_(hint) {
     std::memset(&zs_, 0, sizeof(zs_));
     if (inflateInit2(&zs_, 15 + 32) != Z_OK) throw IoError(path_ + ": zlib init failed");
   }
@@ -93,12 +97,14 @@ class GzipSource : public ByteSource {
     return cap - zs_.avail_out;
   }
   uint64_t compressed_bytes_read() const override { return compressed_; }
+  uint64_t size_hint() const override { return hint_; }
 
  private:
   static constexpr size_t kIn = 1 << 18;
   FILE* f_;
   std::string path_;
   std::unique_ptr<unsigned char[]> in_;
+  uint64_t hint_ = 0;
   z_stream zs_;
   uint64_t compressed_ = 0;
   uint64_t out_before_ = 0;
@@ -116,6 +122,7 @@ class MemorySource : public ByteSource {
     return n;
   }
   uint64_t compressed_bytes_read() const override { return pos_; }
+  uint64_t size_hint() const override { return d_.size(); }
 
  private:
   std::string_view d_;
@@ -129,9 +136,24 @@ std::unique_ptr<ByteSource> open_byte_source(const std::string& path) {
   if (!f) throw IoError(path + ": cannot open: " + std::strerror(errno));
   unsigned char magic[2] = {0, 0};
   const size_t n = std::fread(magic, 1, 2, f);
+  uint64_t file_size = 0;
+  uint32_t isize = 0;  // gzip trailer: uncompressed size mod 2^32 (of the last member)
+  if (std::fseek(f, 0, SEEK_END) == 0) {
+    const long end = std::ftell(f);
+    if (end > 0) file_size = static_cast<uint64_t>(end);
+    unsigned char t[4];
+    if (end >= 4 && std::fseek(f, -4, SEEK_END) == 0 && std::fread(t, 1, 4, f) == 4) {
+      isize = static_cast<uint32_t>(t[0]) | static_cast<uint32_t>(t[1]) << 8 |
+              static_cast<uint32_t>(t[2]) << 16 | static_cast<uint32_t>(t[3]) << 24;
+    }
+  }
   std::rewind(f);
-  if (n == 2 && magic[0] == 0x1f && magic[1] == 0x8b) return std::make_unique<GzipSource>(f, path);
-  return std::make_unique<FileSource>(f, path);
+  if (n == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+    // Trace JSON compresses 10-20x; the hint only reserves address space, so err high.
+    const uint64_t hint = std::max<uint64_t>(isize, std::min<uint64_t>(file_size * 24, 1ull << 36));
+    return std::make_unique<GzipSource>(f, path, hint);
+  }
+  return std::make_unique<FileSource>(f, path, file_size);
 }
 
 std::unique_ptr<ByteSource> memory_byte_source(std::string_view data) {

@@ -16,6 +16,8 @@ class ByteSource {
   // Fills `buf` with up to `cap` bytes; returns 0 at end of input. Throws IoError/FormatError.
   virtual size_t read(char* buf, size_t cap) = 0;
   virtual uint64_t compressed_bytes_read() const = 0;
+  // Upper estimate of the decompressed size (0 if unknown); used to reserve address space.
+  virtual uint64_t size_hint() const { return 0; }
 };
 
 // Opens `path`, detecting gzip by its magic bytes (not by the extension).
@@ -44,6 +46,7 @@ class JsonCursor {
   JsonType peek();
   uint64_t offset() const { return base_ + pos_; }  // byte offset of the next unread byte
   uint64_t compressed_bytes_read() const { return src_->compressed_bytes_read(); }
+  uint64_t size_hint() const { return src_->size_hint(); }
 
   void begin_object();  // consumes '{'
   // Next key of the current object into `key`; false (consuming '}') when the object ends.

@@ -18,8 +18,9 @@ namespace ft::profiler {
 //    get ids from 0x80000000 up, named in Trace::processes / Trace::tracks.
 //  - Event::id = args.correlation (0 = none); Event::arg = args["External id"] (-1 = none).
 //  - bytes: memcpy/memset args.bytes; NCCL kernels In msg nelems x dtype size; [memory] |Bytes|.
-//  - [memory] instants: Phase::kInstant, Category::kAlloc, arg = signed Bytes, value = Total
-//    Allocated, followed by two kCounter events "[memory] Total Allocated" / "Total Reserved".
+//  - [memory] instants: Phase::kInstant, Category::kAlloc, arg = signed Bytes, bytes = |Bytes|,
+//    value = Total Allocated; a kCounter "[memory] Total Reserved" follows whenever the
+//    reserved total changes.
 //  - ProfilerStep#N: Category::kStep with step = N; every host span inside a step's interval
 //    (and every GPU event whose launch is inside) gets step = N after loading.
 // Trace::metadata: "source_format" (kineto | kineto-2021 | autograd-legacy), "rank" (from
