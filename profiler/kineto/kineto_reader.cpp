@@ -376,7 +376,7 @@ class Reader {
   }
 
   void map_event() {
-    if (ev_.has_cat) note_schema(ev_.cat);
+    if (ev_.has_cat && ev_.ph == 'X') note_schema(ev_.cat);
     switch (ev_.ph) {
       case 'X':
         break;
