@@ -5,7 +5,8 @@ set -euo pipefail
 set_name="${1:-core}"
 core=(build-essential cmake pkg-config git libdnnl-dev libfmt-dev libboost-program-options-dev
       nlohmann-json3-dev zlib1g-dev libgtest-dev googletest bible-kjv)
-extra=(python3 python3-torch python3-numpy libopenblas0-openmp libopenblas-dev libjemalloc2 hyperfine)
+extra=(python3 python3-torch python3-numpy libopenblas0-openmp libopenblas-dev libjemalloc2 hyperfine
+       clang libclang-rt-14-dev)
 pkgs=("${core[@]}")
 if [[ "$set_name" == "all" ]]; then pkgs+=("${extra[@]}"); fi
 
