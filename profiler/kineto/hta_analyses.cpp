@@ -456,7 +456,7 @@ json hta_analyses(const std::vector<Trace>& ranks, const HtaOptions& options) {
     const HtaFrame f = kineto::make_hta_frame(t);
     const std::vector<uint8_t> kinds = launch_kinds(t.names);
     out["ranks"].push_back(f.rank);
-    out["events_after_load_filter"][std::to_string(f.rank)] = f.rows.size();
+    out["events_after_load_filter"][std::to_string(f.rank)] = f.events_after_load_filter();
     out["temporal_breakdown"].push_back(temporal(f));
     for (auto& row : idle_breakdown(f, options)) out["idle_time_breakdown"].push_back(row);
     out["comm_comp_overlap"].push_back(overlap(f));

@@ -28,41 +28,57 @@ HtaFrame make_hta_frame(const Trace& trace) {
   // Kernel type and "is a ProfilerStep" are functions of the name: classify each name once.
   std::vector<int8_t> type_of(trace.names.size(), -1);
   std::vector<int8_t> is_step(trace.names.size(), -1);
-  size_t n = 0;
-  for (const Event& e : trace.events) {
-    n += e.phase == Phase::kSpan && !(e.flags & kNoSourceCategory);
-  }
-  f.rows.reserve(n);
-  int64_t last_step = INT64_MIN;
-  size_t steps = 0;
-  for (const Event& e : trace.events) {
-    if (e.phase != Phase::kSpan || (e.flags & kNoSourceCategory)) continue;
-    HtaRow r;
+  auto classify = [&](uint32_t name) {
+    if (type_of[name] < 0) {
+      const std::string& n = trace.names.at(name);
+      type_of[name] = static_cast<int8_t>(hta_kernel_type(n));
+      is_step[name] = n.rfind("ProfilerStep#", 0) == 0 ? 1 : 0;
+    }
+  };
+  auto kept = [](const Event& e) {
+    return e.phase == Phase::kSpan && !(e.flags & kNoSourceCategory);
+  };
+  auto rounded_ts = [](const Event& e) {
     // HTA works on the JSON's float µs: ts = ceil(ts), end = floor(ts + dur), computed on the
     // same doubles the JSON text parses to (see micros_double).
-    const double ts = micros_double(e.ts_ns);
-    const double dur = micros_double(e.dur_ns);
-    r.ts = static_cast<int64_t>(std::ceil(ts));
-    r.dur = static_cast<int64_t>(std::floor(ts + dur)) - r.ts;
-    r.stream = e.track.device && !(e.flags & kNoStream) ? static_cast<int64_t>(e.track.tid) : -1;
-    r.corr = e.id;
-    r.name = e.name;
-    r.sync = e.category == Category::kSync && e.track.device;
-    if (type_of[e.name] < 0) {
-      const std::string& name = trace.names.at(e.name);
-      type_of[e.name] = static_cast<int8_t>(hta_kernel_type(name));
-      is_step[e.name] = name.rfind("ProfilerStep#", 0) == 0 ? 1 : 0;
-    }
-    r.type = static_cast<HtaKernelType>(type_of[e.name]);
+    return static_cast<int64_t>(std::ceil(micros_double(e.ts_ns)));
+  };
+  // Pass 1: the last ProfilerStep (HTA cuts the trace there when it has two or more).
+  int64_t last_step = INT64_MIN;
+  size_t steps = 0, n = 0;
+  for (const Event& e : trace.events) {
+    if (!kept(e)) continue;
+    ++n;
+    classify(e.name);
     if (is_step[e.name]) {
       ++steps;
-      last_step = std::max(last_step, r.ts);
+      last_step = std::max(last_step, rounded_ts(e));
     }
+  }
+  const bool cut = steps >= 2;
+  // Pass 2: rows. CPU rows without a correlation id take part in no analysis; they are only
+  // counted (HTA's events_after_load_filter), which keeps the frame to launches and GPU work.
+  f.rows.reserve(n);
+  for (const Event& e : trace.events) {
+    if (!kept(e)) continue;
+    HtaRow r;
+    r.ts = rounded_ts(e);
+    r.dur =
+        static_cast<int64_t>(std::floor(micros_double(e.ts_ns) + micros_double(e.dur_ns))) - r.ts;
+    r.stream = e.track.device && !(e.flags & kNoStream) ? static_cast<int64_t>(e.track.tid) : -1;
+    r.corr = e.id;
+    if (!r.gpu() && r.corr == 0) {
+      f.uncorrelated_cpu_rows += !cut || r.ts < last_step;
+      continue;
+    }
+    r.name = e.name;
+    r.sync = e.category == Category::kSync && e.track.device;
+    r.type = static_cast<HtaKernelType>(type_of[e.name]);
     f.rows.push_back(r);
   }
-  // With two or more ProfilerSteps HTA keeps CPU events that start before the last step and
-  // the GPU events correlated with a kept CPU event (CPU rows first, then GPU rows).
-  if (steps >= 2) {
+  // The cut keeps CPU rows that start before the last step and the GPU rows correlated with a
+  // kept CPU row, CPU rows first.
+  if (cut) {
     std::vector<uint64_t> kept_corr;
     for (const HtaRow& r : f.rows) {
       if (!r.gpu() && r.ts < last_step && r.corr != 0) kept_corr.push_back(r.corr);

@@ -24,7 +24,9 @@ struct HtaRow {
 
 struct HtaFrame {
   int rank = 0;
-  std::vector<HtaRow> rows;  // file order
+  std::vector<HtaRow> rows;          // file order; CPU rows only when they carry a correlation id
+  size_t uncorrelated_cpu_rows = 0;  // kept by HTA's load rules but used by no analysis
+  size_t events_after_load_filter() const { return rows.size() + uncorrelated_cpu_rows; }
 };
 
 // Rows of one side (CPU or GPU) sorted by correlation id, file order kept among equals: the
