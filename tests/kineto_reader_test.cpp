@@ -317,4 +317,10 @@ TEST(KinetoReader, HtaEntryKeys) {
             "trace_diff/control");
   EXPECT_EQ(ft::profiler::hta_entry_key((dir.path / "trace_diff" / "control" / "t.json").string()),
             "control");
+  // Without a root, the ancestor holding hta_outputs.json is the root.
+  ft::write_file_atomic(dir.path / "hta_outputs.json", "{}");
+  EXPECT_EQ(ft::profiler::hta_entry_key((dir.path / "trace_diff" / "control").string()),
+            "trace_diff/control");
+  EXPECT_EQ(ft::profiler::hta_entry_key((dir.path / "trace_diff" / "control" / "t.json").string()),
+            "control");
 }

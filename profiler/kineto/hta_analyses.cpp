@@ -491,9 +491,21 @@ std::string hta_entry_key(const std::string& trace_path, const std::string& trac
   std::error_code ec;
   fs::path p = fs::weakly_canonical(fs::path(trace_path), ec);
   if (ec) p = fs::path(trace_path);
-  if (!fs::is_directory(p, ec)) p = p.parent_path();
+  const bool is_dir = fs::is_directory(p, ec);
+  if (!is_dir) p = p.parent_path();
+  fs::path root;
   if (!traces_root.empty()) {
-    fs::path root = fs::weakly_canonical(fs::path(traces_root), ec);
+    root = fs::weakly_canonical(fs::path(traces_root), ec);
+  } else if (is_dir) {
+    // A directory without a root: the nearest ancestor holding hta_outputs.json is the root.
+    for (fs::path a = p.parent_path(); !a.empty() && a != a.parent_path(); a = a.parent_path()) {
+      if (fs::exists(a / "hta_outputs.json", ec)) {
+        root = a;
+        break;
+      }
+    }
+  }
+  if (!root.empty()) {
     const fs::path rel = p.lexically_relative(root);
     if (!rel.empty() && rel.native().rfind("..", 0) != 0 && rel != ".") return rel.generic_string();
   }

@@ -27,7 +27,8 @@ struct HtaOptions {
 nlohmann::json hta_analyses(const std::vector<Trace>& ranks, const HtaOptions& options = {});
 
 // The key hta_outputs.json uses for a trace path: a directory's path relative to `traces_root`
-// (e.g. "trace_diff/control"), or a file's directory name; without a root, the last component.
+// (e.g. "trace_diff/control"); a directory without a root is keyed relative to the nearest
+// ancestor holding hta_outputs.json, else by its name; a file by its directory's name.
 std::string hta_entry_key(const std::string& trace_path, const std::string& traces_root = "");
 
 }  // namespace ft::profiler
