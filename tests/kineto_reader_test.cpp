@@ -239,6 +239,15 @@ TEST(KinetoReader, MalformedInputNamesTheByteOffset) {
   format_error(R"({"traceEvents": [{"ph": "X", "ts": 1, "name": "\uZZZZ"}]})");
   format_error(R"({"traceEvents": [{"ph": "X", "ts": 1, "args": {"a": tru}}]})");
   format_error(R"({"traceEvents": [{"ph": "X", "ts": -}]})");
+  EXPECT_NE(format_error(R"({"traceEvents": [{"ph": "X", "ts": 1, "dur": 9e17}]})")
+                .find("duration out of range"),
+            std::string::npos);
+  EXPECT_NE(format_error(R"({"traceEvents": [{"ph": "X", "ts": 9999999999999999}]})")
+                .find("timestamp out of range"),
+            std::string::npos);
+  // A non-integral, huge pid is accepted (as id 0), not cast out of range.
+  EXPECT_NO_THROW(ft::profiler::read_kineto_trace_from_memory(
+      R"({"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "pid": 1e300, "tid": -1.5}]})", "s"));
 }
 
 TEST(KinetoReader, EveryTruncationIsAFormatError) {

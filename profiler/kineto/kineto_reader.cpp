@@ -29,6 +29,8 @@ constexpr uint32_t kStringIdBase = 0x80000000u;
 // 64 JSON bytes costs no resident memory (untouched pages) and avoids the 2x copy of growth.
 constexpr uint64_t kMinJsonBytesPerEvent = 64;
 constexpr uint64_t kMaxReserveEvents = uint64_t{1} << 28;
+// |ts|, |dur| below 2^62 ns (~146 years) so that ts + dur never overflows.
+constexpr int64_t kMaxNs = int64_t{1} << 62;
 
 struct StringHash {
   using is_transparent = void;
@@ -199,7 +201,9 @@ class Reader {
     } else if (t == JsonType::kNumber) {
       const JsonNumber n = cur_.read_number();
       v->is_string = false;
-      v->num = n.int_ok ? n.int_value : static_cast<int64_t>(n.value);
+      v->num = n.int_ok                              ? n.int_value
+               : (n.value > -9e18 && n.value < 9e18) ? static_cast<int64_t>(n.value)
+                                                     : 0;
     } else {
       v->present = false;
       cur_.skip_value();
@@ -255,7 +259,9 @@ class Reader {
           continue;
         }
         const JsonNumber v = cur_.read_number();
-        if (!v.ns_ok) cur_.fail("timestamp out of range");
+        if (!v.ns_ok || v.micros_to_ns >= kMaxNs || v.micros_to_ns <= -kMaxNs) {
+          cur_.fail("timestamp out of range");
+        }
         ev_.ts_ns = v.micros_to_ns;
         ev_.has_ts = true;
       } else if (n == 3 && key_ == "dur") {
@@ -264,7 +270,9 @@ class Reader {
           continue;
         }
         const JsonNumber v = cur_.read_number();
-        if (!v.ns_ok) cur_.fail("duration out of range");
+        if (!v.ns_ok || v.micros_to_ns >= kMaxNs || v.micros_to_ns <= -kMaxNs) {
+          cur_.fail("duration out of range");
+        }
         ev_.dur_ns = v.micros_to_ns;
         ev_.has_dur = true;
       } else if (n == 4 && key_ == "name") {
