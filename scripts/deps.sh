@@ -6,7 +6,8 @@ set_name="${1:-core}"
 core=(build-essential cmake pkg-config git libdnnl-dev libfmt-dev libboost-program-options-dev
       nlohmann-json3-dev zlib1g-dev libgtest-dev googletest bible-kjv libxxhash-dev libicu-dev
       chromium)  # chromium: headless check of report.html (tests/report_html_browser_test.cpp)
-extra=(python3 python3-torch python3-numpy libopenblas0-openmp libopenblas-dev libjemalloc2 hyperfine fortunes)
+extra=(python3 python3-torch python3-numpy libopenblas0-openmp libopenblas-dev libjemalloc2 hyperfine fortunes
+       clang libclang-rt-14-dev)
 pkgs=("${core[@]}")
 if [[ "$set_name" == "all" ]]; then pkgs+=("${extra[@]}"); fi
 

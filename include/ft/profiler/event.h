@@ -58,6 +58,8 @@ enum EventFlags : uint8_t {
   kSlowPath = 1 << 3,  // allocator: went to the OS / device allocator
   kRetry = 1 << 4,     // allocator: freed the cache and retried
   kOom = 1 << 5,       // allocator: out of memory
+  kNoStream = 1 << 6,  // imported device event without a stream (gpu_user_annotation, ctx sync)
+  kNoSourceCategory = 1 << 7,  // imported event had no source category (legacy autograd JSON)
 };
 
 // One event, plain data: per-thread buffers hold these directly.

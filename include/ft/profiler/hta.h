@@ -1,0 +1,34 @@
+// hta.h: Holistic Trace Analysis (HTA v0.6.1) analyses recomputed by HTA's definitions.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "ft/profiler/event.h"
+
+namespace ft::profiler {
+
+// HTA's default arguments (see docs/hta_parity.md).
+struct HtaOptions {
+  int64_t consecutive_kernel_delay_us = 30;  // idle gaps below this are "kernel wait"
+  int64_t runtime_cutoff_us = 50;            // launch statistics: runtime outliers
+  int64_t launch_delay_cutoff_us = 100;      // launch statistics: launch-delay outliers
+  size_t num_kernels = 10;                   // kernel breakdown: top kernels per type
+  double duration_ratio = 0.8;               // kernel breakdown: cumulative share kept
+};
+
+// All analyses for one run (one Trace per rank, as read by read_kineto_ranks), as one entry of
+// hta_outputs.json: ranks, events_after_load_filter, temporal_breakdown, idle_time_breakdown,
+// comm_comp_overlap, kernel_type_breakdown, kernel_breakdown_rows, queue_length_summary,
+// cuda_kernel_launch_stats. Times are integer µs after HTA's rounding. Traces without a
+// source category (legacy autograd JSON) have no rows HTA would keep; their entry has zero
+// events and empty analyses.
+nlohmann::json hta_analyses(const std::vector<Trace>& ranks, const HtaOptions& options = {});
+
+// The key hta_outputs.json uses for a trace path: a directory's path relative to `traces_root`
+// (e.g. "trace_diff/control"); a directory without a root is keyed relative to the nearest
+// ancestor holding hta_outputs.json, else by its name; a file by its directory's name.
+std::string hta_entry_key(const std::string& trace_path, const std::string& traces_root = "");
+
+}  // namespace ft::profiler

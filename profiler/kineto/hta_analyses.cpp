@@ -1,0 +1,515 @@
+// hta_analyses.cpp: HTA's temporal, idle, overlap, kernel-type, launch and queue analyses.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ft/profiler/hta.h"
+#include "hta_frame.h"
+
+namespace ft::profiler {
+namespace {
+
+using kineto::HtaFrame;
+using kineto::HtaKernelType;
+using kineto::HtaRow;
+using nlohmann::json;
+
+struct Interval {
+  int64_t ts, end;
+};
+
+// HTA's merge_kernel_intervals: sort by ts; a new group starts when ts > cummax(previous end).
+std::vector<Interval> merge_intervals(std::vector<Interval> v) {
+  std::stable_sort(v.begin(), v.end(),
+                   [](const Interval& a, const Interval& b) { return a.ts < b.ts; });
+  std::vector<Interval> out;
+  int64_t cummax = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i == 0 || v[i].ts > cummax) {
+      out.push_back(v[i]);
+      cummax = v[i].end;
+    } else {
+      out.back().end = std::max(out.back().end, v[i].end);
+      cummax = std::max(cummax, v[i].end);
+    }
+  }
+  return out;
+}
+
+int64_t union_length(const std::vector<Interval>& m) {
+  int64_t s = 0;
+  for (const auto& i : m) s += i.end - i.ts;
+  return s;
+}
+
+// pandas/numpy round(x, d): round half to even of x * 10^d.
+double round_to(double x, int digits) {
+  const double p = std::pow(10.0, digits);
+  return std::nearbyint(x * p) / p;
+}
+
+json num_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+std::vector<Interval> gpu_intervals(const HtaFrame& f, int type /* -1 = all */) {
+  std::vector<Interval> v;
+  for (const HtaRow& r : f.rows) {
+    if (!r.gpu()) continue;
+    if (type >= 0 && static_cast<int>(r.type) != type) continue;
+    v.push_back({r.ts, r.end()});
+  }
+  return v;
+}
+
+json temporal(const HtaFrame& f) {
+  const auto all = merge_intervals(gpu_intervals(f, -1));
+  json row;
+  row["rank"] = f.rank;
+  if (all.empty()) {
+    row["idle_time(us)"] = nullptr;
+    return row;
+  }
+  const int64_t kernel_time = all.back().end - all.front().ts;
+  const int64_t idle = kernel_time - union_length(all);
+  const int64_t compute = union_length(
+      merge_intervals(gpu_intervals(f, static_cast<int>(HtaKernelType::kComputation))));
+  const int64_t non_compute = kernel_time - compute - idle;
+  const double kt = static_cast<double>(kernel_time);
+  row["idle_time(us)"] = static_cast<double>(idle);
+  row["compute_time(us)"] = static_cast<double>(compute);
+  row["non_compute_time(us)"] = static_cast<double>(non_compute);
+  row["kernel_time(us)"] = kt;
+  row["idle_time_pctg"] = num_or_null(round_to(100.0 * static_cast<double>(idle) / kt, 2));
+  row["compute_time_pctg"] = num_or_null(round_to(100.0 * static_cast<double>(compute) / kt, 2));
+  row["non_compute_time_pctg"] =
+      num_or_null(round_to(100.0 * static_cast<double>(non_compute) / kt, 2));
+  return row;
+}
+
+json overlap(const HtaFrame& f) {
+  const auto comm =
+      merge_intervals(gpu_intervals(f, static_cast<int>(HtaKernelType::kCommunication)));
+  const auto comp =
+      merge_intervals(gpu_intervals(f, static_cast<int>(HtaKernelType::kComputation)));
+  json row;
+  row["rank"] = f.rank;
+  if (comm.empty()) {
+    row["comp_comm_overlap_pctg"] = nullptr;
+    return row;
+  }
+  std::vector<std::pair<int64_t, int>> ev;
+  for (const auto& i : comm) ev.insert(ev.end(), {{i.ts, 1}, {i.end, -1}});
+  for (const auto& i : comp) ev.insert(ev.end(), {{i.ts, 2}, {i.end, -2}});
+  std::stable_sort(ev.begin(), ev.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  int run = 0;
+  int64_t ov = 0;
+  for (size_t i = 0; i + 1 < ev.size(); ++i) {
+    run += ev[i].second;
+    if (run == 3) ov += ev[i + 1].first - ev[i].first;
+  }
+  row["comp_comm_overlap_pctg"] =
+      round_to(100.0 * static_cast<double>(ov) / static_cast<double>(union_length(comm)), 2);
+  return row;
+}
+
+// Kernel-type time: a sweep over the per-type unions with bit 1 << i per type in HTA's order.
+void kernel_type_time(const HtaFrame& f, std::map<std::string, int64_t>* sums) {
+  static const HtaKernelType kOrder[3] = {HtaKernelType::kComputation,
+                                          HtaKernelType::kCommunication, HtaKernelType::kMemory};
+  std::vector<std::pair<int64_t, int>> ev;
+  for (int i = 0; i < 3; ++i) {
+    const auto m = merge_intervals(gpu_intervals(f, static_cast<int>(kOrder[i])));
+    // HTA melts each type's (ts, end) table: all starts, then all ends, then sorts by time.
+    for (const auto& iv : m) ev.push_back({iv.ts, 1 << i});
+    for (const auto& iv : m) ev.push_back({iv.end, -(1 << i)});
+  }
+  std::stable_sort(ev.begin(), ev.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  int run = 0;
+  for (size_t i = 0; i + 1 < ev.size(); ++i) {
+    run += ev[i].second;
+    if (run <= 0) continue;
+    std::string name;
+    for (int b = 0; b < 3; ++b) {
+      if (run & (1 << b)) {
+        if (!name.empty()) name += " overlapping ";
+        name += kineto::hta_kernel_type_name(kOrder[b]);
+      }
+    }
+    (*sums)[name] += ev[i + 1].first - ev[i].first;
+  }
+}
+
+// Rows HTA's _aggr_gpu_kernel_time produces for one rank and kernel type.
+size_t kernel_breakdown_rows(const HtaFrame& f, HtaKernelType type, const HtaOptions& o) {
+  std::unordered_map<uint32_t, int64_t> by_name;
+  for (const HtaRow& r : f.rows) {
+    if (r.gpu() && r.type == type) by_name[r.name] += r.dur;
+  }
+  if (by_name.size() <= o.num_kernels) return by_name.size();
+  std::vector<int64_t> sums;
+  for (const auto& [n, s] : by_name) sums.push_back(s);
+  std::sort(sums.rbegin(), sums.rend());
+  std::vector<double> cum(sums.size());
+  double c = 0;
+  for (size_t i = 0; i < sums.size(); ++i) cum[i] = c += static_cast<double>(sums[i]);
+  // pandas quantile, linear interpolation (cum is non-decreasing, so it is already sorted).
+  const double pos = o.duration_ratio * static_cast<double>(cum.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, cum.size() - 1);
+  const double q = cum[lo] + (cum[hi] - cum[lo]) * (pos - static_cast<double>(lo));
+  size_t kept = 0;
+  for (size_t i = 0; i < cum.size() && i < o.num_kernels; ++i) {
+    if (!(cum[i] > q)) ++kept;
+  }
+  return kept + (kept < cum.size() ? 1 : 0);
+}
+
+json idle_breakdown(const HtaFrame& f, const HtaOptions& o) {
+  const kineto::CorrIndex runtime(f.rows, /*gpu=*/false);  // correlation -> launch call
+  std::vector<int64_t> streams;
+  std::unordered_set<int64_t> seen;
+  for (const HtaRow& r : f.rows) {
+    if (r.gpu() && !r.sync && seen.insert(r.stream).second) streams.push_back(r.stream);
+  }
+  static const char* kNames[3] = {"host_wait", "kernel_wait", "other"};
+  json out = json::array();
+  for (const int64_t s : streams) {
+    std::vector<const HtaRow*> ks;
+    for (const HtaRow& r : f.rows) {
+      if (r.gpu() && !r.sync && r.stream == s) ks.push_back(&r);
+    }
+    std::stable_sort(ks.begin(), ks.end(),
+                     [](const HtaRow* a, const HtaRow* b) { return a->ts < b->ts; });
+    int64_t sum[3] = {0, 0, 0};
+    bool present[3] = {false, false, true};  // the first kernel (no gap) falls in "other"
+    for (size_t i = 1; i < ks.size(); ++i) {
+      const int64_t prev_end = ks[i - 1]->end();
+      const int64_t gap = ks[i]->ts - prev_end;
+      const auto rt = runtime.find(ks[i]->corr);
+      int c;
+      if (ks[i]->corr != 0 && rt.first != rt.second && f.rows[rt.first->row].ts > prev_end) {
+        c = 0;
+      } else if (gap < o.consecutive_kernel_delay_us) {
+        c = 1;
+      } else {
+        c = 2;
+      }
+      sum[c] += gap;
+      present[c] = true;
+    }
+    const double total = static_cast<double>(sum[0] + sum[1] + sum[2]);
+    for (int c = 0; c < 3; ++c) {
+      if (!present[c]) continue;
+      json row;
+      row["rank"] = f.rank;
+      row["stream"] = s;
+      row["idle_category"] = kNames[c];
+      row["idle_time"] = static_cast<double>(sum[c]);
+      row["idle_time_ratio"] = num_or_null(round_to(static_cast<double>(sum[c]) / total, 2));
+      out.push_back(row);
+    }
+  }
+  return out;
+}
+
+bool is_stats_launch(const std::string& n) {
+  return n == "cudaLaunchKernel" || n == "cudaLaunchKernelExC" || n == "cudaMemcpyAsync" ||
+         n == "cudaMemsetAsync" || n.rfind("runFunction", 0) == 0;
+}
+
+bool is_queue_launch(const std::string& n) {
+  return is_stats_launch(n) || n == "hipLaunchKernel" || n == "hipExtModuleLaunchKernel" ||
+         n == "hipMemcpyWithStream" || n == "hipMemcpyAsync" || n == "hipMemsetAsync" ||
+         n == "hipExtLaunchKernel" || n == "hipModuleLaunchKernel";
+}
+
+// Per name id: bit 0 = launch call for the queue length, bit 1 = for launch statistics.
+std::vector<uint8_t> launch_kinds(const StringTable& names) {
+  std::vector<uint8_t> k(names.size(), 0);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& n = names.at(static_cast<uint32_t>(i));
+    k[i] = static_cast<uint8_t>((is_queue_launch(n) ? 1 : 0) | (is_stats_launch(n) ? 2 : 0));
+  }
+  return k;
+}
+
+json launch_stats(const HtaFrame& f, const std::vector<uint8_t>& kinds, const HtaOptions& o) {
+  std::vector<uint64_t> corr;  // correlation ids of launch calls (any row with such a name)
+  for (const HtaRow& r : f.rows) {
+    if (r.corr != 0 && (kinds[r.name] & 2)) corr.push_back(r.corr);
+  }
+  std::sort(corr.begin(), corr.end());
+  const kineto::CorrIndex cpu(f.rows, /*gpu=*/false);
+  size_t n = 0, short_k = 0, rt_out = 0, ld_out = 0;
+  double cpu_sum = 0, gpu_sum = 0, ld_sum = 0;
+  for (const HtaRow& g : f.rows) {
+    if (!g.gpu() || g.corr == 0 || !std::binary_search(corr.begin(), corr.end(), g.corr)) continue;
+    const auto range = cpu.find(g.corr);
+    for (auto it = range.first; it != range.second; ++it) {
+      const HtaRow* c = &f.rows[it->row];
+      const int64_t ld = std::max<int64_t>(0, g.ts - (c->ts + c->dur));
+      ++n;
+      cpu_sum += static_cast<double>(c->dur);
+      gpu_sum += static_cast<double>(g.dur);
+      ld_sum += static_cast<double>(ld);
+      if (c->dur <= o.runtime_cutoff_us && g.dur < c->dur) ++short_k;
+      if (c->dur > o.runtime_cutoff_us) ++rt_out;
+      if (ld > o.launch_delay_cutoff_us) ++ld_out;
+    }
+  }
+  json s;
+  s["count"] = n;
+  const double dn = static_cast<double>(n);
+  s["cpu_duration_mean"] = n ? json(cpu_sum / dn) : json(nullptr);
+  s["gpu_duration_mean"] = n ? json(gpu_sum / dn) : json(nullptr);
+  s["launch_delay_mean"] = n ? json(ld_sum / dn) : json(nullptr);
+  s["n_gpu_shorter_than_cpu_with_cpu_le_50us"] = short_k;
+  s["n_runtime_outliers_gt_50us"] = rt_out;
+  s["n_launch_delay_outliers_gt_100us"] = ld_out;
+  return s;
+}
+
+double quantile(const std::vector<int64_t>& sorted, double p) {
+  const double pos = p * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return static_cast<double>(sorted[lo]) +
+         static_cast<double>(sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+}
+
+// numpy 1.24's argsort(kind="quicksort") (introsort: median-of-3 quicksort, insertion sort
+// below 16 elements, heapsort past 2*log2(n) depth). pandas' sort_values uses it, and HTA's
+// queue length depends on the order it leaves equal timestamps in, so it is reproduced here.
+void numpy_aheapsort(const std::vector<int64_t>& v, int64_t* tosort, int64_t n) {
+  int64_t* a = tosort - 1;  // 1-based indexing, as in numpy
+  for (int64_t l = n >> 1; l > 0; --l) {
+    const int64_t tmp = a[l];
+    int64_t i = l, j = l << 1;
+    while (j <= n) {
+      if (j < n && v[a[j]] < v[a[j + 1]]) j += 1;
+      if (v[tmp] < v[a[j]]) {
+        a[i] = a[j];
+        i = j;
+        j += j;
+      } else {
+        break;
+      }
+    }
+    a[i] = tmp;
+  }
+  for (; n > 1;) {
+    const int64_t tmp = a[n];
+    a[n] = a[1];
+    n -= 1;
+    int64_t i = 1, j = 2;
+    while (j <= n) {
+      if (j < n && v[a[j]] < v[a[j + 1]]) j++;
+      if (v[tmp] < v[a[j]]) {
+        a[i] = a[j];
+        i = j;
+        j += j;
+      } else {
+        break;
+      }
+    }
+    a[i] = tmp;
+  }
+}
+
+std::vector<int64_t> numpy_argsort_quicksort(const std::vector<int64_t>& v) {
+  const int64_t num = static_cast<int64_t>(v.size());
+  std::vector<int64_t> idx(v.size());
+  for (int64_t i = 0; i < num; ++i) idx[static_cast<size_t>(i)] = i;
+  if (num < 2) return idx;
+  constexpr int64_t kSmall = 15;
+  int64_t* pl = idx.data();
+  int64_t* pr = idx.data() + num - 1;
+  std::vector<int64_t*> stack;
+  std::vector<int> depth_stack;
+  int cdepth = 0;
+  for (uint64_t u = static_cast<uint64_t>(num); u >>= 1;) ++cdepth;
+  cdepth *= 2;
+  for (;;) {
+    if (cdepth < 0) {
+      numpy_aheapsort(v, pl, pr - pl + 1);
+    } else {
+      while ((pr - pl) > kSmall) {
+        int64_t* pm = pl + ((pr - pl) >> 1);
+        if (v[*pm] < v[*pl]) std::swap(*pm, *pl);
+        if (v[*pr] < v[*pm]) std::swap(*pr, *pm);
+        if (v[*pm] < v[*pl]) std::swap(*pm, *pl);
+        const int64_t vp = v[*pm];
+        int64_t* pi = pl;
+        int64_t* pj = pr - 1;
+        std::swap(*pm, *pj);
+        for (;;) {
+          do ++pi;
+          while (v[*pi] < vp);
+          do --pj;
+          while (vp < v[*pj]);
+          if (pi >= pj) break;
+          std::swap(*pi, *pj);
+        }
+        int64_t* pk = pr - 1;
+        std::swap(*pi, *pk);
+        if (pi - pl < pr - pi) {
+          stack.push_back(pi + 1);
+          stack.push_back(pr);
+          pr = pi - 1;
+        } else {
+          stack.push_back(pl);
+          stack.push_back(pi - 1);
+          pl = pi + 1;
+        }
+        depth_stack.push_back(--cdepth);
+      }
+      for (int64_t* pi = pl + 1; pi <= pr; ++pi) {
+        const int64_t vi = *pi;
+        const int64_t vp = v[vi];
+        int64_t* pj = pi;
+        int64_t* pk = pi - 1;
+        while (pj > pl && vp < v[*pk]) *pj-- = *pk--;
+        *pj = vi;
+      }
+    }
+    if (stack.empty()) break;
+    pr = stack.back();
+    stack.pop_back();
+    pl = stack.back();
+    stack.pop_back();
+    cdepth = depth_stack.back();
+    depth_stack.pop_back();
+  }
+  return idx;
+}
+
+void queue_summary(const HtaFrame& f, const std::vector<uint8_t>& kinds, json* out) {
+  const kineto::CorrIndex gpu(f.rows, /*gpu=*/true);
+  // HTA concatenates the launch calls that have a GPU partner (taking the partner's stream)
+  // and the GPU events launched by them, sorts by ts, groups by stream and takes a cumsum.
+  std::vector<int64_t> ts, stream;
+  std::vector<int> delta;
+  std::vector<uint64_t> launched;
+  for (const HtaRow& r : f.rows) {
+    if (r.gpu() || r.corr == 0 || !(kinds[r.name] & 1)) continue;
+    const auto it = gpu.find(r.corr);
+    if (it.first == it.second) continue;
+    ts.push_back(r.ts);
+    stream.push_back(f.rows[it.first->row].stream);
+    delta.push_back(1);
+    launched.push_back(r.corr);
+  }
+  std::sort(launched.begin(), launched.end());
+  for (const HtaRow& r : f.rows) {
+    if (r.gpu() && r.corr != 0 && std::binary_search(launched.begin(), launched.end(), r.corr)) {
+      ts.push_back(r.ts);
+      stream.push_back(r.stream);
+      delta.push_back(-1);
+    }
+  }
+  std::map<int64_t, std::vector<int64_t>> by_stream;
+  std::map<int64_t, int64_t> run;
+  for (const int64_t i : numpy_argsort_quicksort(ts)) {
+    const auto k = static_cast<size_t>(i);
+    by_stream[stream[k]].push_back(run[stream[k]] += delta[k]);
+  }
+  for (auto& [s, q] : by_stream) {
+    double mean = 0;
+    for (int64_t v : q) mean += static_cast<double>(v);
+    mean /= static_cast<double>(q.size());
+    double var = 0;
+    for (int64_t v : q) var += (static_cast<double>(v) - mean) * (static_cast<double>(v) - mean);
+    std::vector<int64_t> sorted = q;
+    std::sort(sorted.begin(), sorted.end());
+    json st;
+    st["count"] = static_cast<double>(q.size());
+    st["mean"] = mean;
+    st["std"] =
+        q.size() > 1 ? json(std::sqrt(var / static_cast<double>(q.size() - 1))) : json(nullptr);
+    st["min"] = static_cast<double>(sorted.front());
+    st["25%"] = quantile(sorted, 0.25);
+    st["50%"] = quantile(sorted, 0.5);
+    st["75%"] = quantile(sorted, 0.75);
+    st["max"] = static_cast<double>(sorted.back());
+    (*out)["rank" + std::to_string(f.rank) + "_stream" + std::to_string(s)] = st;
+  }
+}
+
+}  // namespace
+
+json hta_analyses(const std::vector<Trace>& ranks, const HtaOptions& options) {
+  json out;
+  out["ranks"] = json::array();
+  out["events_after_load_filter"] = json::object();
+  out["temporal_breakdown"] = json::array();
+  out["idle_time_breakdown"] = json::array();
+  out["comm_comp_overlap"] = json::array();
+  out["queue_length_summary"] = json::object();
+  out["cuda_kernel_launch_stats"] = json::object();
+  std::map<std::string, int64_t> type_sums;
+  size_t breakdown_rows = 0;
+  for (const Trace& t : ranks) {
+    const HtaFrame f = kineto::make_hta_frame(t);
+    const std::vector<uint8_t> kinds = launch_kinds(t.names);
+    out["ranks"].push_back(f.rank);
+    out["events_after_load_filter"][std::to_string(f.rank)] = f.events_after_load_filter();
+    out["temporal_breakdown"].push_back(temporal(f));
+    for (auto& row : idle_breakdown(f, options)) out["idle_time_breakdown"].push_back(row);
+    out["comm_comp_overlap"].push_back(overlap(f));
+    kernel_type_time(f, &type_sums);
+    for (HtaKernelType k :
+         {HtaKernelType::kComputation, HtaKernelType::kCommunication, HtaKernelType::kMemory}) {
+      breakdown_rows += kernel_breakdown_rows(f, k, options);
+    }
+    queue_summary(f, kinds, &out["queue_length_summary"]);
+    out["cuda_kernel_launch_stats"][std::to_string(f.rank)] = launch_stats(f, kinds, options);
+  }
+  std::vector<std::pair<std::string, int64_t>> types(type_sums.begin(), type_sums.end());
+  std::stable_sort(types.begin(), types.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  int64_t total = 0;
+  for (const auto& [n, s] : types) total += s;
+  out["kernel_type_breakdown"] = json::array();
+  for (const auto& [n, s] : types) {
+    json row;
+    row["kernel_type"] = n;
+    row["sum"] = s;
+    row["percentage"] =
+        num_or_null(round_to(100.0 * static_cast<double>(s) / static_cast<double>(total), 1));
+    out["kernel_type_breakdown"].push_back(row);
+  }
+  out["kernel_breakdown_rows"] = breakdown_rows;
+  return out;
+}
+
+std::string hta_entry_key(const std::string& trace_path, const std::string& traces_root) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::path(trace_path), ec);
+  if (ec) p = fs::path(trace_path);
+  const bool is_dir = fs::is_directory(p, ec);
+  if (!is_dir) p = p.parent_path();
+  fs::path root;
+  if (!traces_root.empty()) {
+    root = fs::weakly_canonical(fs::path(traces_root), ec);
+  } else if (is_dir) {
+    // A directory without a root: the nearest ancestor holding hta_outputs.json is the root.
+    for (fs::path a = p.parent_path(); !a.empty() && a != a.parent_path(); a = a.parent_path()) {
+      if (fs::exists(a / "hta_outputs.json", ec)) {
+        root = a;
+        break;
+      }
+    }
+  }
+  if (!root.empty()) {
+    const fs::path rel = p.lexically_relative(root);
+    if (!rel.empty() && rel.native().rfind("..", 0) != 0 && rel != ".") return rel.generic_string();
+  }
+  return p.filename().string();
+}
+
+}  // namespace ft::profiler

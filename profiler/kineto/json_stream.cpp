@@ -1,0 +1,591 @@
+// json_stream.cpp: byte sources (plain, gzip, memory) and the incremental JSON tokenizer.
+#include "json_stream.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "ft/core/error.h"
+
+namespace ft::profiler::kineto {
+namespace {
+
+constexpr size_t kMaxNumberChars = 128;
+constexpr size_t kMaxDepth = 512;
+
+class FileSource : public ByteSource {
+ public:
+  FileSource(FILE* f, std::string path, uint64_t size)
+      : f_(f), path_(std::move(path)), size_(size) {}
+  uint64_t size_hint() const override { return size_; }
+  ~FileSource() override { std::fclose(f_); }
+  size_t read(char* buf, size_t cap) override {
+    const size_t n = std::fread(buf, 1, cap, f_);
+    if (n == 0 && std::ferror(f_)) throw IoError(path_ + ": read failed: " + std::strerror(errno));
+    read_ += n;
+    return n;
+  }
+  uint64_t compressed_bytes_read() const override { return read_; }
+
+ private:
+  FILE* f_;
+  std::string path_;
+  uint64_t read_ = 0;
+  uint64_t size_ = 0;
+};
+
+// gzip via zlib's inflate with automatic header detection; handles concatenated members.
+class GzipSource : public ByteSource {
+ public:
+  GzipSource(FILE* f, std::string path, uint64_t hint)
+      : f_(f), path_(std::move(path)), in_(new unsigned char[kIn]), hint_(hint) {
+    std::memset(&zs_, 0, sizeof(zs_));
+    if (inflateInit2(&zs_, 15 + 32) != Z_OK) throw IoError(path_ + ": zlib init failed");
+  }
+  ~GzipSource() override {
+    inflateEnd(&zs_);
+    std::fclose(f_);
+  }
+  size_t read(char* buf, size_t cap) override {
+    zs_.next_out = reinterpret_cast<unsigned char*>(buf);
+    zs_.avail_out = static_cast<uInt>(cap);
+    while (zs_.avail_out == cap && !done_) {
+      if (zs_.avail_in == 0) {
+        const size_t n = std::fread(in_.get(), 1, kIn, f_);
+        if (n == 0) {
+          if (std::ferror(f_)) throw IoError(path_ + ": read failed: " + std::strerror(errno));
+          if (!member_ended_) {
+            throw FormatError(path_ + ": truncated gzip stream at compressed byte " +
+                              std::to_string(compressed_) + " (decompressed byte " +
+                              std::to_string(zs_.total_out + out_before_) + ")");
+          }
+          done_ = true;
+          break;
+        }
+        compressed_ += n;
+        zs_.next_in = in_.get();
+        zs_.avail_in = static_cast<uInt>(n);
+      }
+      member_ended_ = false;
+      const int rc = inflate(&zs_, Z_NO_FLUSH);
+      if (rc == Z_STREAM_END) {
+        member_ended_ = true;
+        out_before_ += zs_.total_out;
+        const uInt left = zs_.avail_in;
+        unsigned char* next = zs_.next_in;
+        uInt avail_out = zs_.avail_out;
+        unsigned char* next_out = zs_.next_out;
+        inflateReset(&zs_);
+        zs_.next_in = next;
+        zs_.avail_in = left;
+        zs_.next_out = next_out;
+        zs_.avail_out = avail_out;
+        continue;
+      }
+      if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        throw FormatError(path_ + ": corrupt gzip data at compressed byte " +
+                          std::to_string(compressed_ - zs_.avail_in) + ": " +
+                          (zs_.msg ? zs_.msg : "inflate error"));
+      }
+    }
+    return cap - zs_.avail_out;
+  }
+  uint64_t compressed_bytes_read() const override { return compressed_; }
+  uint64_t size_hint() const override { return hint_; }
+
+ private:
+  static constexpr size_t kIn = 1 << 18;
+  FILE* f_;
+  std::string path_;
+  std::unique_ptr<unsigned char[]> in_;
+  uint64_t hint_ = 0;
+  z_stream zs_;
+  uint64_t compressed_ = 0;
+  uint64_t out_before_ = 0;
+  bool member_ended_ = false;
+  bool done_ = false;
+};
+
+class MemorySource : public ByteSource {
+ public:
+  explicit MemorySource(std::string_view d) : d_(d) {}
+  size_t read(char* buf, size_t cap) override {
+    const size_t n = std::min(cap, d_.size() - pos_);
+    std::memcpy(buf, d_.data() + pos_, n);
+    pos_ += n;
+    return n;
+  }
+  uint64_t compressed_bytes_read() const override { return pos_; }
+  uint64_t size_hint() const override { return d_.size(); }
+
+ private:
+  std::string_view d_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ByteSource> open_byte_source(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw IoError(path + ": cannot open: " + std::strerror(errno));
+  unsigned char magic[2] = {0, 0};
+  const size_t n = std::fread(magic, 1, 2, f);
+  uint64_t file_size = 0;
+  uint32_t isize = 0;  // gzip trailer: uncompressed size mod 2^32 (of the last member)
+  if (std::fseek(f, 0, SEEK_END) == 0) {
+    const long end = std::ftell(f);
+    if (end > 0) file_size = static_cast<uint64_t>(end);
+    unsigned char t[4];
+    if (end >= 4 && std::fseek(f, -4, SEEK_END) == 0 && std::fread(t, 1, 4, f) == 4) {
+      isize = static_cast<uint32_t>(t[0]) | static_cast<uint32_t>(t[1]) << 8 |
+              static_cast<uint32_t>(t[2]) << 16 | static_cast<uint32_t>(t[3]) << 24;
+    }
+  }
+  std::rewind(f);
+  if (n == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+    // Trace JSON compresses 10-20x; the hint only reserves address space, so err high.
+    const uint64_t hint = std::max<uint64_t>(isize, std::min<uint64_t>(file_size * 24, 1ull << 36));
+    return std::make_unique<GzipSource>(f, path, hint);
+  }
+  return std::make_unique<FileSource>(f, path, file_size);
+}
+
+std::unique_ptr<ByteSource> memory_byte_source(std::string_view data) {
+  return std::make_unique<MemorySource>(data);
+}
+
+JsonCursor::JsonCursor(std::unique_ptr<ByteSource> src, std::string label, size_t buffer_bytes)
+    : src_(std::move(src)),
+      label_(std::move(label)),
+      buf_(new char[buffer_bytes]),
+      cap_(buffer_bytes) {}
+
+bool JsonCursor::fill() {
+  base_ += len_;
+  pos_ = 0;
+  len_ = src_->read(buf_.get(), cap_);
+  return len_ > 0;
+}
+
+void JsonCursor::fail(const std::string& what) const {
+  throw FormatError(label_ + ": byte " + std::to_string(offset()) + ": " + what);
+}
+
+int JsonCursor::skip_ws() {
+  for (;;) {
+    if (pos_ == len_ && !fill()) return -1;
+    const char c = buf_[pos_];
+    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
+      ++pos_;
+      continue;
+    }
+    return static_cast<unsigned char>(c);
+  }
+}
+
+void JsonCursor::expect(char c) {
+  const int got = skip_ws();
+  if (got != c) {
+    if (got < 0) fail(std::string("unexpected end of input, expected '") + c + "'");
+    fail(std::string("expected '") + c + "', found '" + static_cast<char>(got) + "'");
+  }
+  ++pos_;
+}
+
+JsonType JsonCursor::peek() {
+  const int c = skip_ws();
+  switch (c) {
+    case -1:
+      return JsonType::kEnd;
+    case '{':
+      return JsonType::kObject;
+    case '[':
+      return JsonType::kArray;
+    case '"':
+      return JsonType::kString;
+    case 't':
+      return JsonType::kTrue;
+    case 'f':
+      return JsonType::kFalse;
+    case 'n':
+      return JsonType::kNull;
+    default:
+      if (c == '-' || (c >= '0' && c <= '9')) return JsonType::kNumber;
+      fail(std::string("unexpected character '") + static_cast<char>(c) + "'");
+  }
+}
+
+void JsonCursor::begin_object() {
+  if (first_.size() >= kMaxDepth) fail("nesting deeper than 512");
+  expect('{');
+  first_.push_back('1');
+}
+
+bool JsonCursor::next_key(std::string* key) {
+  int c = skip_ws();
+  if (first_.empty()) fail("internal: next_key outside an object");
+  if (c == '}') {
+    ++pos_;
+    first_.pop_back();
+    return false;
+  }
+  if (first_.back() == '1') {
+    first_.back() = '0';
+  } else {
+    if (c != ',') {
+      if (c < 0) fail("unexpected end of input inside an object");
+      fail(std::string("expected ',' or '}' in an object, found '") + static_cast<char>(c) + "'");
+    }
+    ++pos_;
+    c = skip_ws();
+  }
+  if (c != '"') {
+    if (c < 0) fail("unexpected end of input, expected a key");
+    fail("expected a string key");
+  }
+  read_string(key);
+  expect(':');
+  return true;
+}
+
+void JsonCursor::begin_array() {
+  if (first_.size() >= kMaxDepth) fail("nesting deeper than 512");
+  expect('[');
+  first_.push_back('1');
+}
+
+bool JsonCursor::next_element() {
+  const int c = skip_ws();
+  if (first_.empty()) fail("internal: next_element outside an array");
+  if (c == ']') {
+    ++pos_;
+    first_.pop_back();
+    return false;
+  }
+  if (first_.back() == '1') {
+    first_.back() = '0';
+    if (c < 0) fail("unexpected end of input inside an array");
+    return true;
+  }
+  if (c != ',') {
+    if (c < 0) fail("unexpected end of input inside an array");
+    fail(std::string("expected ',' or ']' in an array, found '") + static_cast<char>(c) + "'");
+  }
+  ++pos_;
+  return true;
+}
+
+uint32_t JsonCursor::read_hex4() {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) {
+    const int c = get();
+    v <<= 4;
+    if (c >= '0' && c <= '9')
+      v |= static_cast<uint32_t>(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      v |= static_cast<uint32_t>(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F')
+      v |= static_cast<uint32_t>(c - 'A' + 10);
+    else
+      fail(c < 0 ? "unexpected end of input in a \\u escape" : "bad hex digit in a \\u escape");
+  }
+  return v;
+}
+
+void JsonCursor::append_utf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xc0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xe0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  } else {
+    out->push_back(static_cast<char>(0xf0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3f)));
+  }
+}
+
+void JsonCursor::read_string(std::string* out) {
+  out->clear();
+  expect('"');
+  for (;;) {
+    if (pos_ == len_ && !fill()) fail("unexpected end of input inside a string");
+    // Fast path: copy the run up to the next quote, backslash or control byte.
+    const char* p = buf_.get() + pos_;
+    const char* e = buf_.get() + len_;
+    const char* q = p;
+    while (q < e && *q != '"' && *q != '\\' && static_cast<unsigned char>(*q) >= 0x20) ++q;
+    out->append(p, static_cast<size_t>(q - p));
+    pos_ += static_cast<size_t>(q - p);
+    if (q == e) continue;
+    const char c = *q;
+    ++pos_;
+    if (c == '"') return;
+    if (c != '\\') {
+      --pos_;
+      fail("control character inside a string");
+    }
+    const int esc = get();
+    switch (esc) {
+      case '"':
+        out->push_back('"');
+        break;
+      case '\\':
+        out->push_back('\\');
+        break;
+      case '/':
+        out->push_back('/');
+        break;
+      case 'b':
+        out->push_back('\b');
+        break;
+      case 'f':
+        out->push_back('\f');
+        break;
+      case 'n':
+        out->push_back('\n');
+        break;
+      case 'r':
+        out->push_back('\r');
+        break;
+      case 't':
+        out->push_back('\t');
+        break;
+      case 'u': {
+        uint32_t cp = read_hex4();
+        if (cp >= 0xd800 && cp < 0xdc00) {
+          // A high surrogate should be followed by \uDC00..DFFF; a lone one becomes U+FFFD.
+          if (peek_char() == '\\') {
+            ++pos_;
+            if (get() != 'u') fail("expected a low surrogate escape");
+            const uint32_t lo = read_hex4();
+            if (lo >= 0xdc00 && lo < 0xe000) {
+              cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            } else {
+              append_utf8(0xfffd, out);
+              cp = lo;
+            }
+          } else {
+            cp = 0xfffd;
+          }
+        } else if (cp >= 0xdc00 && cp < 0xe000) {
+          cp = 0xfffd;
+        }
+        append_utf8(cp, out);
+        break;
+      }
+      case -1:
+        fail("unexpected end of input in an escape");
+      default:
+        fail("bad escape character in a string");
+    }
+  }
+}
+
+JsonNumber JsonCursor::read_number() {
+  char text[kMaxNumberChars + 1];
+  size_t n = 0;
+  skip_ws();
+  const uint64_t start = offset();
+  for (;;) {
+    const int c = peek_char();
+    if (c < 0) break;
+    if ((c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
+      if (n == kMaxNumberChars) fail("number longer than 128 characters");
+      text[n++] = static_cast<char>(c);
+      ++pos_;
+    } else {
+      break;
+    }
+  }
+  text[n] = 0;
+  JsonNumber num;
+  // Validate JSON number grammar: -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?
+  size_t i = 0;
+  const bool neg = i < n && text[i] == '-';
+  if (neg) ++i;
+  const size_t int_start = i;
+  while (i < n && text[i] >= '0' && text[i] <= '9') ++i;
+  const size_t int_end = i;
+  auto bad = [&]() {
+    throw FormatError(label_ + ": byte " + std::to_string(start) + ": malformed number '" +
+                      std::string(text, n) + "'");
+  };
+  if (int_end == int_start) bad();
+  if (text[int_start] == '0' && int_end - int_start > 1) bad();
+  size_t frac_start = 0, frac_end = 0;
+  if (i < n && text[i] == '.') {
+    ++i;
+    frac_start = i;
+    while (i < n && text[i] >= '0' && text[i] <= '9') ++i;
+    frac_end = i;
+    if (frac_end == frac_start) bad();
+  }
+  bool has_exp = false;
+  if (i < n && (text[i] == 'e' || text[i] == 'E')) {
+    has_exp = true;
+    ++i;
+    if (i < n && (text[i] == '+' || text[i] == '-')) ++i;
+    const size_t es = i;
+    while (i < n && text[i] >= '0' && text[i] <= '9') ++i;
+    if (i == es) bad();
+  }
+  if (i != n) bad();
+  num.integral = frac_start == 0 && !has_exp;
+  // Exact integer part (up to 18 digits).
+  const size_t int_digits = int_end - int_start;
+  int64_t iv16 = 0;
+  if (int_digits <= 16) {
+    for (size_t k = int_start; k < int_end; ++k) iv16 = iv16 * 10 + (text[k] - '0');
+  }
+  if (!has_exp && int_digits <= 16 && iv16 < INT64_MAX / 1000 - 1) {
+    const int64_t iv = iv16;
+    int64_t ns = iv * 1000;
+    int64_t frac_ns = 0;
+    int round_up = 0;
+    if (frac_start) {
+      int mult = 100;
+      for (size_t k = frac_start; k < frac_end; ++k) {
+        const int d = text[k] - '0';
+        if (k - frac_start < 3) {
+          frac_ns += d * mult;
+          mult /= 10;
+        } else if (k - frac_start == 3) {
+          round_up = d >= 5 ? 1 : 0;
+        }
+      }
+    }
+    ns += frac_ns + round_up;
+    num.micros_to_ns = neg ? -ns : ns;
+    num.ns_ok = true;
+    if (num.integral) {
+      num.int_value = neg ? -iv : iv;
+      num.int_ok = true;
+    }
+  } else if (num.integral && int_digits <= 18) {
+    int64_t iv = 0;
+    for (size_t k = int_start; k < int_end; ++k) iv = iv * 10 + (text[k] - '0');
+    num.int_value = neg ? -iv : iv;
+    num.int_ok = true;
+  }
+  double v = 0.0;
+  const auto res = std::from_chars(text, text + n, v);
+  if (res.ec == std::errc::result_out_of_range) {
+    v = neg ? -HUGE_VAL : HUGE_VAL;
+  } else if (res.ec != std::errc()) {
+    bad();
+  }
+  num.value = v;
+  if (!num.ns_ok && std::isfinite(v) && std::fabs(v) < 9e15) {
+    num.micros_to_ns = static_cast<int64_t>(std::llround(v * 1000.0));
+    num.ns_ok = true;
+  }
+  return num;
+}
+
+void JsonCursor::expect_literal(const char* lit) {
+  skip_ws();
+  for (const char* p = lit; *p; ++p) {
+    const int c = get();
+    if (c != *p) fail(c < 0 ? "unexpected end of input in a literal" : "bad literal");
+  }
+}
+
+bool JsonCursor::read_bool() {
+  const JsonType t = peek();
+  if (t == JsonType::kTrue) {
+    expect_literal("true");
+    return true;
+  }
+  if (t == JsonType::kFalse) {
+    expect_literal("false");
+    return false;
+  }
+  fail("expected true or false");
+}
+
+void JsonCursor::read_null() { expect_literal("null"); }
+
+void JsonCursor::skip_value() {
+  // Iterative skip: tracks nesting with a counter and the kind of each open container.
+  std::string kinds;
+  std::string scratch;
+  for (;;) {
+    const JsonType t = peek();
+    switch (t) {
+      case JsonType::kEnd:
+        fail("unexpected end of input, expected a value");
+      case JsonType::kString:
+        read_string(&scratch);
+        break;
+      case JsonType::kNumber:
+        read_number();
+        break;
+      case JsonType::kTrue:
+      case JsonType::kFalse:
+        read_bool();
+        break;
+      case JsonType::kNull:
+        read_null();
+        break;
+      case JsonType::kObject:
+      case JsonType::kArray: {
+        if (kinds.size() + first_.size() >= kMaxDepth) fail("nesting deeper than 512");
+        ++pos_;
+        const int c = skip_ws();
+        const char close = t == JsonType::kObject ? '}' : ']';
+        if (c == close) {
+          ++pos_;
+          break;  // empty container: a complete value
+        }
+        kinds.push_back(t == JsonType::kObject ? 'o' : 'a');
+        if (t == JsonType::kObject) {
+          if (c != '"') fail(c < 0 ? "unexpected end of input inside an object" : "expected a key");
+          read_string(&scratch);
+          expect(':');
+        }
+        continue;  // parse the first member's value
+      }
+    }
+    // A value finished: close containers or move to the next member.
+    for (;;) {
+      if (kinds.empty()) return;
+      const int c = skip_ws();
+      const char k = kinds.back();
+      if (c == ',') {
+        ++pos_;
+        if (k == 'o') {
+          if (skip_ws() != '"') fail("expected a key after ','");
+          read_string(&scratch);
+          expect(':');
+        }
+        break;
+      }
+      if ((k == 'o' && c == '}') || (k == 'a' && c == ']')) {
+        ++pos_;
+        kinds.pop_back();
+        continue;
+      }
+      if (c < 0) fail("unexpected end of input inside a container");
+      fail(std::string("expected ',' or a closing bracket, found '") + static_cast<char>(c) + "'");
+    }
+  }
+}
+
+void JsonCursor::expect_end() {
+  const int c = skip_ws();
+  if (c >= 0) fail("trailing characters after the JSON document");
+}
+
+}  // namespace ft::profiler::kineto

@@ -1,0 +1,92 @@
+// json_stream.h: incremental JSON tokenizer over a fixed buffer refilled from a plain or gzip file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace ft::profiler::kineto {
+
+// A source of bytes: a plain file, a gzip file (zlib, concatenated members), or memory.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  // Fills `buf` with up to `cap` bytes; returns 0 at end of input. Throws IoError/FormatError.
+  virtual size_t read(char* buf, size_t cap) = 0;
+  virtual uint64_t compressed_bytes_read() const = 0;
+  // Upper estimate of the decompressed size (0 if unknown); used to reserve address space.
+  virtual uint64_t size_hint() const { return 0; }
+};
+
+// Opens `path`, detecting gzip by its magic bytes (not by the extension).
+std::unique_ptr<ByteSource> open_byte_source(const std::string& path);
+std::unique_ptr<ByteSource> memory_byte_source(std::string_view data);
+
+// A parsed JSON number, kept both as text-exact nanoseconds-from-microseconds and as double.
+struct JsonNumber {
+  double value = 0.0;
+  bool integral = false;  // no fraction or exponent
+  int64_t int_value = 0;  // valid when integral and in range
+  bool int_ok = false;
+  int64_t micros_to_ns = 0;  // value * 1000, rounded half away from zero (µs -> ns)
+  bool ns_ok = false;
+};
+
+enum class JsonType { kObject, kArray, kString, kNumber, kTrue, kFalse, kNull, kEnd };
+
+// Pull tokenizer. Memory is the fixed buffer plus the longest string read; values are never
+// materialised unless asked for. Every error is a FormatError naming the byte offset.
+class JsonCursor {
+ public:
+  JsonCursor(std::unique_ptr<ByteSource> src, std::string label, size_t buffer_bytes = 1 << 20);
+
+  // Type of the next value (skips whitespace); kEnd at end of input.
+  JsonType peek();
+  uint64_t offset() const { return base_ + pos_; }  // byte offset of the next unread byte
+  uint64_t compressed_bytes_read() const { return src_->compressed_bytes_read(); }
+  uint64_t size_hint() const { return src_->size_hint(); }
+
+  void begin_object();  // consumes '{'
+  // Next key of the current object into `key`; false (consuming '}') when the object ends.
+  bool next_key(std::string* key);
+  void begin_array();   // consumes '['
+  bool next_element();  // true if another element follows; consumes ']' at end
+  void read_string(std::string* out);
+  JsonNumber read_number();
+  bool read_bool();
+  void read_null();
+  void skip_value();  // any value, iteratively (no recursion)
+  [[noreturn]] void fail(const std::string& what) const;
+  void expect_end();  // only whitespace may follow
+
+ private:
+  bool fill();  // refills the buffer; false at EOF
+  int get() {
+    if (pos_ == len_ && !fill()) return -1;
+    return static_cast<unsigned char>(buf_[pos_++]);
+  }
+  int peek_char() {
+    if (pos_ == len_ && !fill()) return -1;
+    return static_cast<unsigned char>(buf_[pos_]);
+  }
+  int skip_ws();  // returns the next non-space char without consuming it (-1 at EOF)
+  void expect(char c);
+  void expect_literal(const char* lit);
+  void append_utf8(uint32_t cp, std::string* out);
+  uint32_t read_hex4();
+
+  std::unique_ptr<ByteSource> src_;
+  std::string label_;
+  std::unique_ptr<char[]> buf_;
+  size_t cap_ = 0;
+  size_t pos_ = 0;
+  size_t len_ = 0;
+  uint64_t base_ = 0;
+  // Container state: a stack of bits (1 = object) plus "first element" flags.
+  std::string stack_;  // 'o' or 'a' per open container; '0'/'1' suffix handled by first_
+  std::string first_;  // '1' if the container has not yet produced an element
+};
+
+}  // namespace ft::profiler::kineto

@@ -1,0 +1,597 @@
+// kineto_reader.cpp: maps Kineto / Chrome-trace JSON events onto ft's Trace while streaming.
+#include "ft/profiler/kineto_reader.h"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <unordered_map>
+
+#include "ft/core/error.h"
+#include "json_stream.h"
+#include "kineto_names.h"
+
+// GCC 12 reports a false -Wrestrict on inlined std::string assignments (GCC PR 105329).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
+
+namespace ft::profiler {
+namespace {
+
+using kineto::JsonCursor;
+using kineto::JsonNumber;
+using kineto::JsonType;
+
+constexpr uint32_t kStringIdBase = 0x80000000u;
+// Kineto JSON spends at least ~90 bytes per event; reserving address space for one event per
+// 64 JSON bytes costs no resident memory (untouched pages) and avoids the 2x copy of growth.
+constexpr uint64_t kMinJsonBytesPerEvent = 64;
+constexpr uint64_t kMaxReserveEvents = uint64_t{1} << 28;
+// |ts|, |dur| below 2^62 ns (~146 years) so that ts + dur never overflows.
+constexpr int64_t kMaxNs = int64_t{1} << 62;
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using InternMap = std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>>;
+
+// A pid/tid value: a number or a string.
+struct IdValue {
+  bool present = false;
+  bool is_string = false;
+  int64_t num = 0;
+  std::string str;
+};
+
+// Fields of one event object that the mapping uses; buffers are reused between events.
+struct RawEvent {
+  char ph = 0;
+  bool has_ts = false, has_dur = false, has_cat = false, has_flow_id = false;
+  int64_t ts_ns = 0, dur_ns = 0;
+  uint64_t flow_id = 0;
+  std::string name, cat;
+  IdValue pid, tid;
+  // args
+  bool stream_numeric = false;
+  int64_t stream = -1;
+  int64_t correlation = 0;
+  int64_t external_id = -1;
+  int64_t device = -1;
+  bool has_device = false;
+  int64_t bytes = -1;
+  int64_t mem_bytes = 0;
+  bool has_mem = false;
+  double total_allocated = 0, total_reserved = 0;
+  int64_t in_nelems = -1;
+  std::string dtype, arg_name, direction;
+  double counter_value = 0;
+  bool has_counter_value = false;
+  void reset() {
+    ph = 0;
+    has_ts = has_dur = has_cat = has_flow_id = false;
+    ts_ns = dur_ns = 0;
+    flow_id = 0;
+    name.clear();
+    cat.clear();
+    pid.present = tid.present = false;
+    stream_numeric = false;
+    stream = -1;
+    correlation = 0;
+    external_id = -1;
+    device = -1;
+    has_device = false;
+    bytes = -1;
+    mem_bytes = 0;
+    has_mem = false;
+    total_allocated = total_reserved = 0;
+    in_nelems = -1;
+    dtype.clear();
+    arg_name.clear();
+    direction.clear();
+    counter_value = 0;
+    has_counter_value = false;
+  }
+};
+
+class Reader {
+ public:
+  Reader(JsonCursor* cur, const KinetoReadOptions& opt, std::string label)
+      : cur_(*cur), opt_(opt), label_(std::move(label)) {}
+
+  Trace run() {
+    trace_.source = "kineto";
+    trace_.events.reserve(static_cast<size_t>(
+        std::min(kMaxReserveEvents, cur_.size_hint() / kMinJsonBytesPerEvent + 1024)));
+    const JsonType t = cur_.peek();
+    if (t == JsonType::kArray) {
+      bare_array_ = true;
+      read_events();
+    } else if (t == JsonType::kObject) {
+      read_top_object();
+    } else if (t == JsonType::kEnd) {
+      cur_.fail("empty input: expected a JSON object or array");
+    } else {
+      cur_.fail("expected a JSON object with traceEvents or an array of events");
+    }
+    cur_.expect_end();
+    trace_.metadata["json_bytes"] = std::to_string(cur_.offset());
+    if (!bare_array_ && !saw_events_) cur_.fail("no traceEvents array in the trace");
+    finish();
+    return std::move(trace_);
+  }
+
+ private:
+  void read_top_object() {
+    cur_.begin_object();
+    while (cur_.next_key(&key_)) {
+      if (key_ == "traceEvents") {
+        if (cur_.peek() != JsonType::kArray) cur_.fail("traceEvents is not an array");
+        saw_events_ = true;
+        read_events();
+      } else if (key_ == "distributedInfo") {
+        read_distributed_info();
+      } else if (key_ == "schemaVersion" || key_ == "displayTimeUnit" || key_ == "traceName") {
+        trace_.metadata[key_] = scalar_text();
+      } else {
+        cur_.skip_value();
+      }
+    }
+  }
+
+  std::string scalar_text() {
+    switch (cur_.peek()) {
+      case JsonType::kString: {
+        std::string s;
+        cur_.read_string(&s);
+        return s;
+      }
+      case JsonType::kNumber: {
+        const JsonNumber n = cur_.read_number();
+        return n.int_ok ? std::to_string(n.int_value) : std::to_string(n.value);
+      }
+      default:
+        cur_.skip_value();
+        return "";
+    }
+  }
+
+  void read_distributed_info() {
+    if (cur_.peek() != JsonType::kObject) {
+      cur_.skip_value();
+      return;
+    }
+    cur_.begin_object();
+    std::string k;
+    while (cur_.next_key(&k)) {
+      if (k == "rank" && cur_.peek() == JsonType::kNumber) {
+        const JsonNumber n = cur_.read_number();
+        if (!n.int_ok || n.int_value < 0 || n.int_value > (1 << 24)) cur_.fail("bad rank");
+        trace_.metadata["rank"] = std::to_string(n.int_value);
+        trace_.metadata["has_rank"] = "1";
+      } else if ((k == "world_size" || k == "backend") &&
+                 (cur_.peek() == JsonType::kNumber || cur_.peek() == JsonType::kString)) {
+        trace_.metadata["distributed." + k] = scalar_text();
+      } else {
+        cur_.skip_value();
+      }
+    }
+  }
+
+  void read_events() {
+    cur_.begin_array();
+    while (cur_.next_element()) {
+      if (cur_.peek() != JsonType::kObject) {
+        cur_.fail("trace event is not an object");
+      }
+      ev_.reset();
+      read_event_object();
+      map_event();
+    }
+  }
+
+  void read_id(IdValue* v) {
+    v->present = true;
+    const JsonType t = cur_.peek();
+    if (t == JsonType::kString) {
+      v->is_string = true;
+      cur_.read_string(&v->str);
+    } else if (t == JsonType::kNumber) {
+      const JsonNumber n = cur_.read_number();
+      v->is_string = false;
+      v->num = n.int_ok                              ? n.int_value
+               : (n.value > -9e18 && n.value < 9e18) ? static_cast<int64_t>(n.value)
+                                                     : 0;
+    } else {
+      v->present = false;
+      cur_.skip_value();
+    }
+  }
+
+  int64_t read_int_or(int64_t fallback, bool* numeric = nullptr) {
+    const JsonType t = cur_.peek();
+    if (t == JsonType::kNumber) {
+      const JsonNumber n = cur_.read_number();
+      if (numeric) *numeric = true;
+      if (n.int_ok) return n.int_value;
+      if (n.value > -9e18 && n.value < 9e18) return static_cast<int64_t>(n.value);
+      return fallback;
+    }
+    if (t == JsonType::kString) {
+      // HTA converts numeric strings too ("7"); "0x0" is not a number.
+      cur_.read_string(&scratch_);
+      int64_t v = 0;
+      const char* b = scratch_.data();
+      const char* e = b + scratch_.size();
+      const auto r = std::from_chars(b, e, v);
+      if (r.ec == std::errc() && r.ptr == e && !scratch_.empty()) {
+        if (numeric) *numeric = true;
+        return v;
+      }
+      return fallback;
+    }
+    cur_.skip_value();
+    return fallback;
+  }
+
+  double read_double_or(double fallback) {
+    if (cur_.peek() == JsonType::kNumber) return cur_.read_number().value;
+    cur_.skip_value();
+    return fallback;
+  }
+
+  void read_event_object() {
+    cur_.begin_object();
+    while (cur_.next_key(&key_)) {
+      const size_t n = key_.size();
+      if (n == 2 && key_ == "ph") {
+        if (cur_.peek() == JsonType::kString) {
+          cur_.read_string(&scratch_);
+          ev_.ph = scratch_.size() == 1 ? scratch_[0] : '?';
+        } else {
+          cur_.skip_value();
+        }
+      } else if (n == 2 && key_ == "ts") {
+        if (cur_.peek() != JsonType::kNumber) {
+          cur_.skip_value();
+          continue;
+        }
+        const JsonNumber v = cur_.read_number();
+        if (!v.ns_ok || v.micros_to_ns >= kMaxNs || v.micros_to_ns <= -kMaxNs) {
+          cur_.fail("timestamp out of range");
+        }
+        ev_.ts_ns = v.micros_to_ns;
+        ev_.has_ts = true;
+      } else if (n == 3 && key_ == "dur") {
+        if (cur_.peek() != JsonType::kNumber) {
+          cur_.skip_value();
+          continue;
+        }
+        const JsonNumber v = cur_.read_number();
+        if (!v.ns_ok || v.micros_to_ns >= kMaxNs || v.micros_to_ns <= -kMaxNs) {
+          cur_.fail("duration out of range");
+        }
+        ev_.dur_ns = v.micros_to_ns;
+        ev_.has_dur = true;
+      } else if (n == 4 && key_ == "name") {
+        if (cur_.peek() == JsonType::kString) {
+          cur_.read_string(&ev_.name);
+        } else {
+          cur_.skip_value();
+        }
+      } else if (n == 3 && key_ == "cat") {
+        if (cur_.peek() == JsonType::kString) {
+          cur_.read_string(&ev_.cat);
+          ev_.has_cat = true;
+        } else {
+          cur_.skip_value();
+        }
+      } else if (n == 3 && key_ == "pid") {
+        read_id(&ev_.pid);
+      } else if (n == 3 && key_ == "tid") {
+        read_id(&ev_.tid);
+      } else if (n == 2 && key_ == "id") {
+        bool numeric = false;
+        const int64_t v = read_int_or(0, &numeric);
+        ev_.flow_id = static_cast<uint64_t>(v);
+        ev_.has_flow_id = numeric;
+      } else if (n == 4 && key_ == "args") {
+        if (cur_.peek() == JsonType::kObject) {
+          read_args();
+        } else {
+          cur_.skip_value();
+        }
+      } else {
+        cur_.skip_value();
+      }
+    }
+  }
+
+  void read_args() {
+    cur_.begin_object();
+    std::string& k = arg_key_;
+    while (cur_.next_key(&k)) {
+      if (k == "stream") {
+        bool numeric = false;
+        const int64_t v = read_int_or(-1, &numeric);
+        ev_.stream_numeric = numeric;
+        ev_.stream = numeric ? v : -1;
+      } else if (k == "correlation") {
+        ev_.correlation = read_int_or(0);
+      } else if (k == "External id" || k == "external id") {
+        ev_.external_id = read_int_or(-1);
+      } else if (k == "device") {
+        bool numeric = false;
+        ev_.device = read_int_or(-1, &numeric);
+        ev_.has_device = numeric;
+      } else if (k == "bytes") {
+        ev_.bytes = read_int_or(-1);
+      } else if (k == "Bytes") {
+        ev_.mem_bytes = read_int_or(0);
+        ev_.has_mem = true;
+      } else if (k == "Total Allocated") {
+        ev_.total_allocated = read_double_or(0);
+      } else if (k == "Total Reserved") {
+        ev_.total_reserved = read_double_or(0);
+      } else if (k == "In msg nelems" || k == "In msg size") {
+        ev_.in_nelems = read_int_or(-1);
+      } else if (k == "dtype" && cur_.peek() == JsonType::kString) {
+        cur_.read_string(&ev_.dtype);
+      } else if (k == "name" && cur_.peek() == JsonType::kString) {
+        cur_.read_string(&ev_.arg_name);
+      } else if (k == "direction" && cur_.peek() == JsonType::kString) {
+        cur_.read_string(&ev_.direction);
+      } else if (!ev_.has_counter_value && cur_.peek() == JsonType::kNumber) {
+        ev_.counter_value = cur_.read_number().value;
+        ev_.has_counter_value = true;
+      } else {
+        cur_.skip_value();
+      }
+    }
+  }
+
+  uint32_t intern(std::string_view s) {
+    const auto it = names_.find(s);
+    if (it != names_.end()) return it->second;
+    const uint32_t id = trace_.names.intern(s);
+    names_.emplace(std::string(s), id);
+    return id;
+  }
+
+  uint32_t id_of(const IdValue& v, bool is_pid) {
+    if (!v.present) return 0;
+    if (!v.is_string) return static_cast<uint32_t>(v.num);
+    const auto it = string_ids_.find(v.str);
+    if (it != string_ids_.end()) return it->second;
+    const uint32_t id = kStringIdBase + static_cast<uint32_t>(string_ids_.size());
+    string_ids_.emplace(v.str, id);
+    if (is_pid) trace_.processes[id] = v.str;
+    return id;
+  }
+
+  Event& push() { return trace_.events.emplace_back(); }
+
+  void map_metadata() {
+    const uint32_t pid = id_of(ev_.pid, true);
+    if (ev_.name == "process_name" && !ev_.arg_name.empty()) {
+      trace_.processes[pid] = ev_.arg_name;
+    } else if (ev_.name == "thread_name" && !ev_.arg_name.empty()) {
+      const uint32_t tid = id_of(ev_.tid, false);
+      host_thread_names_[(static_cast<uint64_t>(pid) << 32) | tid] = ev_.arg_name;
+    }
+  }
+
+  void map_event() {
+    if (ev_.has_cat && ev_.ph == 'X') note_schema(ev_.cat);
+    switch (ev_.ph) {
+      case 'X':
+        break;
+      case 'M':
+        map_metadata();
+        return;
+      case 'i':
+      case 'I':
+        if (ev_.name == "[memory]") {
+          if (opt_.keep_memory && ev_.has_ts) map_memory();
+          return;
+        }
+        if (!opt_.keep_instants || !ev_.has_ts) return;
+        break;
+      case 's':
+      case 'f':
+      case 't':
+        if (opt_.keep_flows && ev_.has_ts && ev_.has_flow_id) map_flow();
+        return;
+      case 'C':
+        if (ev_.has_ts) map_counter();
+        return;
+      default:
+        return;  // B/E, async and object events are not used by ft's analyses
+    }
+    if (!ev_.has_ts) cur_.fail("event without ts");
+    if (ev_.has_cat && ev_.cat == "Trace") return;  // the profiler's own span
+    Event& e = push();
+    e.ts_ns = ev_.ts_ns;
+    e.dur_ns = ev_.ph == 'X' ? ev_.dur_ns : 0;
+    e.phase = ev_.ph == 'X' ? Phase::kSpan : Phase::kInstant;
+    e.name = intern(ev_.name);
+    e.id = ev_.correlation > 0 ? static_cast<uint64_t>(ev_.correlation) : 0;
+    e.arg = ev_.external_id;
+    const kineto::SourceKind kind = kineto::classify_source(ev_.has_cat ? ev_.cat : "", ev_.name);
+    const bool has_stream = ev_.stream_numeric && ev_.stream != -1;
+    const bool device = has_stream || kind.device;
+    e.track.device = device;
+    if (!ev_.has_cat) e.flags |= kNoSourceCategory;
+    if (device) {
+      e.track.pid = ev_.has_device ? static_cast<uint32_t>(ev_.device) : id_of(ev_.pid, true);
+      if (has_stream) {
+        e.track.tid = static_cast<uint32_t>(ev_.stream);
+      } else {
+        e.track.tid = id_of(ev_.tid, false);
+        e.flags |= kNoStream;
+      }
+    } else {
+      e.track.pid = id_of(ev_.pid, true);
+      e.track.tid = id_of(ev_.tid, false);
+    }
+    e.category = kineto::classify_event(kind, ev_.name, device, &e.flags);
+    if (e.category == Category::kStep) e.step = kineto::profiler_step_number(ev_.name);
+    if (ev_.bytes >= 0) {
+      e.bytes = static_cast<uint64_t>(ev_.bytes);
+    } else if (ev_.in_nelems >= 0) {
+      e.bytes = static_cast<uint64_t>(ev_.in_nelems) * kineto::dtype_size(ev_.dtype);
+    }
+    if (e.category == Category::kH2D || e.category == Category::kD2H) {
+      if (ev_.direction == "HOST_TO_DEVICE") e.category = Category::kH2D;
+      if (ev_.direction == "DEVICE_TO_HOST") e.category = Category::kD2H;
+    }
+    if (device) device_tracks_.emplace(e.track, has_stream);
+  }
+
+  void map_memory() {
+    Event& e = push();
+    e.ts_ns = ev_.ts_ns;
+    e.phase = Phase::kInstant;
+    e.category = Category::kAlloc;
+    e.name = intern("[memory]");
+    e.track.pid = id_of(ev_.pid, true);
+    e.track.tid = id_of(ev_.tid, false);
+    e.arg = ev_.mem_bytes;
+    e.bytes = static_cast<uint64_t>(ev_.mem_bytes < 0 ? -ev_.mem_bytes : ev_.mem_bytes);
+    e.value = ev_.total_allocated;
+    // Total Reserved changes rarely: a counter sample only when it does.
+    if (ev_.total_reserved != last_reserved_) {
+      last_reserved_ = ev_.total_reserved;
+      const Track track = e.track;
+      Event& r = push();
+      r.ts_ns = ev_.ts_ns;
+      r.phase = Phase::kCounter;
+      r.category = Category::kCounter;
+      r.name = intern("[memory] Total Reserved");
+      r.track = track;
+      r.value = ev_.total_reserved;
+    }
+  }
+
+  void map_flow() {
+    Event& e = push();
+    e.ts_ns = ev_.ts_ns;
+    e.phase = ev_.ph == 's' ? Phase::kFlowStart : Phase::kFlowEnd;
+    e.category = Category::kOther;
+    e.name = intern(ev_.has_cat ? ev_.cat : ev_.name);
+    e.id = ev_.flow_id;
+    e.track.pid = id_of(ev_.pid, true);
+    e.track.tid = id_of(ev_.tid, false);
+  }
+
+  void map_counter() {
+    Event& e = push();
+    e.ts_ns = ev_.ts_ns;
+    e.phase = Phase::kCounter;
+    e.category = Category::kCounter;
+    e.name = intern(ev_.name);
+    e.value = ev_.counter_value;
+    e.track.pid = id_of(ev_.pid, true);
+    e.track.tid = id_of(ev_.tid, false);
+  }
+
+  void note_schema(const std::string& cat) {
+    if (cat == "Operator" || cat == "Runtime" || cat == "Kernel" || cat == "Memcpy" ||
+        cat == "Memset") {
+      saw_2021_ = true;
+    } else {
+      saw_current_ = true;
+    }
+  }
+
+  void assign_steps() {
+    struct Step {
+      int64_t start, end, n;
+    };
+    std::vector<Step> steps;
+    for (const Event& e : trace_.events) {
+      if (e.category == Category::kStep && !e.track.device && e.phase == Phase::kSpan)
+        steps.push_back({e.ts_ns, e.end_ns(), e.step});
+    }
+    if (steps.empty()) return;
+    std::sort(steps.begin(), steps.end(),
+              [](const Step& a, const Step& b) { return a.start < b.start; });
+    std::unordered_map<uint64_t, int64_t> corr_step;
+    auto find = [&](int64_t ts) -> int64_t {
+      auto it = std::upper_bound(steps.begin(), steps.end(), ts,
+                                 [](int64_t t, const Step& s) { return t < s.start; });
+      if (it == steps.begin()) return -1;
+      --it;
+      return ts < it->end ? it->n : -1;
+    };
+    for (Event& e : trace_.events) {
+      if (e.track.device || e.step >= 0) continue;
+      e.step = find(e.ts_ns);
+      if (e.id != 0 && e.step >= 0) corr_step.emplace(e.id, e.step);
+    }
+    for (Event& e : trace_.events) {
+      if (!e.track.device || e.id == 0 || e.step >= 0) continue;
+      const auto it = corr_step.find(e.id);
+      if (it != corr_step.end()) e.step = it->second;
+    }
+  }
+
+  void finish() {
+    for (const auto& [track, has_stream] : device_tracks_) {
+      trace_.tracks[track] = has_stream ? "stream " + std::to_string(track.tid)
+                                        : "device " + std::to_string(track.pid) + " annotations";
+    }
+    for (const auto& [key, name] : host_thread_names_) {
+      Track t;
+      t.pid = static_cast<uint32_t>(key >> 32);
+      t.tid = static_cast<uint32_t>(key);
+      trace_.tracks[t] = name;
+    }
+    if (bare_array_ && !saw_current_ && !saw_2021_) {
+      trace_.metadata["source_format"] = "autograd-legacy";
+    } else if (saw_2021_ && !saw_current_) {
+      trace_.metadata["source_format"] = "kineto-2021";
+    } else {
+      trace_.metadata["source_format"] = "kineto";
+    }
+    if (!trace_.metadata.count("has_rank")) {
+      trace_.metadata["has_rank"] = "0";
+      trace_.metadata["rank"] = "0";
+    }
+    if (opt_.assign_steps) assign_steps();
+  }
+
+  JsonCursor& cur_;
+  const KinetoReadOptions& opt_;
+  std::string label_;
+  Trace trace_;
+  RawEvent ev_;
+  std::string key_, arg_key_, scratch_;
+  InternMap names_;
+  std::unordered_map<std::string, uint32_t> string_ids_;
+  std::map<Track, bool> device_tracks_;
+  std::map<uint64_t, std::string> host_thread_names_;
+  double last_reserved_ = -1;
+  bool bare_array_ = false, saw_events_ = false, saw_2021_ = false, saw_current_ = false;
+};
+
+}  // namespace
+
+Trace read_kineto_trace(const std::string& path, const KinetoReadOptions& options) {
+  JsonCursor cur(kineto::open_byte_source(path), path, options.buffer_bytes);
+  Reader reader(&cur, options, path);
+  Trace t = reader.run();
+  t.metadata["path"] = path;
+  return t;
+}
+
+Trace read_kineto_trace_from_memory(const std::string& data, const std::string& label,
+                                    const KinetoReadOptions& options) {
+  JsonCursor cur(kineto::memory_byte_source(data), label, options.buffer_bytes);
+  Reader reader(&cur, options, label);
+  return reader.run();
+}
+
+}  // namespace ft::profiler

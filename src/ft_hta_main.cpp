@@ -1,0 +1,49 @@
+// ft_hta_main.cpp: ft-hta, HTA-compatible analyses of a PyTorch profiler trace (file or rank dir).
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "ft/core/atomic_file.h"
+#include "ft/core/error.h"
+#include "ft/profiler/hta.h"
+#include "ft/profiler/kineto_reader.h"
+
+namespace po = boost::program_options;
+
+int main(int argc, char** argv) {
+  try {
+    po::options_description opts("ft-hta TRACE_FILE|TRACE_DIR --hta-json FILE [options]");
+    std::string trace, out, root;
+    opts.add_options()("help,h", "show this help")(
+        "trace", po::value<std::string>(&trace), "Kineto trace file (.json/.json.gz) or rank dir")(
+        "hta-json", po::value<std::string>(&out), "write the HTA-compatible analyses here")(
+        "traces-root", po::value<std::string>(&root),
+        "key the entry by the trace's directory relative to this root (e.g. trace_diff/control)");
+    po::positional_options_description pos;
+    pos.add("trace", 1);
+    po::variables_map vm;
+    try {
+      po::store(po::command_line_parser(argc, argv).options(opts).positional(pos).run(), vm);
+      po::notify(vm);
+    } catch (const po::error& e) {
+      throw ft::ConfigError(std::string("ft-hta: ") + e.what());
+    }
+    if (vm.count("help")) {
+      std::cout << opts << "\n";
+      return 0;
+    }
+    if (trace.empty()) throw ft::ConfigError("ft-hta: missing TRACE_FILE|TRACE_DIR");
+    if (out.empty()) throw ft::ConfigError("ft-hta: missing --hta-json FILE");
+    const auto ranks = ft::profiler::read_kineto_ranks(trace);
+    nlohmann::json doc;
+    doc[ft::profiler::hta_entry_key(trace, root)] = ft::profiler::hta_analyses(ranks);
+    ft::write_file_atomic(out, doc.dump(1) + "\n");
+    return 0;
+  } catch (const ft::ConfigError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  } catch (const ft::Error& e) {
+    std::fprintf(stderr, "ft-hta: %s\n", e.what());
+    return 1;
+  }
+}
