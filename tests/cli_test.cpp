@@ -128,6 +128,25 @@ TEST(Cli, ValDataReplacesTheHeldOutSplit) {
   fs::remove_all(d);
 }
 
+TEST(Cli, Gpt2TokenizerOnTextData) {
+  const fs::path d = temp_dir("gpt2tok");
+  const std::string gpt2 = std::string(FT_SOURCE_DIR) + "/tests/data/gpt2/";
+  const std::string tok = " --tokenizer gpt2 --tokenizer-vocab " + gpt2 + "encoder.json.gz" +
+                          " --tokenizer-merges " + gpt2 + "vocab.bpe.gz ";
+  const std::string model = " --layers 1 --heads 2 --channels 32 --seq-len 16 --micro-batch 2 --threads 1 --val-batches 1 ";
+  Result r = run("--data " + corpus(d).string() + tok + model + "--vocab 50257 --steps 2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("(gpt2)"), std::string::npos) << r.out;
+  // Byte-level vocabulary with GPT-2 ids: a clear error naming an id.
+  r = run("--data " + corpus(d).string() + tok + model + "--vocab 256 --steps 1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("256"), std::string::npos) << r.out;
+  r = run("--data " + corpus(d).string() + " --tokenizer gpt2 --tokenizer-vocab /nonexistent/encoder.json --tokenizer-merges /nonexistent/vocab.bpe" + model + "--vocab 50257 --steps 1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("/nonexistent/encoder.json"), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
 TEST(Cli, LlmcExportThenImportReproducesTheModel) {
   const fs::path d = temp_dir("llmc");
   const std::string data = " --data " + corpus(d).string();

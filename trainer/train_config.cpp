@@ -61,7 +61,8 @@ nlohmann::json TrainConfig::to_json() const {
       {"precision", precision_name(options.precision)},
       {"checkpoint", checkpointing_name(options.checkpointing)},
       {"attention", attention_name(options.attention)}, {"threads", threads},
-      {"memory_limit", memory_limit}, {"allocator_caching", allocator_caching}, {"data", data}, {"val_data", val_data},
+      {"memory_limit", memory_limit}, {"allocator_caching", allocator_caching}, {"data", data}, {"val_data", val_data}, {"tokenizer", tokenizer},
+      {"tokenizer_vocab", tokenizer_vocab}, {"tokenizer_merges", tokenizer_merges},
       {"loader_workers", loader_workers}, {"prefetch", prefetch},
       {"preprocess_cost", preprocess_cost}, {"shuffle", shuffle},
       {"seed", seed}, {"loss_scale", loss_scale}, {"loss_scale_window", loss_scale_window}};
@@ -127,6 +128,9 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
     ("allocator-caching", po::value(&caching)->default_value(true), "false: return memory to the OS on every free")
     ("data", po::value(&c.data)->default_value("kjv"), "kjv | text file | llm.c shard | shard directory")
     ("val-data", po::value(&c.val_data), "held-out data for validation, used whole (replaces the split of --data)")
+    ("tokenizer", po::value(&c.tokenizer)->default_value("byte"), "tokenizer for text/JSONL data: byte | gpt2")
+    ("tokenizer-vocab", po::value(&c.tokenizer_vocab), "gpt2: encoder.json (with --tokenizer-merges) or tokenizer.json")
+    ("tokenizer-merges", po::value(&c.tokenizer_merges), "gpt2: vocab.bpe merges file")
     ("seed", po::value(&c.seed)->default_value(1337), "random seed")
     ("loader-workers", po::value(&c.loader_workers)->default_value(1), "data loader worker threads (0: in-line on the training thread)")
     ("prefetch", po::value(&c.prefetch)->default_value(4), "ready batches the loader queues ahead")

@@ -15,6 +15,7 @@
 #include "ft/core/error.h"
 #include "ft/trainer/checkpoint_io.h"
 #include "ft/trainer/ops.h"
+#include "ft/trainer/tokenizer_gpt2.h"
 
 namespace ft::trainer {
 
@@ -105,7 +106,9 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                  std::shared_ptr<const data::Tokenizer> tokenizer)
     : config_(std::move(config)),
       comm_(comm ? std::move(comm) : make_local_communicator()),
-      tokenizer_(tokenizer ? std::move(tokenizer) : std::make_shared<data::ByteTokenizer>()) {
+      tokenizer_(tokenizer ? std::move(tokenizer)
+                           : data::make_tokenizer(config_.tokenizer, config_.tokenizer_vocab,
+                                                  config_.tokenizer_merges)) {
   config_.validate();
   const int threads = config_.threads > 0 ? config_.threads : omp_get_num_procs();
   omp_set_num_threads(threads);

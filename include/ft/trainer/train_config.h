@@ -32,6 +32,10 @@ struct TrainConfig {
   bool allocator_caching = true;
   std::string data = "kjv";
   std::string val_data;  // optional held-out data used whole for validation
+  // Tokenizer for document data (text / JSONL): "byte", or "gpt2" with tokenizer_vocab
+  // (encoder.json, or a tokenizer.json when tokenizer_merges is empty) and tokenizer_merges.
+  std::string tokenizer = "byte";
+  std::string tokenizer_vocab, tokenizer_merges;
   uint64_t seed = 1337;
   int loader_workers = 1;   // 0: the training thread preprocesses in-line
   int prefetch = 4;         // ready batches queued ahead of the training thread
