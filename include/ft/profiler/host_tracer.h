@@ -14,8 +14,9 @@ Category category_of(RangeKind kind);
 uint8_t alloc_flags_of(const char* name);
 
 // A RangeSink (spans and instants from FT_RANGE / ft::mark) and a StepObserver (step window,
-// ProfilerStep#N spans, per-step counters: loss, lr, grad_norm, memory, page faults). Never
-// throws into the engine: anything that fails is counted or dropped.
+// ProfilerStep#N spans, per-step counters named in classifier.h: loss, lr, grad_norm, memory,
+// tokens/s, MFU, page faults, kernel CPU time). Never throws into the engine: anything that fails
+// is counted or dropped.
 class HostTracer final : public RangeSink, public trainer::StepObserver {
  public:
   explicit HostTracer(Recorder& recorder) : recorder_(recorder) {}
@@ -40,6 +41,7 @@ class HostTracer final : public RangeSink, public trainer::StepObserver {
   bool installed_ = false;
   const char* step_name_ = nullptr;  // "ProfilerStep#N" of the open step (training thread)
   long minflt0_ = 0, majflt0_ = 0;   // getrusage at step begin
+  int64_t system_ns0_ = 0;           // kernel CPU time at step begin
 };
 
 }  // namespace ft::profiler
