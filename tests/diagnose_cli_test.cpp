@@ -100,13 +100,15 @@ TEST(DiagnoseCli, RunWritesTraceAndReportWithStepsSummingToWall) {
     for (const char* c : {"compute", "data", "pcie", "comm", "memory", "host", "sync", "other"}) {
       sum += s.at("breakdown").at(c).get<double>();
     }
-    EXPECT_NEAR(sum, s.at("wall_ms").get<double>(), 1e-9 * s.at("wall_ms").get<double>() + 1e-9);
+    // report.json rounds each ms value to 1 us (the partition itself is exact in ns, tested in
+    // classifier_test), so 8 rounded classes differ from the rounded wall by at most 4.5 us.
+    EXPECT_NEAR(sum, s.at("wall_ms").get<double>(), 0.0045);
     EXPECT_GT(s.at("wall_ms").get<double>(), 0);
     EXPECT_TRUE(std::isfinite(s.at("loss").get<double>()));
   }
   double total = 0;
   for (const auto& [k, v] : r.at("totals").items()) total += v.get<double>();
-  EXPECT_NEAR(total, 1.0, 1e-9);
+  EXPECT_NEAR(total, 1.0, 4e-6);  // shares are rounded to 1e-6 each
   EXPECT_GT(r.at("totals").at("compute").get<double>(), 0.5) << "a CPU run is mostly compute";
   for (const json& f : r.at("findings")) {
     for (const char* k : {"class", "share", "severity", "title", "evidence", "knobs"}) {
