@@ -84,7 +84,13 @@ std::map<std::string, std::string> run_metadata(trainer::Trainer& t) {
   md["env.omp_max_threads"] = std::to_string(omp_get_max_threads());
   md["env.openmp"] = std::to_string(_OPENMP);
 #endif
-  md["env.compiler"] = __VERSION__;
+#if defined(__clang__)
+  md["env.compiler"] = std::string("clang ") + __clang_version__;
+#elif defined(__GNUC__)
+  md["env.compiler"] = std::string("GCC ") + __VERSION__;
+#else
+  md["env.compiler"] = "unknown";
+#endif
   md["env.hostname"] = env.hostname;
   md["env.kernel"] = env.kernel;
   for (const auto& [k, v] : env.variables) md["env.var." + k] = v;
