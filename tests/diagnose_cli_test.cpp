@@ -200,6 +200,12 @@ TEST(DiagnoseCli, BadInputIsAClearError) {
   r = diagnose("run" + kTiny + "--steps 3");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("needs --out"), std::string::npos) << r.out;
+  r = diagnose("run --out " + d.string() + kTiny + "--steps 3 --trace x.json");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("not --trace"), std::string::npos) << r.out;
+  r = diagnose("run --out " + d.string() + kTiny + "--steps 3 --profile-steps 5-6");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("starts at step 5 but the run has 3 steps"), std::string::npos) << r.out;
   r = diagnose("run --out " + d.string() + " --layers 0");
   EXPECT_EQ(r.status, 2) << r.out;
 }

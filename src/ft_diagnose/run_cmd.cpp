@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <string>
 
+#include "ft/core/error.h"
 #include "ft/profiler/training_profile.h"
 #include "ft/trainer/trainer.h"
 
@@ -30,9 +31,10 @@ bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& 
   auto parsed =
       trainer::parse_train_args(static_cast<int>(argv.size()), argv.data(), "ft-diagnose run");
   if (!parsed) return false;
-  // ft-train's own --trace / --profile-steps are ft-diagnose's business here.
-  parsed->trace.clear();
-  parsed->profile_steps.clear();
+  // --profile-steps is ft-diagnose's own flag; the trace always goes to DIR/trace.json.
+  if (!parsed->trace.empty()) {
+    throw ConfigError("ft-diagnose run writes DIR/trace.json: use --out DIR, not --trace");
+  }
   profiler::TrainingProfile profile(options.profile_steps, /*quiet=*/true);
   trainer::Trainer t(*parsed);
   profile.start(t);
