@@ -35,13 +35,19 @@ class HostTracer final : public RangeSink, public trainer::StepObserver {
 
   void on_step_begin(int64_t step) noexcept override;
   void on_step_end(const trainer::StepMetrics& m) noexcept override;
+  // Records the last step's page-fault and kernel-time counters (sampled between steps); call
+  // before the recorder stops (Session::stop does).
+  void flush() noexcept;
 
  private:
+  void sample_rusage() noexcept;
+
   Recorder& recorder_;
   bool installed_ = false;
   const char* step_name_ = nullptr;  // "ProfilerStep#N" of the open step (training thread)
   long minflt0_ = 0, majflt0_ = 0;   // getrusage at step begin
   int64_t system_ns0_ = 0;           // kernel CPU time at step begin
+  bool pending_ = false;             // a recorded step awaits its getrusage counters
 };
 
 }  // namespace ft::profiler
