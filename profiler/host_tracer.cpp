@@ -6,7 +6,17 @@
 
 #include <cstring>
 
+#include "ft/profiler/classifier.h"
+
 namespace ft::profiler {
+namespace {
+
+int64_t system_ns(const rusage& ru) {
+  return static_cast<int64_t>(ru.ru_stime.tv_sec) * 1000000000 +
+         int64_t{ru.ru_stime.tv_usec} * 1000;
+}
+
+}  // namespace
 
 Category category_of(RangeKind kind) {
   switch (kind) {
@@ -101,29 +111,49 @@ void HostTracer::instant(const char* name, RangeKind kind, int64_t arg) noexcept
   recorder_.instant(name, category_of(kind), arg);
 }
 
-void HostTracer::on_step_begin(int64_t step) noexcept {
-  recorder_.set_step(step);
+// getrusage(RUSAGE_SELF) sums over the process's threads and, on a loaded machine, measured
+// 10-30 ms in half of the calls (a thread of the group waiting for a CPU), so it is sampled
+// between steps (here and in flush()), never inside a step span: one sample ends step N's fault
+// and kernel-time counters and starts step N+1's.
+void HostTracer::sample_rusage() noexcept {
   rusage ru{};
-  if (getrusage(RUSAGE_SELF, &ru) == 0) {
-    minflt0_ = ru.ru_minflt;
-    majflt0_ = ru.ru_majflt;
+  if (getrusage(RUSAGE_SELF, &ru) != 0) {
+    pending_ = false;
+    return;
   }
+  if (pending_ && recorder_.active()) {  // still attributed to the step that ended
+    recorder_.counter(kCounterMinorFaults, static_cast<double>(ru.ru_minflt - minflt0_));
+    recorder_.counter(kCounterMajorFaults, static_cast<double>(ru.ru_majflt - majflt0_));
+    recorder_.counter(kCounterSystemNs, static_cast<double>(system_ns(ru) - system_ns0_));
+  }
+  pending_ = false;
+  minflt0_ = ru.ru_minflt;
+  majflt0_ = ru.ru_majflt;
+  system_ns0_ = system_ns(ru);
+}
+
+void HostTracer::on_step_begin(int64_t step) noexcept {
+  sample_rusage();
+  recorder_.set_step(step);
 }
 
 void HostTracer::on_step_end(const trainer::StepMetrics& m) noexcept {
   if (!recorder_.active()) return;
-  recorder_.counter("loss", m.loss);
-  recorder_.counter("lr", m.lr);
-  recorder_.counter("grad_norm", m.grad_norm);
-  recorder_.counter("mem.allocated", static_cast<double>(m.mem_allocated));
-  recorder_.counter("mem.reserved", static_cast<double>(m.mem_reserved));
-  recorder_.counter("mem.peak", static_cast<double>(m.mem_peak));
-  recorder_.counter("data_ms", m.data_ms);
-  rusage ru{};
-  if (getrusage(RUSAGE_SELF, &ru) == 0) {
-    recorder_.counter("page_faults.minor", static_cast<double>(ru.ru_minflt - minflt0_));
-    recorder_.counter("page_faults.major", static_cast<double>(ru.ru_majflt - majflt0_));
-  }
+  // Counter names are the classifier's (ft/profiler/classifier.h): one list for both sides.
+  recorder_.counter(kCounterLoss, m.loss);
+  recorder_.counter(kCounterLr, m.lr);
+  recorder_.counter(kCounterGradNorm, m.grad_norm);
+  recorder_.counter(kCounterMemAllocated, static_cast<double>(m.mem_allocated));
+  recorder_.counter(kCounterMemReserved, static_cast<double>(m.mem_reserved));
+  recorder_.counter(kCounterMemPeak, static_cast<double>(m.mem_peak));
+  recorder_.counter(kCounterTokensPerS, m.tokens_per_s);
+  recorder_.counter(kCounterMfu, m.mfu);
+  recorder_.counter(kCounterDataMs, m.data_ms);
+  pending_ = true;  // page faults and kernel time follow at the next step begin or flush()
+}
+
+void HostTracer::flush() noexcept {
+  if (pending_) sample_rusage();
 }
 
 }  // namespace ft::profiler

@@ -45,6 +45,7 @@ void Session::start() {
 }
 
 void Session::stop() {
+  tracer_.flush();
   recorder_.stop();
   if (device_) device_->stop();
 }

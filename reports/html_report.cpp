@@ -221,8 +221,8 @@ std::string render_html(const Diagnosis& d) {
   }
   out += "</div>\n" + breakdown_svg(d) + "<div id=\"ft-readout\"></div>\n";
   out +=
-      "<table id=\"ft-totals\"><tr><th>class</th><th class=\"n\">share</th><th class=\"n\">ms per "
-      "step</th></tr>\n";
+      "<table id=\"ft-totals\"><tr><th>class</th><th class=\"n\">share (steady state)</th><th "
+      "class=\"n\">ms per step (all steps)</th></tr>\n";
   for (int c = 0; c < kNumWaitClasses; ++c) {
     const double per_step = sum.steps ? sum.class_ms[c] / static_cast<double>(sum.steps) : 0.0;
     out += fmt::format(

@@ -74,7 +74,8 @@ std::string render_markdown(const Diagnosis& d) {
   }
 
   out +=
-      "## Where the time goes\n\n| class | share of wall time | ms per step |\n|---|---:|---:|\n";
+      "## Where the time goes\n\n"
+      "| class | share of steady-state wall time | ms per step (all steps) |\n|---|---:|---:|\n";
   for (int c = 0; c < kNumWaitClasses; ++c) {
     const double per_step = sum.steps ? sum.class_ms[c] / static_cast<double>(sum.steps) : 0.0;
     out += fmt::format("| {} | {} | {} |\n", profiler::wait_class_name(WaitClass(c)),

@@ -7,11 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "cli_main.h"
 #include "ft/core/error.h"
 #include "ft/profiler/findings.h"
+#include "ft/profiler/trace_reader.h"
+#include "ft/profiler/trace_writer.h"
+#include "ft/reports/report.h"
 #include "ft_diagnose/run_cmd.h"
-#include "ft_diagnose/temp_report_json.h"
-#include "ft_diagnose/temp_trace_io.h"
 
 namespace {
 
@@ -22,7 +24,7 @@ constexpr int kGateExit = 4;  // a --fail-if gate tripped
 
 constexpr const char* kUsage = R"(usage:
   ft-diagnose run --out DIR [--profile-steps A-B] [--fail-if CLASS>PCT ...] [ft-train options]
-      train in-process with profiling; write DIR/trace.json and DIR/report.json
+      train in-process with profiling; write DIR/trace.json and DIR/report.{md,html,json}
   ft-diagnose DIR|TRACE [--out DIR] [--fail-if CLASS>PCT ...] [--top N]
       re-analyse DIR/trace.json (or a trace file)
   CLASS: compute data pcie comm memory host sync other (share of step time) or
@@ -60,16 +62,13 @@ void print_diagnosis(const Diagnosis& d, size_t top) {
   }
 }
 
+// Diagnoses `trace`, writes the reports into `out_dir`, prints the summary and checks the gates.
 int finish(const ft::profiler::Trace& trace, const fs::path& out_dir,
-           const std::vector<ft::profiler::Gate>& gates, size_t top, bool write_trace) {
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) throw ft::IoError(fmt::format("cannot create '{}': {}", out_dir.string(), ec.message()));
-  if (write_trace) ft::diagnose::write_trace_json_temp(trace, out_dir / "trace.json");
+           const std::vector<ft::profiler::Gate>& gates, size_t top) {
   const Diagnosis d = ft::profiler::diagnose(trace);
-  ft::diagnose::write_report_json_temp(d, out_dir);
+  ft::reports::write_reports(d, out_dir);
   print_diagnosis(d, top);
-  fmt::print("wrote {}\n", (out_dir / "report.json").string());
+  fmt::print("wrote {}/report.{{md,html,json}}\n", out_dir.string());
   const auto tripped = ft::profiler::check_gates(d, gates);
   for (const auto& t : tripped) fmt::print(stderr, "ft-diagnose: gate tripped: {}\n", t);
   return tripped.empty() ? 0 : kGateExit;
@@ -115,10 +114,19 @@ int run(int argc, char** argv) {
   if (run_mode) {
     if (out.empty()) throw ft::ConfigError("ft-diagnose run needs --out DIR");
     ft::diagnose::RunOptions ro;
-    if (!profile.empty()) ft::diagnose::parse_profile_steps(profile, &ro);
-    ft::profiler::Trace trace;
-    if (!ft::diagnose::run_profiled(rest, ro, &trace)) return 0;
-    return finish(trace, out, gates, top, true);
+    ro.profile_steps = profile;
+    ft::profiler::Trace recorded;
+    if (!ft::diagnose::run_profiled(rest, ro, &recorded)) return 0;
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec) throw ft::IoError(fmt::format("cannot create '{}': {}", out, ec.message()));
+    const fs::path trace_path = fs::path(out) / "trace.json";
+    const uint64_t bytes = ft::profiler::write_trace_json(recorded, trace_path);
+    // Analyse what was written, so that `ft-diagnose DIR` later gives the same report.
+    const ft::profiler::Trace trace = ft::profiler::read_trace_json(trace_path);
+    fmt::print("wrote {} ({} events, {} bytes, {} dropped)\n", trace_path.string(),
+               trace.events.size(), bytes, trace.dropped_events);
+    return finish(trace, out, gates, top);
   }
   if (input.empty()) throw ft::ConfigError("ft-diagnose needs a run directory or a trace file");
   if (!profile.empty()) throw ft::ConfigError("--profile-steps applies to `ft-diagnose run` only");
@@ -126,30 +134,13 @@ int run(int argc, char** argv) {
   if (fs::is_directory(trace_path)) trace_path /= "trace.json";
   if (!fs::exists(trace_path))
     throw ft::IoError(fmt::format("no trace at '{}'", trace_path.string()));
-  const ft::profiler::Trace trace = ft::diagnose::read_trace_json_temp(trace_path);
+  const ft::profiler::Trace trace = ft::profiler::read_trace_json(trace_path);
   const fs::path out_dir = out.empty() ? trace_path.parent_path() : fs::path(out);
-  return finish(trace, out_dir.empty() ? fs::path(".") : out_dir, gates, top, false);
+  return finish(trace, out_dir.empty() ? fs::path(".") : out_dir, gates, top);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Same OpenMP binding as ft-train, so the profiled run behaves like a real one.
-  setenv("OMP_PROC_BIND", "close", /*overwrite=*/0);
-  setenv("OMP_PLACES", "cores", /*overwrite=*/0);
-  try {
-    return run(argc, argv);
-  } catch (const ft::ConfigError& e) {
-    fmt::print(stderr, "ft-diagnose: error: {}\n", e.what());
-    return 2;
-  } catch (const ft::OutOfMemoryError& e) {
-    fmt::print(stderr, "ft-diagnose: {}\n", e.what());
-    return 3;
-  } catch (const ft::Error& e) {
-    fmt::print(stderr, "ft-diagnose: error: {}\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "ft-diagnose: internal error: {}\n", e.what());
-    return 1;
-  }
+  return ft::run_command_line("ft-diagnose", [&] { return run(argc, argv); });
 }

@@ -8,11 +8,12 @@
 #include <fstream>
 #include <iostream>
 
+#include "cli_main.h"
 #include "ft/core/allocator.h"
 #include "ft/core/env_info.h"
 #include "ft/core/error.h"
-#include "ft/profiler/session.h"
 #include "ft/profiler/trace_writer.h"
+#include "ft/profiler/training_profile.h"
 #include "ft/trainer/checkpoint_io.h"
 #include "ft/trainer/device.h"
 #include "ft/trainer/matmul.h"
@@ -73,27 +74,20 @@ void print_step(const StepMetrics& m, double val_loss) {
   std::fflush(stdout);
 }
 
-// --trace / --profile-steps: a profiler session observing the trainer (null when off).
-std::unique_ptr<ft::profiler::Session> start_profiler(const TrainConfig& c, Trainer& t) {
+// --trace / --profile-steps: the profiler path ft-diagnose run uses too (null when off).
+std::unique_ptr<ft::profiler::TrainingProfile> start_profiler(const TrainConfig& c, Trainer& t) {
   ft::profiler::enable_nvtx_if_tool_attached();  // Nsight Systems sees ft's phases
   if (c.trace.empty() && c.profile_steps.empty()) return nullptr;
-  ft::profiler::SessionOptions o;
-  if (!c.profile_steps.empty()) {
-    o.recorder.window = ft::profiler::parse_step_window(c.profile_steps);
-  }
-  auto s = std::make_unique<ft::profiler::Session>(o);
-  s->start();
-  t.set_observer(s->observer());
-  return s;
+  auto p = std::make_unique<ft::profiler::TrainingProfile>(c.profile_steps);
+  p->start(t);
+  return p;
 }
 
 // Writes the trace; a failure is reported and never fails the training run.
-void finish_profiler(ft::profiler::Session& s, const TrainConfig& c, Trainer& t) {
-  t.set_observer(nullptr);
+void finish_profiler(ft::profiler::TrainingProfile& p, const TrainConfig& c, Trainer& t) {
   const std::string path = c.trace.empty() ? std::string("trace.json") : c.trace;
   try {
-    ft::profiler::Trace trace = s.collect();
-    trace.metadata["config"] = c.to_json().dump();
+    const ft::profiler::Trace trace = p.finish(t);
     size_t steps = 0;
     for (const auto& e : trace.events) steps += e.category == ft::profiler::Category::kStep;
     if (steps == 0 && !c.profile_steps.empty()) {
@@ -104,7 +98,7 @@ void finish_profiler(ft::profiler::Session& s, const TrainConfig& c, Trainer& t)
     fmt::print("trace: {} ({} events, {} steps, {} bytes = {:.0f} per step, {} dropped; "
                "device: {})\n",
                path, trace.events.size(), steps, bytes, steps ? double(bytes) / steps : 0.0,
-               trace.dropped_events, s.device_status());
+               trace.dropped_events, p.session().device_status());
   } catch (const std::exception& e) {
     fmt::print(stderr, "ft-train: warning: trace '{}' not written: {}\n", path, e.what());
   }
@@ -115,7 +109,7 @@ int run(int argc, char** argv) {
   if (!parsed) return 0;
   TrainConfig c = *parsed;
   // Declared before the trainer so that it outlives any thread the trainer runs.
-  std::unique_ptr<ft::profiler::Session> profiler;
+  std::unique_ptr<ft::profiler::TrainingProfile> profiler;
   Trainer t(c);
   c = t.config();
   std::ofstream metrics;
@@ -201,24 +195,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Pin OpenMP threads to cores unless the user chose otherwise: measured 5-10%
-  // faster on the 2-core benchmark machine (docs/benchmarks.md). Must precede the
-  // first OpenMP call. Launchers that bind processes (mpirun) should set these.
-  setenv("OMP_PROC_BIND", "close", /*overwrite=*/0);
-  setenv("OMP_PLACES", "cores", /*overwrite=*/0);
-  try {
-    return run(argc, argv);
-  } catch (const ft::ConfigError& e) {
-    fmt::print(stderr, "ft-train: error: {}\n", e.what());
-    return 2;
-  } catch (const ft::OutOfMemoryError& e) {
-    fmt::print(stderr, "ft-train: {}\n", e.what());
-    return 3;
-  } catch (const ft::Error& e) {
-    fmt::print(stderr, "ft-train: error: {}\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "ft-train: internal error: {}\n", e.what());
-    return 1;
-  }
+  return ft::run_command_line("ft-train", [&] { return run(argc, argv); });
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "ft/core/atomic_file.h"
+#include "ft/reports/report.h"
 
 namespace {
 
@@ -36,6 +37,11 @@ json diagnose_run(const std::string& name, const std::string& flags) {
       std::string(FT_BINARY_DIR) + "/ft-diagnose run --out " + d.string() + " --threads 1 " + flags,
       &status);
   EXPECT_EQ(status, 0) << out;
+  EXPECT_TRUE(fs::exists(d / "trace.json"));
+  EXPECT_TRUE(fs::exists(d / "report.md"));
+  EXPECT_TRUE(fs::exists(d / "report.html"));
+  const auto back = ft::reports::read_report_json(d / "report.json");  // throws if malformed
+  EXPECT_FALSE(back.steps.empty());
   return json::parse(ft::read_file(d / "report.json"));
 }
 

@@ -335,7 +335,13 @@ TEST(ProfiledRun, FtTrainWritesAValidTraceOfTheWindow) {
   EXPECT_EQ(counters["mem.reserved"], 3);
   EXPECT_EQ(t.metadata.at("profile_steps"), "1-3");
   EXPECT_NE(t.metadata.at("device_activity").find("not"), std::string::npos);  // no GPU here
-  EXPECT_TRUE(t.metadata.count("config"));
+  // What the classifier needs about the run (profiler::TrainingProfile, shared with ft-diagnose).
+  EXPECT_EQ(t.metadata.at("config.steps"), "5");
+  EXPECT_TRUE(t.metadata.count("env.cpu_model"));
+  EXPECT_TRUE(t.metadata.count("page_fault_ns"));
+  EXPECT_EQ(counters["cpu.system_ns"], 3);
+  EXPECT_EQ(counters["mfu"], 3);
+  EXPECT_EQ(counters["tokens_per_s"], 3);
   EXPECT_EQ(t.dropped_events, 0u);
   expect_proper_nesting(t);
   // Every phase span lies inside its step's span.

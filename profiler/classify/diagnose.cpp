@@ -31,7 +31,7 @@ Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options, const Fin
     if (ev.phase != Phase::kCounter || ev.step < 0 || ev.name >= trace.names.size()) continue;
     const std::string& name = trace.names.at(ev.name);
     if (name == kCounterLoss) loss_by_step[ev.step] = ev.value;
-    if (name == "mfu") mfu_by_step[ev.step] = ev.value;
+    if (name == kCounterMfu) mfu_by_step[ev.step] = ev.value;
   }
   std::vector<double> losses;
   for (const auto& [step, v] : loss_by_step) losses.push_back(v);

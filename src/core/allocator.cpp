@@ -178,7 +178,7 @@ CachingAllocator::Block* CachingAllocator::map_segment(size_t size, bool large, 
     // Release wholly free cached segments and retry once; retry only if that freed something.
     bool freed = false;
     if (attempt == 0) {
-      FT_RANGE("alloc.flush_cache", RangeKind::kAlloc);
+      FT_RANGE("alloc.retry.flush_cache", RangeKind::kAlloc);  // time; the instant below counts
       freed = release_cached_locked() > 0;
     }
     if (freed) {
@@ -194,6 +194,7 @@ CachingAllocator::Block* CachingAllocator::map_segment(size_t size, bool large, 
 }
 
 void CachingAllocator::throw_oom_locked(size_t requested, const char* tag, const std::string& why) {
+  FT_RANGE("alloc.oom.report", RangeKind::kAlloc);
   ++stats_.ooms;
   mark("alloc.oom", RangeKind::kAlloc,
        static_cast<int64_t>(std::min<size_t>(requested, kMaxRequest)));

@@ -9,16 +9,14 @@
 namespace ft::diagnose {
 
 struct RunOptions {
-  int profile_first = -1, profile_last = -1;  // inclusive step window; -1: every step
-  bool progress = true;
+  std::string profile_steps;  // "A-B", "A" or "" (every step)
+  bool progress = true;       // progress bar on stderr
 };
 
-// Parses "A-B" (inclusive, A <= B). Throws ConfigError.
-void parse_profile_steps(const std::string& text, RunOptions* out);
-
-// Runs ft-train with `train_args` (ft-train's flags), profiling the window; returns the trace
-// with config ("config.*"), environment ("env.*") and run facts ("run.*") in its metadata.
-// Returns false (and leaves `trace` alone) when --help was printed.
+// Runs ft-train with `train_args` (ft-train's flags) under the same profiler path as
+// `ft-train --trace` (profiler::TrainingProfile); returns the trace with config ("config.*"),
+// environment ("env.*") and run facts ("run.*") in its metadata. Returns false (and leaves
+// `trace` alone) when --help was printed.
 bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& options,
                   profiler::Trace* trace);
 

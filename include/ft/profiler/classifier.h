@@ -23,6 +23,11 @@ inline constexpr const char* kCounterGradNorm = "grad_norm";
 inline constexpr const char* kCounterMemAllocated = "mem.allocated";  // bytes at step end
 inline constexpr const char* kCounterMemReserved = "mem.reserved";
 inline constexpr const char* kCounterTokensPerS = "tokens_per_s";
+inline constexpr const char* kCounterMfu = "mfu";  // model FLOPs utilisation of the step (0..1)
+// Also recorded by the host tracer (profiler/host_tracer.cpp), read by no rule yet.
+inline constexpr const char* kCounterMemPeak = "mem.peak";
+inline constexpr const char* kCounterMajorFaults = "page_faults.major";
+inline constexpr const char* kCounterDataMs = "data_ms";  // the trainer's own loader-wait time
 // Trace::metadata key holding the measured cost of one first-touch page fault (ns).
 inline constexpr const char* kMetaPageFaultNs = "page_fault_ns";
 

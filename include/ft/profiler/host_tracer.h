@@ -14,8 +14,9 @@ Category category_of(RangeKind kind);
 uint8_t alloc_flags_of(const char* name);
 
 // A RangeSink (spans and instants from FT_RANGE / ft::mark) and a StepObserver (step window,
-// ProfilerStep#N spans, per-step counters: loss, lr, grad_norm, memory, page faults). Never
-// throws into the engine: anything that fails is counted or dropped.
+// ProfilerStep#N spans, per-step counters named in classifier.h: loss, lr, grad_norm, memory,
+// tokens/s, MFU, page faults, kernel CPU time). Never throws into the engine: anything that fails
+// is counted or dropped.
 class HostTracer final : public RangeSink, public trainer::StepObserver {
  public:
   explicit HostTracer(Recorder& recorder) : recorder_(recorder) {}
@@ -34,12 +35,19 @@ class HostTracer final : public RangeSink, public trainer::StepObserver {
 
   void on_step_begin(int64_t step) noexcept override;
   void on_step_end(const trainer::StepMetrics& m) noexcept override;
+  // Records the last step's page-fault and kernel-time counters (sampled between steps); call
+  // before the recorder stops (Session::stop does).
+  void flush() noexcept;
 
  private:
+  void sample_rusage() noexcept;
+
   Recorder& recorder_;
   bool installed_ = false;
   const char* step_name_ = nullptr;  // "ProfilerStep#N" of the open step (training thread)
   long minflt0_ = 0, majflt0_ = 0;   // getrusage at step begin
+  int64_t system_ns0_ = 0;           // kernel CPU time at step begin
+  bool pending_ = false;             // a recorded step awaits its getrusage counters
 };
 
 }  // namespace ft::profiler

@@ -1,0 +1,47 @@
+// training_profile.h: profiles a training run (one Session, a step window, run metadata); shared
+// by `ft-train --trace` and `ft-diagnose run`.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "ft/profiler/session.h"
+#include "ft/trainer/trainer.h"
+
+namespace ft::profiler {
+
+// Usage: TrainingProfile p(window); p.start(trainer); ...trainer.step()...; Trace t =
+// p.finish(trainer). The session observes the trainer (per-step counters, ProfilerStep#N spans);
+// finish() adds what the classifier reads about the run ("config.*", "env.*", "run.*",
+// page_fault_ns; docs/classification.md).
+class TrainingProfile {
+ public:
+  // `window`: "A-B", "A" or "" (whole run). Throws ConfigError on a malformed window.
+  explicit TrainingProfile(std::string_view window, bool quiet = false);
+
+  // Measures the page-fault cost (before any profiled step), starts the session and attaches
+  // it to `t`. Throws ConfigError when the window starts after the run's last step.
+  void start(trainer::Trainer& t);
+  // Detaches from `t`, collects the trace and fills its metadata.
+  Trace finish(trainer::Trainer& t);
+
+  const StepWindow& window() const { return window_; }
+  Session& session() { return *session_; }
+
+ private:
+  StepWindow window_;
+  bool quiet_ = false;
+  double load_average_ = -1;  // 1-minute load before the run
+  double page_fault_ns_ = 0;
+  int64_t probe_faults_ = 0;
+  std::unique_ptr<Session> session_;
+};
+
+// The run facts TrainingProfile::finish stores, for callers that build a Trace another way:
+// config (flattened TrainConfig), environment (CPU, vector ISA, GEMM library, BLAS core type,
+// threads, compiler and OpenMP versions, relevant variables) and allocator totals.
+std::map<std::string, std::string> run_metadata(trainer::Trainer& t);
+
+}  // namespace ft::profiler

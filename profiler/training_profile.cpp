@@ -1,0 +1,113 @@
+// training_profile.cpp: one profiling path for ft-train --trace and ft-diagnose run.
+#include "ft/profiler/training_profile.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "ft/core/env_info.h"
+#include "ft/core/error.h"
+#include "ft/profiler/classifier.h"
+#include "ft/trainer/matmul.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace ft::profiler {
+namespace {
+
+double read_load_average() {
+  std::ifstream in("/proc/loadavg");
+  double l = -1;
+  if (!(in >> l)) return -1;
+  return l;
+}
+
+std::string json_scalar(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+}  // namespace
+
+TrainingProfile::TrainingProfile(std::string_view window, bool quiet) : quiet_(quiet) {
+  if (!window.empty()) window_ = parse_step_window(window);
+}
+
+void TrainingProfile::start(trainer::Trainer& t) {
+  const int steps = t.config().steps;
+  if (!window_.whole_run() && window_.first >= steps) {
+    throw ConfigError(fmt::format("--profile-steps starts at step {} but the run has {} steps",
+                                  window_.first, steps));
+  }
+  load_average_ = read_load_average();  // before our own threads add to it
+  // Measured before training so that the probe does not disturb the steps.
+  page_fault_ns_ = measure_page_fault_ns(size_t{32} << 20, 3, &probe_faults_);
+  SessionOptions o;
+  o.recorder.window = window_;
+  o.quiet = quiet_;
+  session_ = std::make_unique<Session>(o);
+  session_->start();
+  t.set_observer(session_->observer());
+}
+
+Trace TrainingProfile::finish(trainer::Trainer& t) {
+  t.set_observer(nullptr);
+  Trace trace = session_->collect();
+  for (auto& [k, v] : run_metadata(t)) trace.metadata[k] = std::move(v);
+  auto& md = trace.metadata;
+  md["env.load_average"] = fmt::format("{:.2f}", load_average_);
+  md[kMetaPageFaultNs] = fmt::format("{:.1f}", page_fault_ns_);
+  md["run.page_fault_probe_faults"] = std::to_string(probe_faults_);
+  return trace;
+}
+
+std::map<std::string, std::string> run_metadata(trainer::Trainer& t) {
+  std::map<std::string, std::string> md;
+  const trainer::TrainConfig& c = t.config();
+  const nlohmann::json config = c.to_json();
+  for (auto it = config.begin(); it != config.end(); ++it) {
+    md["config." + it.key()] = json_scalar(*it);
+  }
+  const EnvInfo env = collect_env_info();
+  md["env.cpu_model"] = env.cpu_model;
+  md["env.logical_cpus"] = std::to_string(env.logical_cpus);
+  md["env.vector_width"] = env.vector_width();
+  md["env.vector_bits"] = std::to_string(env.avx512f ? 512 : env.avx2 ? 256 : 128);
+  md["env.gemm_library"] = trainer::Gemm::library_info();
+  const auto core = env.variables.find("OPENBLAS_CORETYPE");
+  md["env.blas_core_type"] =
+      core != env.variables.end() ? core->second : "unset (ft's GEMMs do not use OpenBLAS)";
+  md["env.threads"] = std::to_string(c.threads);
+#ifdef _OPENMP
+  md["env.omp_max_threads"] = std::to_string(omp_get_max_threads());
+  md["env.openmp"] = std::to_string(_OPENMP);
+#endif
+#if defined(__clang__)
+  md["env.compiler"] = std::string("clang ") + __clang_version__;
+#elif defined(__GNUC__)
+  md["env.compiler"] = std::string("GCC ") + __VERSION__;
+#else
+  md["env.compiler"] = "unknown";
+#endif
+  md["env.hostname"] = env.hostname;
+  md["env.kernel"] = env.kernel;
+  for (const auto& [k, v] : env.variables) md["env.var." + k] = v;
+  const AllocatorStats a = t.allocator().stats();
+  md["run.warmup_excluded"] = std::to_string(c.warmup_steps_excluded);
+  md["run.peak_gflops"] = fmt::format("{:.6g}", t.peak_gflops());
+  md["run.mem_peak"] = std::to_string(a.peak_allocated);
+  md["run.mem_reserved_peak"] = std::to_string(a.peak_reserved);
+  md["run.alloc_retries"] = std::to_string(a.cache_flush_retries);
+  md["run.ooms"] = std::to_string(a.ooms);
+  md["run.segment_maps"] = std::to_string(a.segment_maps);
+  md["run.segment_unmaps"] = std::to_string(a.segment_unmaps);
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const double avail = pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0;
+  md["run.memory_capacity"] = fmt::format(
+      "{:.0f}", c.memory_limit ? static_cast<double>(c.memory_limit) : avail + a.peak_reserved);
+  return md;
+}
+
+}  // namespace ft::profiler
