@@ -119,7 +119,7 @@ TEST(Findings, UnstableLossRanksFirstAndNamesWarmupLrClip) {
   ASSERT_GE(f.size(), 2u);
   EXPECT_EQ(f[0].cls, "loss");
   EXPECT_EQ(f[0].severity, Severity::kCritical);
-  EXPECT_EQ(f[0].knobs, (std::vector<std::string>{"--warmup 10", "--lr 0.003", "--clip 1.0"}));
+  EXPECT_EQ(f[0].knobs, (std::vector<std::string>{"--warmup 10", "--lr 0.001", "--clip 1.0"}));
   EXPECT_EQ(f[1].cls, "precision");
 }
 
