@@ -14,6 +14,20 @@ bool is_collective_name(std::string_view n) {
          has(n, "record_param_comms") || starts(n, "hccl");
 }
 
+// Operators in traces without a category (legacy autograd profiler): aten/prim ops, autograd
+// engine and backward nodes ("AddmmBackward0"), torch:: functions. User record_function names
+// match none of these and stay kOther.
+bool is_legacy_op_name(std::string_view n) {
+  if (starts(n, "aten::") || starts(n, "prim::") || starts(n, "autograd::") ||
+      starts(n, "torch::") || n == "detach_") {
+    return true;
+  }
+  size_t end = n.size();
+  while (end > 0 && n[end - 1] >= '0' && n[end - 1] <= '9') --end;
+  return end < n.size() && n.substr(0, end).size() > 8 && n.substr(end - 8, 8) == "Backward" &&
+         !has(n, " ");
+}
+
 }  // namespace
 
 SourceKind classify_source(std::string_view cat, std::string_view name) {
@@ -82,7 +96,7 @@ Category classify_event(SourceKind kind, std::string_view name, bool device, uin
   if (is_collective_name(name)) return Category::kComm;
   if (device) return Category::kOther;
   if (kind.source == Source::kCpuOp) return Category::kCompute;
-  if (kind.source == Source::kOther && name.substr(0, 6) == "aten::") return Category::kCompute;
+  if (kind.source == Source::kOther && is_legacy_op_name(name)) return Category::kCompute;
   return Category::kOther;
 }
 
