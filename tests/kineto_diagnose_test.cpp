@@ -295,4 +295,8 @@ TEST(KinetoDiagnose, DetectsFtTracesAndRejectsBadInput) {
   EXPECT_THROW(load_trace(dir.path / "missing.json"), ft::IoError);
   fs::create_directories(dir.path / "empty");
   EXPECT_THROW(load_trace(dir.path / "empty"), ft::IoError);
+  // A run directory's trace.json goes to ft's reader even when it is not ft's (its errors).
+  write(dir.path / "empty" / "trace.json", R"({"traceEvents": [{"ph": "X", "name": "x"}]})");
+  EXPECT_EQ(detect_trace_format(dir.path / "empty"), TraceFormat::kFt);
+  EXPECT_THROW(load_trace(dir.path / "empty"), ft::FormatError);
 }

@@ -14,6 +14,14 @@ bool is_collective_name(std::string_view n) {
          has(n, "record_param_comms") || starts(n, "hccl");
 }
 
+// User annotations that name a collective or waiting for one (TorchRec's "## all2all_...:wait ##",
+// "## sparse_data_dist ##", DDP's "allreduce").
+bool is_collective_annotation(std::string_view n) {
+  return has(n, "all2all") || has(n, "all_to_all") || has(n, "allreduce") || has(n, "all_reduce") ||
+         has(n, "allgather") || has(n, "all_gather") || has(n, "reduce_scatter") ||
+         has(n, "sparse_data_dist");
+}
+
 // Operators in traces without a category (legacy autograd profiler): aten/prim ops, autograd
 // engine and backward nodes ("AddmmBackward0"), torch:: functions. User record_function names
 // match none of these and stay kOther.
@@ -91,6 +99,7 @@ Category classify_event(SourceKind kind, std::string_view name, bool device, uin
       break;
   }
   if (has(name, "DataLoader")) return Category::kData;
+  if (kind.source == Source::kAnnotation && is_collective_annotation(name)) return Category::kComm;
   if (starts(name, "Optimizer.") || has(name, "optimizer.step") || has(name, "Optimizer.step"))
     return Category::kOptimizer;
   if (is_collective_name(name)) return Category::kComm;

@@ -128,17 +128,22 @@ void split_comm_events(Trace* t, const std::unordered_map<size_t, int64_t>& wait
 uint32_t rank_of(const Track& k) { return k.device ? k.pid / 256u : k.pid >> 24; }
 
 // PyTorch runs backward on the autograd engine's thread (and may use others): while the
-// training thread has no span of its own, what the process's other host threads run is what it
-// waits for. Their spans, clipped to the training thread's uncovered stretches inside steps,
-// are copied onto the training thread (nesting is kept: a clipped child stays inside its
-// clipped parent and still wins the innermost rule). Returns the copies added.
+// training thread runs nothing classified (no span, or only user annotations such as
+// "## backward ##"), what the process's other host threads run is what it waits for. Their spans,
+// clipped to the training thread's uncovered stretches inside steps, are copied onto the training
+// thread (nesting is kept: a clipped child stays inside its clipped parent and still wins the
+// innermost rule). Returns the copies added.
 int64_t fill_training_gaps(Trace* t) {
   Track main;
   if (!find_training_track(*t, &main)) return 0;
   std::vector<std::pair<int64_t, int64_t>> steps, own;
   for (const Event& e : t->events) {
     if (e.phase != Phase::kSpan || !(e.track == main) || e.dur_ns <= 0) continue;
-    (is_step_span(*t, e) ? steps : own).emplace_back(e.ts_ns, e.end_ns());
+    if (is_step_span(*t, e)) {
+      steps.emplace_back(e.ts_ns, e.end_ns());
+    } else if (wait_class_of(e.category) != WaitClass::kOther) {
+      own.emplace_back(e.ts_ns, e.end_ns());  // user annotations ("## backward ##") do not cover
+    }
   }
   std::sort(steps.begin(), steps.end());
   std::sort(own.begin(), own.end());

@@ -41,10 +41,17 @@ TraceFormat sniff_file(const fs::path& file) {
 TraceFormat detect_trace_format(const fs::path& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
+    // A run directory holds trace.json (ft's reader reports what is wrong with it); a directory
+    // of ranks holds Kineto's *.json / *.json.gz files under other names.
     const fs::path own = path / "trace.json";
-    if (fs::is_regular_file(own, ec) && sniff_file(own) == TraceFormat::kFt)
-      return TraceFormat::kFt;
-    return TraceFormat::kKineto;
+    if (fs::exists(own, ec)) return TraceFormat::kFt;
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      const std::string n = e.path().filename().string();
+      if (e.is_regular_file() && (n.ends_with(".json") || n.ends_with(".json.gz")))
+        return TraceFormat::kKineto;
+    }
+    throw IoError(fmt::format("no trace at '{}' (and no Kineto *.json / *.json.gz files in '{}')",
+                              own.string(), path.string()));
   }
   if (!fs::exists(path, ec)) throw IoError(fmt::format("no trace at '{}'", path.string()));
   return sniff_file(path);

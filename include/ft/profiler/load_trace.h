@@ -15,8 +15,9 @@ enum class TraceFormat : uint8_t {
   kKineto,  // torch.profiler / Kineto / legacy autograd-profiler JSON, plain or .gz
 };
 
-// Detects the format of a file, or of a directory: DIR/trace.json in ft's format, else a
-// directory of Kineto ranks. Throws IoError when nothing can be read there.
+// Detects the format of a file (gzip, or no ft header: Kineto), or of a directory: one holding
+// trace.json is an ft run directory, else a directory of Kineto ranks (*.json / *.json.gz).
+// Throws IoError when there is no trace.
 TraceFormat detect_trace_format(const std::filesystem::path& path);
 
 // Loads ft's trace.json (a file, or DIR/trace.json) or a Kineto trace (a file, or a directory of
