@@ -300,3 +300,28 @@ TEST(KinetoDiagnose, DetectsFtTracesAndRejectsBadInput) {
   EXPECT_EQ(detect_trace_format(dir.path / "empty"), TraceFormat::kFt);
   EXPECT_THROW(load_trace(dir.path / "empty"), ft::FormatError);
 }
+
+// Backward on the autograd thread: the training thread only has a "## backward ##" annotation
+// while the other thread runs ops; those ops classify the time (compute, launches as host).
+TEST(KinetoDiagnose, AutogradThreadFillsTrainingThreadGaps) {
+  TempDir dir;
+  const std::string ev = R"({"schemaVersion":1,"traceEvents":[
+{"ph":"X","cat":"user_annotation","name":"ProfilerStep#0","pid":5,"tid":1,"ts":0,"dur":1000},
+{"ph":"X","cat":"cpu_op","name":"aten::linear","pid":5,"tid":1,"ts":0,"dur":200},
+{"ph":"X","cat":"user_annotation","name":"## backward ##","pid":5,"tid":1,"ts":200,"dur":800},
+{"ph":"X","cat":"cpu_op","name":"autograd::engine::evaluate_function: MmBackward0","pid":5,"tid":2,"ts":300,"dur":500},
+{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":5,"tid":2,"ts":320,"dur":300},
+{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":5,"tid":2,"ts":650,"dur":100},
+{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":5,"tid":2,"ts":1100,"dur":100}]})";
+  write(dir.path / "t.json", ev);
+  const Trace t = load_trace(dir.path / "t.json");
+  const auto parts = partition_steps(t);
+  ASSERT_EQ(parts.size(), 1u);
+  const auto& ns = parts[0].ns;
+  // compute: own 200 + engine span 500 minus the launch 100 = 600 µs; host 100; other: the
+  // annotation's uncovered 200..300 and 800..1000 = 300 µs.
+  EXPECT_EQ(ns[static_cast<int>(WaitClass::kCompute)], 600'000);
+  EXPECT_EQ(ns[static_cast<int>(WaitClass::kHost)], 100'000);
+  EXPECT_EQ(ns[static_cast<int>(WaitClass::kOther)], 300'000);
+  EXPECT_EQ(t.metadata.at("run.gap_fill_spans"), "3");  // the op after the step is not copied
+}
