@@ -10,6 +10,7 @@
 #include "cli_main.h"
 #include "ft/core/error.h"
 #include "ft/profiler/findings.h"
+#include "ft/profiler/load_trace.h"
 #include "ft/profiler/trace_reader.h"
 #include "ft/profiler/trace_writer.h"
 #include "ft/reports/report.h"
@@ -25,8 +26,9 @@ constexpr int kGateExit = 4;  // a --fail-if gate tripped
 constexpr const char* kUsage = R"(usage:
   ft-diagnose run --out DIR [--profile-steps A-B] [--fail-if CLASS>PCT ...] [ft-train options]
       train in-process with profiling; write DIR/trace.json and DIR/report.{md,html,json}
-  ft-diagnose DIR|TRACE [--out DIR] [--fail-if CLASS>PCT ...] [--top N]
-      re-analyse DIR/trace.json (or a trace file)
+  ft-diagnose DIR|TRACE [--out DIR] [--fail-if CLASS>PCT ...] [--top N] [--hta-json FILE]
+      re-analyse DIR/trace.json (or a trace file); PyTorch profiler (Kineto) traces too, a file
+      (.json / .json.gz) or a directory of ranks; --hta-json FILE also writes HTA's analyses
   CLASS: compute data pcie comm memory host sync other (share of step time) or
          precision batch loss environment parallel (findings). Exit status 4 when a gate trips.
   ft-train options: see `ft-train --help` (`ft-diagnose run --help`).
@@ -81,7 +83,7 @@ int run(int argc, char** argv) {
     return args.empty() ? 2 : 0;
   }
   const bool run_mode = args[0] == "run";
-  std::string out, profile, input;
+  std::string out, profile, input, hta_json;
   std::vector<ft::profiler::Gate> gates;
   size_t top = 5;
   std::vector<std::string> rest;
@@ -93,6 +95,8 @@ int run(int argc, char** argv) {
     };
     if (a == "--out") {
       out = value("--out");
+    } else if (a == "--hta-json") {
+      hta_json = value("--hta-json");
     } else if (a == "--profile-steps") {
       profile = value("--profile-steps");
     } else if (a == "--fail-if") {
@@ -112,6 +116,7 @@ int run(int argc, char** argv) {
     }
   }
   if (run_mode) {
+    if (!hta_json.empty()) throw ft::ConfigError("--hta-json applies to trace re-analysis only");
     if (out.empty()) throw ft::ConfigError("ft-diagnose run needs --out DIR");
     ft::diagnose::RunOptions ro;
     ro.profile_steps = profile;
@@ -131,11 +136,19 @@ int run(int argc, char** argv) {
   if (input.empty()) throw ft::ConfigError("ft-diagnose needs a run directory or a trace file");
   if (!profile.empty()) throw ft::ConfigError("--profile-steps applies to `ft-diagnose run` only");
   fs::path trace_path = input;
-  if (fs::is_directory(trace_path)) trace_path /= "trace.json";
-  if (!fs::exists(trace_path))
+  const bool kineto =
+      ft::profiler::detect_trace_format(input) == ft::profiler::TraceFormat::kKineto;
+  if (!kineto && fs::is_directory(trace_path)) trace_path /= "trace.json";
+  if (!kineto && !fs::exists(trace_path))
     throw ft::IoError(fmt::format("no trace at '{}'", trace_path.string()));
-  const ft::profiler::Trace trace = ft::profiler::read_trace_json(trace_path);
-  const fs::path out_dir = out.empty() ? trace_path.parent_path() : fs::path(out);
+  if (!hta_json.empty()) {
+    if (!kineto) throw ft::ConfigError("--hta-json needs a PyTorch profiler (Kineto) trace");
+    ft::profiler::write_hta_json(input, hta_json);
+  }
+  const ft::profiler::Trace trace = ft::profiler::load_trace(input);
+  const fs::path out_dir = !out.empty()                             ? fs::path(out)
+                           : kineto && fs::is_directory(trace_path) ? trace_path
+                                                                    : trace_path.parent_path();
   return finish(trace, out_dir.empty() ? fs::path(".") : out_dir, gates, top);
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 namespace ft::profiler {
@@ -78,6 +79,48 @@ int vector_bits_of_coretype(std::string core) {
   if (k512.count(core)) return 512;
   if (k256.count(core)) return 256;
   return core.empty() ? 0 : 128;  // Prescott, Nehalem, Core2, Penryn, Atom, ...
+}
+
+int64_t meta_int(const Trace& trace, const char* key, int64_t fallback) {
+  const auto it = trace.metadata.find(key);
+  if (it == trace.metadata.end()) return fallback;
+  char* end = nullptr;
+  const long long v = std::strtoll(it->second.c_str(), &end, 10);
+  return end != it->second.c_str() && *end == '\0' ? v : fallback;
+}
+
+// Across ranks (imported multi-rank traces, prepare_kineto_trace): the rank that arrives last
+// at collectives makes every other rank wait; the share is that wait per waiting rank over the
+// profiled steps' wall time.
+void straggler_finding(std::vector<Finding>* out, const Trace& trace,
+                       const std::vector<StepBreakdown>& all, const FindingRules& r) {
+  const int64_t rank = meta_int(trace, "run.straggler_rank", -1);
+  const int64_t ranks = meta_int(trace, "ranks", 1);
+  const int64_t wait = meta_int(trace, "run.straggler_wait_ns", 0);
+  double wall_ns = 0;
+  for (const StepBreakdown& s : all) wall_ns += s.wall_ms * 1e6;
+  if (rank < 0 || ranks < 2 || wait <= 0 || wall_ns <= 0) return;
+  const double share = static_cast<double>(wait) / static_cast<double>(ranks - 1) / wall_ns;
+  if (share <= r.comm_share / 2) return;
+  const double transfer = static_cast<double>(meta_int(trace, "run.comm_transfer_ns", 0));
+  const double sync = static_cast<double>(meta_int(trace, "run.comm_sync_ns", 0));
+  Finding f;
+  f.cls = "parallel";
+  f.share = share;
+  f.severity = time_severity(share, r);
+  f.title =
+      fmt::format("Rank {} arrives late at collectives ({:.1f}% of step time)", rank, 100 * share);
+  f.explanation =
+      "The other ranks wait inside their collectives until this rank joins. Balance its work "
+      "(data, shapes, host load) or find what delays it.";
+  f.evidence.share = share;
+  f.evidence.detail = fmt::format(
+      "last to arrive at {} of {} collectives; others waited {:.2f} ms in all; collective time "
+      "across ranks: transfer {:.2f} ms, synchronizing {:.2f} ms ({:.0f}%)",
+      meta_int(trace, "run.straggler_late", 0), meta_int(trace, "run.comm_collectives", 0),
+      wait / 1e6, transfer / 1e6, sync / 1e6,
+      transfer + sync > 0 ? 100 * sync / (transfer + sync) : 0.0);
+  out->push_back(std::move(f));
 }
 
 void add_time_finding(std::vector<Finding>* out, const Trace& trace,
@@ -195,6 +238,10 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
     if (run.loader_workers > 0) workers = std::max(workers, 2 * run.loader_workers);
     workers = std::clamp(workers, 1, cores);
     std::vector<std::string> knobs = {fmt::format("--loader-workers {}", workers), "--prefetch 2"};
+    if (trace.source.rfind("kineto", 0) == 0) {  // a PyTorch run: the DataLoader's own knobs
+      knobs = {fmt::format("DataLoader(num_workers={})", workers),
+               "DataLoader(pin_memory=True, prefetch_factor=2)"};
+    }
     add_time_finding(
         &out, trace, steps, t, WaitClass::kData, r.data_share, r,
         "The training thread waits for data",
@@ -253,6 +300,7 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
                    fmt::format("pageable copies {:.2f} ms/step of {:.2f}", d("pcie.pageable") / n,
                                t.ms[static_cast<int>(WaitClass::kPcie)] / n));
   copy_findings(&out, trace, r);
+  straggler_finding(&out, trace, all, r);
   add_time_finding(
       &out, trace, steps, t, WaitClass::kSync, r.sync_share, r,
       "The training thread waits on synchronisation",

@@ -136,6 +136,8 @@ double page_fault_cost_ns(const Trace& trace, const ClassifyOptions& options) {
   return ClassifyOptions::kDefaultPageFaultNs;
 }
 
+constexpr int kDeviceCommSync = 101;  // device-split label of "comm sync: ..." collectives
+
 bool is_device_busy(Category c) {
   return c == Category::kCompute || c == Category::kD2D || c == Category::kMemset ||
          c == Category::kOptimizer;
@@ -317,7 +319,11 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
         if (is_device_busy(d->category)) {
           label = 100, prio = 0;
         } else if (d->category == Category::kComm) {
-          label = static_cast<int>(WaitClass::kComm), prio = 1;
+          // Imported collectives split across ranks: "comm sync: ..." waits for late ranks.
+          label = trace.names.at(d->name).rfind(kCommSyncPrefix, 0) == 0
+                      ? kDeviceCommSync
+                      : static_cast<int>(WaitClass::kComm);
+          prio = 1;
         } else if (d->category == Category::kH2D || d->category == Category::kD2H) {
           label = static_cast<int>(WaitClass::kPcie), prio = 2;
         } else {
@@ -337,8 +343,10 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
       for (const Segment& s : sweep(dv, lo, hi)) {
         const std::string key =
             s.label == 100 ? prefix + "busy"
-                           : prefix + "idle." +
-                                 wait_class_name(static_cast<WaitClass>(s.label < 0 ? 7 : s.label));
+            : s.label == kDeviceCommSync
+                ? prefix + "idle.comm.sync"
+                : prefix + "idle." +
+                      wait_class_name(static_cast<WaitClass>(s.label < 0 ? 7 : s.label));
         p.detail_ns[key] += s.b - s.a;
       }
     }

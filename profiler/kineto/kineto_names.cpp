@@ -14,6 +14,28 @@ bool is_collective_name(std::string_view n) {
          has(n, "record_param_comms") || starts(n, "hccl");
 }
 
+// User annotations that name a collective or waiting for one (TorchRec's "## all2all_...:wait ##",
+// "## sparse_data_dist ##", DDP's "allreduce").
+bool is_collective_annotation(std::string_view n) {
+  return has(n, "all2all") || has(n, "all_to_all") || has(n, "allreduce") || has(n, "all_reduce") ||
+         has(n, "allgather") || has(n, "all_gather") || has(n, "reduce_scatter") ||
+         has(n, "sparse_data_dist");
+}
+
+// Operators in traces without a category (legacy autograd profiler): aten/prim ops, autograd
+// engine and backward nodes ("AddmmBackward0"), torch:: functions. User record_function names
+// match none of these and stay kOther.
+bool is_legacy_op_name(std::string_view n) {
+  if (starts(n, "aten::") || starts(n, "prim::") || starts(n, "autograd::") ||
+      starts(n, "torch::") || n == "detach_") {
+    return true;
+  }
+  size_t end = n.size();
+  while (end > 0 && n[end - 1] >= '0' && n[end - 1] <= '9') --end;
+  return end < n.size() && n.substr(0, end).size() > 8 && n.substr(end - 8, 8) == "Backward" &&
+         !has(n, " ");
+}
+
 }  // namespace
 
 SourceKind classify_source(std::string_view cat, std::string_view name) {
@@ -77,12 +99,13 @@ Category classify_event(SourceKind kind, std::string_view name, bool device, uin
       break;
   }
   if (has(name, "DataLoader")) return Category::kData;
+  if (kind.source == Source::kAnnotation && is_collective_annotation(name)) return Category::kComm;
   if (starts(name, "Optimizer.") || has(name, "optimizer.step") || has(name, "Optimizer.step"))
     return Category::kOptimizer;
   if (is_collective_name(name)) return Category::kComm;
   if (device) return Category::kOther;
   if (kind.source == Source::kCpuOp) return Category::kCompute;
-  if (kind.source == Source::kOther && name.substr(0, 6) == "aten::") return Category::kCompute;
+  if (kind.source == Source::kOther && is_legacy_op_name(name)) return Category::kCompute;
   return Category::kOther;
 }
 

@@ -1,0 +1,91 @@
+"""A small PyTorch training run under the profiler, for ft-diagnose's real-client test.
+
+usage: /usr/bin/python3 torch_client.py OUT_TRACE.json --dataset slow|fast [--steps N]
+
+The slow dataset does real Python work per sample in __getitem__ (an LCG hash loop over the
+sample's index), so the data loader dominates each step; the fast one returns precomputed
+tensors. num_workers=0, so loading happens on the training thread inside the DataLoader's
+`enumerate(DataLoader)#...__next__` span. Each step is a `ProfilerStep#N` record_function
+(PyTorch builds without Kineto, like Debian's 1.13, have no torch.profiler.schedule steps).
+"""
+import argparse
+import sys
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+FEATURES = 64
+CLASSES = 8
+
+
+class SlowDataset(Dataset):
+    def __init__(self, n, work):
+        self.n = n
+        self.work = work
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        # Real per-sample preprocessing in pure Python: a hash chain over the index.
+        h = i * 2654435761 % 4294967296
+        acc = [0.0] * FEATURES
+        for k in range(self.work):
+            h = (h * 1103515245 + 12345) % 2147483648
+            acc[k % FEATURES] += (h >> 8) / 8388608.0
+        x = torch.tensor(acc, dtype=torch.float32) / (self.work / FEATURES)
+        return x, int(h % CLASSES)
+
+
+class FastDataset(Dataset):
+    def __init__(self, n):
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, FEATURES, generator=g)
+        self.y = torch.randint(0, CLASSES, (n,), generator=g)
+
+    def __len__(self):
+        return self.x.shape[0]
+
+    def __getitem__(self, i):
+        return self.x[i], int(self.y[i])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--dataset", choices=["slow", "fast"], required=True)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--work", type=int, default=8000, help="loop iterations per slow sample")
+    args = ap.parse_args()
+
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    n = args.steps * args.batch
+    ds = SlowDataset(n, args.work) if args.dataset == "slow" else FastDataset(n)
+    loader = DataLoader(ds, batch_size=args.batch, shuffle=False, num_workers=0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(FEATURES, 512), torch.nn.ReLU(),
+        torch.nn.Linear(512, 512), torch.nn.ReLU(),
+        torch.nn.Linear(512, CLASSES))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    losses = []
+    with torch.autograd.profiler.profile(record_shapes=False) as prof:
+        it = iter(loader)
+        for step in range(args.steps):
+            with torch.autograd.profiler.record_function("ProfilerStep#%d" % step):
+                x, y = next(it)
+                opt.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                opt.step()
+                losses.append(float(loss))
+    prof.export_chrome_trace(args.out)
+    print("steps %d loss %.4f -> %.4f" % (args.steps, losses[0], losses[-1]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

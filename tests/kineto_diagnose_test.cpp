@@ -1,0 +1,327 @@
+// kineto_diagnose_test.cpp: load_trace + the classifier/findings on Kineto traces (shared HTA
+// traces, synthetic multi-rank, memory and copy traces, legacy autograd JSON).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <string>
+
+#include "ft/core/error.h"
+#include "ft/profiler/classifier.h"
+#include "ft/profiler/findings.h"
+#include "ft/profiler/kineto_reader.h"
+#include "ft/profiler/load_trace.h"
+#include "ft/profiler/trace_writer.h"
+
+namespace fs = std::filesystem;
+using namespace ft::profiler;
+
+namespace {
+
+const fs::path kRoot = fs::path(FT_SOURCE_DIR) / ".." / "shared" / "traces" / "hta";
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() /
+           ("ft_kdiag_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+std::vector<fs::path> shared_traces() {
+  std::vector<fs::path> out;
+  if (!fs::is_directory(kRoot)) return out;
+  for (const auto& e : fs::recursive_directory_iterator(kRoot)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_regular_file() && n != "hta_outputs.json" &&
+        (n.ends_with(".json") || n.ends_with(".json.gz"))) {
+      out.push_back(e.path());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const Finding* find_cls(const Diagnosis& d, const std::string& cls) {
+  for (const Finding& f : d.findings)
+    if (f.cls == cls) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+// Every shared trace loads; those with ProfilerStep spans partition exactly (each step's classes
+// sum to its wall time in integer ns) and diagnose; the rest fail with a clear FormatError.
+TEST(KinetoDiagnose, SharedTracesPartitionExactly) {
+  const auto traces = shared_traces();
+  if (traces.empty()) GTEST_SKIP() << "no shared traces at " << kRoot;
+  int with_steps = 0, steps_total = 0;
+  for (const fs::path& p : traces) {
+    SCOPED_TRACE(p.string());
+    EXPECT_EQ(detect_trace_format(p), TraceFormat::kKineto);
+    const Trace t = load_trace(p);
+    Track main;
+    if (!find_training_track(t, &main)) {
+      try {
+        diagnose(t);
+        ADD_FAILURE() << "diagnose without steps did not throw";
+      } catch (const ft::FormatError& e) {
+        EXPECT_NE(std::string(e.what()).find("no training steps"), std::string::npos);
+      }
+      continue;
+    }
+    ++with_steps;
+    for (const StepPartitionNs& s : partition_steps(t)) {
+      EXPECT_EQ(std::accumulate(s.ns.begin(), s.ns.end(), int64_t{0}), s.wall_ns);
+      EXPECT_GT(s.wall_ns, 0);
+      ++steps_total;
+    }
+    const Diagnosis d = diagnose(t);
+    double share = 0;
+    for (double v : d.totals) share += v;
+    EXPECT_NEAR(share, 1.0, 1e-9);
+    for (const Finding& f : d.findings) EXPECT_FALSE(f.title.empty());
+  }
+  EXPECT_GE(with_steps, 5);
+  EXPECT_GE(steps_total, 20);
+}
+
+// A GPU trace: device idle is split and runtime launches count as host time.
+TEST(KinetoDiagnose, SharedGpuTraceHasDeviceSplit) {
+  const fs::path p = kRoot / "trace_diff" / "control";
+  if (!fs::exists(p)) GTEST_SKIP() << "no " << p;
+  const Trace t = load_trace(p);
+  const auto steps = classify_steps(t);
+  ASSERT_FALSE(steps.empty());
+  double busy = 0, idle = 0, host = 0, wall = 0;
+  for (const auto& s : steps) {
+    wall += s.wall_ms;
+    host += s.ms[static_cast<int>(WaitClass::kHost)];
+    for (const auto& [k, v] : s.detail) {
+      if (k.rfind("device", 0) == 0 && k.find(".busy") != std::string::npos) busy += v;
+      if (k.rfind("device", 0) == 0 && k.find(".idle.") != std::string::npos) idle += v;
+    }
+  }
+  EXPECT_GT(busy, 0);
+  EXPECT_GT(host, 0);
+  // One device: busy + idle parts cover each step's wall time.
+  EXPECT_NEAR(busy + idle, wall, 1e-6 * wall + 1e-6);
+}
+
+namespace {
+
+// A current-format Kineto trace of one rank: two steps, each with an NCCL all-reduce kernel
+// starting at `comm_start` (µs from the step start) lasting `comm_dur` µs.
+std::string rank_trace(int rank, int comm_start, int comm_dur) {
+  std::string ev;
+  auto add = [&](const std::string& e) { ev += (ev.empty() ? "" : ",\n") + e; };
+  for (int s = 0; s < 2; ++s) {
+    const int base = 1000 + s * 10000;
+    add(R"({"ph":"X","cat":"user_annotation","name":"ProfilerStep#)" + std::to_string(s) +
+        R"(","pid":1,"tid":1,"ts":)" + std::to_string(base) + R"(,"dur":9000})");
+    add(R"({"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":)" +
+        std::to_string(base + 100) + R"(,"dur":1000})");
+    add(R"({"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":)" +
+        std::to_string(base + 1200) + R"(,"dur":50,"args":{"correlation":)" +
+        std::to_string(10 + s) + "}}");
+    add(R"({"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce_Sum_f32","pid":0,"tid":7,"ts":)" +
+        std::to_string(base + comm_start) + R"(,"dur":)" + std::to_string(comm_dur) +
+        R"(,"args":{"device":0,"stream":7,"correlation":)" + std::to_string(10 + s) + "}}");
+    add(R"({"ph":"X","cat":"cuda_runtime","name":"cudaStreamSynchronize","pid":1,"tid":1,"ts":)" +
+        std::to_string(base + 1300) + R"(,"dur":7000})");
+  }
+  return R"({"schemaVersion":1,"distributedInfo":{"rank":)" + std::to_string(rank) +
+         R"(,"world_size":2},"traceEvents":[)" + ev + "]}";
+}
+
+}  // namespace
+
+// Rank 1 arrives 3 ms late at each all-reduce: rank 0's kernel runs 5 ms, rank 1's 2 ms. The
+// transfer is the minimum (2 ms on each rank), rank 0 synchronizes 3 ms per collective.
+TEST(KinetoDiagnose, CrossRankTransferSyncSplitAndStraggler) {
+  TempDir dir;
+  write(dir.path / "rank0.json", rank_trace(0, 1300, 5000));
+  write(dir.path / "rank1.json", rank_trace(1, 4300, 2000));
+  const CollectiveSplit split = split_collectives(read_kineto_ranks(dir.path.string()));
+  EXPECT_EQ(split.ranks, 2);
+  EXPECT_EQ(split.collectives, 2);
+  EXPECT_EQ(split.transfer_ns, 2 * 2 * 2'000'000);
+  EXPECT_EQ(split.sync_ns, 2 * 3'000'000);
+  EXPECT_EQ(split.straggler_rank, 1);
+  EXPECT_EQ(split.straggler_late, 2);
+  EXPECT_EQ(split.straggler_wait_ns, 2 * 3'000'000);
+
+  const Trace t = load_trace(dir.path);
+  EXPECT_EQ(t.metadata.at("ranks"), "2");
+  const auto steps = classify_steps(t);
+  ASSERT_EQ(steps.size(), 2u);  // the training rank's steps (rank 0: most step time on a tie)
+  for (const auto& s : steps) {
+    double sum = 0;
+    for (double v : s.ms) sum += v;
+    EXPECT_NEAR(sum, s.wall_ms, 1e-9);
+  }
+  double sync = 0;
+  for (const auto& s : steps)
+    for (const auto& [k, v] : s.detail)
+      if (k.find("idle.comm.sync") != std::string::npos) sync += v;
+  // Only the training rank's device is in its steps: rank 0 waited 3 ms per step, or nothing on
+  // rank 1 (which arrived last).
+  EXPECT_TRUE(std::abs(sync - 6.0) < 1e-9 || sync == 0) << sync;
+  const Diagnosis d = diagnose(t);
+  const Finding* f = find_cls(d, "parallel");
+  ASSERT_NE(f, nullptr);
+  EXPECT_NE(f->title.find("Rank 1"), std::string::npos);
+  // 6 ms waited over 18 ms of step time (one waiting rank).
+  EXPECT_NEAR(f->share, 6.0 / 18.0, 1e-9);
+  EXPECT_NE(f->evidence.detail.find("synchronizing 6.00 ms"), std::string::npos)
+      << f->evidence.detail;
+}
+
+// Pageable H2D copies block the host inside cudaMemcpyAsync: that host time becomes PCIe with
+// the copy's bytes and the pageable flag; [memory] samples become per-step memory counters.
+TEST(KinetoDiagnose, RuntimeCopiesAndMemorySamples) {
+  TempDir dir;
+  std::string ev;
+  auto add = [&](const std::string& e) { ev += (ev.empty() ? "" : ",\n") + e; };
+  for (int s = 0; s < 3; ++s) {
+    const int base = 1000 + s * 10000;
+    const std::string st = std::to_string(s);
+    add(R"({"ph":"X","cat":"user_annotation","name":"ProfilerStep#)" + st +
+        R"(","pid":1,"tid":1,"ts":)" + std::to_string(base) + R"(,"dur":10000})");
+    add(R"({"ph":"X","cat":"cuda_runtime","name":"cudaMemcpyAsync","pid":1,"tid":1,"ts":)" +
+        std::to_string(base + 100) + R"(,"dur":4000,"args":{"correlation":)" +
+        std::to_string(100 + s) + "}}");
+    add(R"j({"ph":"X","cat":"gpu_memcpy","name":"Memcpy HtoD (Pageable -> Device)","pid":0,)j"
+        R"("tid":7,"ts":)" +
+        std::to_string(base + 200) +
+        R"(,"dur":3800,"args":{"device":0,"stream":7,)"
+        R"("correlation":)" +
+        std::to_string(100 + s) + R"(,"bytes":67108864}})");
+    add(R"({"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":)" +
+        std::to_string(base + 4200) + R"(,"dur":5000})");
+    add(R"({"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":1,"tid":1,"ts":)" +
+        std::to_string(base + 4300) +
+        R"(,"args":{"Device Type":1,"Bytes":1048576,)"
+        R"("Total Allocated":)" +
+        std::to_string((s + 1) * 1048576) + R"(,"Total Reserved":)" + std::to_string(8 * 1048576) +
+        "}}");
+  }
+  write(dir.path / "trace.json", R"({"schemaVersion":1,"traceEvents":[)" + ev + "]}");
+  const Trace t = load_trace(dir.path / "trace.json");
+  const auto steps = classify_steps(t);
+  ASSERT_EQ(steps.size(), 3u);
+  for (const auto& s : steps) {
+    EXPECT_NEAR(s.ms[static_cast<int>(WaitClass::kPcie)], 4.0, 1e-9);
+    EXPECT_NEAR(s.detail.at("pcie.pageable"), 4.0, 1e-9);
+    EXPECT_DOUBLE_EQ(s.mem_allocated, (s.step + 1) * 1048576.0);
+    EXPECT_DOUBLE_EQ(s.mem_reserved, 8 * 1048576.0);
+  }
+  EXPECT_EQ(t.metadata.at("run.mem_peak"), std::to_string(3 * 1048576));
+  const Diagnosis d = diagnose(t);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].cls, "pcie");
+  EXPECT_NEAR(d.findings[0].share, 0.4, 1e-9);
+  // Reserved 8 MiB over a 3 MiB peak: the allocator-overhang rule fires.
+  bool overhang = false;
+  for (const Finding& f : d.findings) overhang |= f.title.find("Reserved memory") == 0;
+  EXPECT_TRUE(overhang);
+}
+
+// The legacy autograd-profiler array (no "cat"): DataLoader spans are data, backward nodes and
+// autograd engine spans are compute, so little is left as "other".
+TEST(KinetoDiagnose, LegacyArrayClasses) {
+  TempDir dir;
+  std::string ev;
+  auto add = [&](const std::string& name, int ts, int dur) {
+    ev += (ev.empty() ? "" : ",\n") +
+          (R"({"name":")" + name + R"(","ph":"X","ts":)" + std::to_string(ts) + R"(,"dur":)" +
+           std::to_string(dur) + R"(,"tid":1,"pid":"CPU functions","args":{}})");
+  };
+  for (int s = 0; s < 3; ++s) {
+    const int b = 100 + s * 1000;
+    add("ProfilerStep#" + std::to_string(s), b, 1000);
+    add("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", b, 600);
+    add("aten::linear", b + 600, 100);
+    add("autograd::engine::evaluate_function: AddmmBackward0", b + 700, 200);
+    add("AddmmBackward0", b + 710, 150);
+    add("Optimizer.step#SGD.step", b + 900, 100);
+  }
+  write(dir.path / "legacy.json", "[" + ev + "]");
+  const Trace t = load_trace(dir.path / "legacy.json");
+  EXPECT_EQ(t.metadata.at("source_format"), "autograd-legacy");
+  for (const auto& s : classify_steps(t)) {
+    EXPECT_NEAR(s.ms[static_cast<int>(WaitClass::kData)], 0.6, 1e-9);
+    EXPECT_NEAR(s.ms[static_cast<int>(WaitClass::kCompute)], 0.4, 1e-9);
+    EXPECT_NEAR(s.ms[static_cast<int>(WaitClass::kOther)], 0.0, 1e-9);
+  }
+  const Diagnosis d = diagnose(t);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].cls, "data");
+  EXPECT_NEAR(d.findings[0].share, 0.6, 1e-9);
+  EXPECT_NE(d.findings[0].knobs.at(0).find("DataLoader(num_workers="), std::string::npos);
+}
+
+// ft's own trace.json is detected and read by ft's reader; bad input is a clear error.
+TEST(KinetoDiagnose, DetectsFtTracesAndRejectsBadInput) {
+  TempDir dir;
+  Trace t;
+  t.source = "ft";
+  Event step;
+  step.name = t.names.intern("step");
+  step.category = Category::kStep;
+  step.ts_ns = 1000;
+  step.dur_ns = 5000;
+  step.step = 0;
+  t.events.push_back(step);
+  write_trace_json(t, dir.path / "trace.json");
+  EXPECT_EQ(detect_trace_format(dir.path), TraceFormat::kFt);
+  EXPECT_EQ(detect_trace_format(dir.path / "trace.json"), TraceFormat::kFt);
+  const Trace back = load_trace(dir.path);
+  ASSERT_EQ(partition_steps(back).size(), 1u);
+  EXPECT_EQ(partition_steps(back)[0].wall_ns, 5000);
+
+  write(dir.path / "bad.json", R"({"traceEvents":[{"ph":"X","name":"a","ts":1,)");
+  EXPECT_THROW(load_trace(dir.path / "bad.json"), ft::FormatError);
+  EXPECT_THROW(load_trace(dir.path / "missing.json"), ft::IoError);
+  fs::create_directories(dir.path / "empty");
+  EXPECT_THROW(load_trace(dir.path / "empty"), ft::IoError);
+  // A run directory's trace.json goes to ft's reader even when it is not ft's (its errors).
+  write(dir.path / "empty" / "trace.json", R"({"traceEvents": [{"ph": "X", "name": "x"}]})");
+  EXPECT_EQ(detect_trace_format(dir.path / "empty"), TraceFormat::kFt);
+  EXPECT_THROW(load_trace(dir.path / "empty"), ft::FormatError);
+}
+
+// Backward on the autograd thread: the training thread only has a "## backward ##" annotation
+// while the other thread runs ops; those ops classify the time (compute, launches as host).
+TEST(KinetoDiagnose, AutogradThreadFillsTrainingThreadGaps) {
+  TempDir dir;
+  const std::string ev = R"({"schemaVersion":1,"traceEvents":[
+{"ph":"X","cat":"user_annotation","name":"ProfilerStep#0","pid":5,"tid":1,"ts":0,"dur":1000},
+{"ph":"X","cat":"cpu_op","name":"aten::linear","pid":5,"tid":1,"ts":0,"dur":200},
+{"ph":"X","cat":"user_annotation","name":"## backward ##","pid":5,"tid":1,"ts":200,"dur":800},
+{"ph":"X","cat":"cpu_op","name":"autograd::engine::evaluate_function: MmBackward0","pid":5,"tid":2,"ts":300,"dur":500},
+{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":5,"tid":2,"ts":320,"dur":300},
+{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":5,"tid":2,"ts":650,"dur":100},
+{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":5,"tid":2,"ts":1100,"dur":100}]})";
+  write(dir.path / "t.json", ev);
+  const Trace t = load_trace(dir.path / "t.json");
+  const auto parts = partition_steps(t);
+  ASSERT_EQ(parts.size(), 1u);
+  const auto& ns = parts[0].ns;
+  // compute: own 200 + engine span 500 minus the launch 100 = 600 µs; host 100; other: the
+  // annotation's uncovered 200..300 and 800..1000 = 300 µs.
+  EXPECT_EQ(ns[static_cast<int>(WaitClass::kCompute)], 600'000);
+  EXPECT_EQ(ns[static_cast<int>(WaitClass::kHost)], 100'000);
+  EXPECT_EQ(ns[static_cast<int>(WaitClass::kOther)], 300'000);
+  EXPECT_EQ(t.metadata.at("run.gap_fill_spans"), "3");  // the op after the step is not copied
+}
