@@ -1,5 +1,8 @@
 // space.cpp: the knob space, grid enumeration, knob application with the batch rule, diagnosis
 // reading and memory prediction of a flag config.
+// GCC 12 reports a false -Wmaybe-uninitialized inside <regex> (std::function moves) in
+// sanitizer builds.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <fmt/format.h>
 
 #include <algorithm>
