@@ -16,6 +16,16 @@
 
 namespace {
 
+// Under AddressSanitizer the sanitizer's own shadow-memory page faults dominate ft's page-fault
+// accounting (measured: 42 faults per step and "memory" 99.6% of a tiny CPU step), so the
+// time-share assertions below only hold in uninstrumented builds.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kUnderAsan = true;
+#else
+constexpr bool kUnderAsan = false;
+#endif
+
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -109,7 +119,9 @@ TEST(DiagnoseCli, RunWritesTraceAndReportWithStepsSummingToWall) {
   double total = 0;
   for (const auto& [k, v] : r.at("totals").items()) total += v.get<double>();
   EXPECT_NEAR(total, 1.0, 4e-6);  // shares are rounded to 1e-6 each
-  EXPECT_GT(r.at("totals").at("compute").get<double>(), 0.5) << "a CPU run is mostly compute";
+  if (!kUnderAsan) {
+    EXPECT_GT(r.at("totals").at("compute").get<double>(), 0.5) << "a CPU run is mostly compute";
+  }
   for (const json& f : r.at("findings")) {
     for (const char* k : {"class", "share", "severity", "title", "evidence", "knobs"}) {
       EXPECT_TRUE(f.contains(k)) << k;
@@ -147,6 +159,7 @@ TEST(DiagnoseCli, ReanalysisReproducesTheReport) {
 }
 
 TEST(DiagnoseCli, GatesSetTheExitStatus) {
+  if (kUnderAsan) GTEST_SKIP() << "gate thresholds assume uninstrumented time shares";
   Result r = diagnose(run_dir().string() + " --out " + temp_dir("g1").string() +
                       " --fail-if 'compute>1%'");
   EXPECT_EQ(r.status, 4) << r.out;

@@ -14,6 +14,16 @@
 
 namespace {
 
+// Under AddressSanitizer the sanitizer's own shadow-memory page faults dominate ft's page-fault
+// accounting (measured: 42 faults per step and "memory" 99.6% of a tiny CPU step), so the
+// time-share assertions below only hold in uninstrumented builds.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kUnderAsan = true;
+#else
+constexpr bool kUnderAsan = false;
+#endif
+
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -91,6 +101,7 @@ std::string knob_flags(const json& f) {
 
 // (a) Data-bound: heavy in-line preprocessing, no loader workers.
 TEST(DiagnoseScenario, DataBoundTopFindingIsDataAndWorkersCutStepTime) {
+  if (kUnderAsan) GTEST_SKIP() << "time shares are dominated by ASan's shadow-memory faults";
   for (const char* flag : {"--loader-workers", "--preprocess-cost"}) {
     if (!ft_train_has_flag(flag))
       GTEST_SKIP() << "ft-train has no " << flag << " yet (issue 3 loader)";
@@ -115,6 +126,7 @@ TEST(DiagnoseScenario, DataBoundTopFindingIsDataAndWorkersCutStepTime) {
 
 // (b) Memory: caching disabled under a tight limit, so every step maps and faults in fresh pages.
 TEST(DiagnoseScenario, MemoryTopFindingIsMemoryAndCachingRemovesTheFaults) {
+  if (kUnderAsan) GTEST_SKIP() << "time shares are dominated by ASan's shadow-memory faults";
   const std::string model =
       " --layers 2 --heads 2 --channels 32 --seq-len 128 --micro-batch 16 --steps 6 --precision "
       "bf16"
@@ -145,6 +157,7 @@ TEST(DiagnoseScenario, ComputeBoundFp32TopFindingIsPrecision) {
 
 // (d) Under-filled: one 32-token sequence per micro-batch, lots of memory headroom.
 TEST(DiagnoseScenario, UnderfilledTopFindingIsBatch) {
+  if (kUnderAsan) GTEST_SKIP() << "time shares are dominated by ASan's shadow-memory faults";
   const json r = diagnose_run("batch",
                               " --layers 2 --heads 2 --channels 64 --seq-len 32 --micro-batch 1"
                               " --grad-accum 4 --steps 6 --precision bf16");
