@@ -55,12 +55,6 @@ json diagnose_run(const std::string& name, const std::string& flags) {
   return json::parse(ft::read_file(d / "report.json"));
 }
 
-bool ft_train_has_flag(const std::string& flag) {
-  int status = 0;
-  const std::string help = run_command(std::string(FT_BINARY_DIR) + "/ft-train --help", &status);
-  return help.find(flag) != std::string::npos;
-}
-
 const json& top(const json& r) {
   EXPECT_FALSE(r.at("findings").empty()) << r.dump(1);
   return r.at("findings").at(0);
@@ -102,10 +96,6 @@ std::string knob_flags(const json& f) {
 // (a) Data-bound: heavy in-line preprocessing, no loader workers.
 TEST(DiagnoseScenario, DataBoundTopFindingIsDataAndWorkersCutStepTime) {
   if (kUnderAsan) GTEST_SKIP() << "time shares are dominated by ASan's shadow-memory faults";
-  for (const char* flag : {"--loader-workers", "--preprocess-cost"}) {
-    if (!ft_train_has_flag(flag))
-      GTEST_SKIP() << "ft-train has no " << flag << " yet (issue 3 loader)";
-  }
   // In-line (0 workers) the loader preprocesses one chunk of 8 batches at a time, so 24 steps
   // see three ~30 ms bursts of preprocessing (cost 2000) against ~3 ms of compute per step.
   const std::string model =
