@@ -12,25 +12,15 @@
 
 #include "ft/core/atomic_file.h"
 
+#include "reference/run_cli.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status;
-  std::string out;
-};
+using Result = ft::testing::CliResult;
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(FT_BINARY_DIR) + "/ft-train " + args + " 2>&1";
-  Result r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Result run(const std::string& args) { return ft::testing::run_cli("ft-train", args); }
 
 fs::path temp_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("ft_cli_test_" + name + "_" + std::to_string(::getpid()));

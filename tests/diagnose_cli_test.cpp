@@ -14,6 +14,8 @@
 #include "ft/profiler/trace_reader.h"
 #include "ft/reports/report.h"
 
+#include "reference/run_cli.h"
+
 namespace {
 
 // Under AddressSanitizer the sanitizer's own shadow-memory page faults dominate ft's page-fault
@@ -29,21 +31,9 @@ constexpr bool kUnderAsan = false;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct Result {
-  int status;
-  std::string out;
-};
+using Result = ft::testing::CliResult;
 
-Result diagnose(const std::string& args) {
-  const std::string cmd = std::string(FT_BINARY_DIR) + "/ft-diagnose " + args + " 2>&1";
-  Result r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Result diagnose(const std::string& args) { return ft::testing::run_cli("ft-diagnose", args); }
 
 fs::path temp_dir(const std::string& name) {
   fs::path d =

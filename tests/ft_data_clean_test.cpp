@@ -11,25 +11,15 @@
 #include "ft/core/atomic_file.h"
 #include "ft/trainer/documents.h"
 
+#include "reference/run_cli.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status;
-  std::string out;
-};
+using Result = ft::testing::CliResult;
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(FT_BINARY_DIR) + "/ft-data clean " + args + " 2>&1";
-  Result r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Result run(const std::string& args) { return ft::testing::run_cli("ft-data", "clean " + args); }
 
 class CleanCli : public ::testing::Test {
  protected:
