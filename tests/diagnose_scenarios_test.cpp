@@ -97,10 +97,10 @@ std::string knob_flags(const json& f) {
 TEST(DiagnoseScenario, DataBoundTopFindingIsDataAndWorkersCutStepTime) {
   if (kUnderAsan) GTEST_SKIP() << "time shares are dominated by ASan's shadow-memory faults";
   // In-line (0 workers) the loader preprocesses one chunk of 8 batches at a time, so 24 steps
-  // see three ~30 ms bursts of preprocessing (cost 2000) against ~3 ms of compute per step.
+  // see three ~60 ms bursts of preprocessing (cost 4000) against ~3 ms of compute per step.
   const std::string model =
       " --layers 2 --heads 2 --channels 64 --seq-len 64 --micro-batch 8 --steps 24 --precision bf16";
-  const json slow = diagnose_run("data", model + " --loader-workers 0 --preprocess-cost 2000");
+  const json slow = diagnose_run("data", model + " --loader-workers 0 --preprocess-cost 4000");
   const json& f = top(slow);
   EXPECT_EQ(f.at("class"), "data") << slow.at("findings").dump(1);
   ASSERT_TRUE(has_knob(f, "--loader-workers"));
@@ -108,7 +108,7 @@ TEST(DiagnoseScenario, DataBoundTopFindingIsDataAndWorkersCutStepTime) {
   for (const auto& k : f.at("knobs")) {
     if (k.get<std::string>().rfind("--loader-workers", 0) == 0) workers = k.get<std::string>();
   }
-  const json fast = diagnose_run("data_fixed", model + " --preprocess-cost 2000 " + workers);
+  const json fast = diagnose_run("data_fixed", model + " --preprocess-cost 4000 " + workers);
   EXPECT_LT(mean_step_ms(fast), 0.8 * mean_step_ms(slow))
       << "applying " << workers << " measurably cuts step time";
   EXPECT_LT(fast.at("totals").at("data").get<double>(), slow.at("totals").at("data").get<double>());
