@@ -20,8 +20,12 @@ inline constexpr int kExitOk = 0, kExitError = 1, kExitConfig = 2, kExitOom = 3;
 // 3 (OutOfMemoryError) or 1 (anything else).
 template <typename Body>
 int run_command_line(const char* program, Body&& body) {
-  setenv("OMP_PROC_BIND", "close", /*overwrite=*/0);
-  setenv("OMP_PLACES", "cores", /*overwrite=*/0);
+  // Under an MPI launcher the launcher decides placement: with --oversubscribe it binds
+  // nothing, and "close" would then stack every rank's threads on the first core.
+  if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMIX_RANK")) {
+    setenv("OMP_PROC_BIND", "close", /*overwrite=*/0);
+    setenv("OMP_PLACES", "cores", /*overwrite=*/0);
+  }
   try {
     return body();
   } catch (const ConfigError& e) {

@@ -108,9 +108,18 @@ int run(int argc, char** argv) {
   auto parsed = ft::trainer::parse_train_args(argc, argv);
   if (!parsed) return 0;
   TrainConfig c = *parsed;
+  // Under mpirun: the world communicator; each rank writes its own metrics and trace
+  // (FILE.rankN.ext) and only rank 0 prints the table.
+  auto world = ft::trainer::make_world_communicator(c.parallel.comm_timeout_s);
+  if (world->world_size() > 1) {
+    const int r = world->rank();
+    if (!c.metrics.empty()) c.metrics = ft::trainer::rank_path(c.metrics, r);
+    if (!c.trace.empty()) c.trace = ft::trainer::rank_path(c.trace, r);
+    if (r != 0) c.quiet = true;
+  }
   // Declared before the trainer so that it outlives any thread the trainer runs.
   std::unique_ptr<ft::profiler::TrainingProfile> profiler;
-  Trainer t(c);
+  Trainer t(c, std::move(world));
   c = t.config();
   std::ofstream metrics;
   if (!c.metrics.empty()) {
@@ -195,5 +204,9 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return ft::run_command_line("ft-train", [&] { return run(argc, argv); });
+  const int rc = ft::run_command_line("ft-train", [&] { return run(argc, argv); });
+  // One rank's failure ends the whole job at once instead of leaving its peers to time out.
+  if (rc != 0 && rc != 130 && ft::trainer::launched_by_mpi()) ft::trainer::abort_job(rc);
+  ft::trainer::finalize_comm();
+  return rc;
 }

@@ -81,8 +81,9 @@ struct GptModel::Workspace {
   Buffer<float> losses;           // (B, T)
 };
 
-GptModel::GptModel(const GptConfig& config, CachingAllocator& alloc, const ModelOptions& options)
-    : config_(config), alloc_(alloc), options_(options), gemm_(alloc) {
+GptModel::GptModel(const GptConfig& config, CachingAllocator& alloc, const ModelOptions& options,
+                   const ModelSharding& sharding)
+    : config_(config), alloc_(alloc), options_(options), gemm_(alloc), sharding_(sharding) {
   config_.validate();
   layout_ = ParamLayout::make(config_);
   params_ = Buffer<float>(alloc_, layout_.total, "params");
@@ -368,11 +369,13 @@ double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets,
       layer_forward(l, w.xs[l].data(), scratch.data(), a, B, T);
     }
     layer_backward(l, w.xs[l].data(), dres.data(), a, B, T, first_micro);
+    if (grad_ready_) grad_ready_(l);
   }
   {
     FT_RANGE("bwd.encoder", RangeKind::kCompute);
     ops::encoder_backward(grad(kWte), grad(kWpe), dres.data(), inputs, B, T, C);
   }
+  if (grad_ready_) grad_ready_(-1);
   return loss_sum / N;
 }
 

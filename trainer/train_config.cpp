@@ -49,6 +49,7 @@ void TrainConfig::validate() const {
   need(loader_workers >= 0 && loader_workers <= 64, "--loader-workers must be in [0, 64]");
   need(prefetch >= 1 && prefetch <= 1024, "--prefetch must be in [1, 1024]");
   need(preprocess_cost >= 0, "--preprocess-cost must be >= 0");
+  parallel.validate();
 }
 
 nlohmann::json TrainConfig::to_json() const {
@@ -65,7 +66,9 @@ nlohmann::json TrainConfig::to_json() const {
       {"tokenizer_vocab", tokenizer_vocab}, {"tokenizer_merges", tokenizer_merges},
       {"loader_workers", loader_workers}, {"prefetch", prefetch},
       {"preprocess_cost", preprocess_cost}, {"shuffle", shuffle},
-      {"seed", seed}, {"loss_scale", loss_scale}, {"loss_scale_window", loss_scale_window}};
+      {"seed", seed}, {"loss_scale", loss_scale}, {"loss_scale_window", loss_scale_window},
+      {"dp", parallel.dp}, {"tp", parallel.tp}, {"pp", parallel.pp}, {"zero", parallel.zero},
+      {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}};
 }
 
 std::string TrainConfig::to_config_file() const {
@@ -84,7 +87,10 @@ std::string TrainConfig::to_config_file() const {
     << "\nallocator-caching = " << (allocator_caching ? "true" : "false") << "\ndata = " << data
     << "\nloader-workers = " << loader_workers << "\nprefetch = " << prefetch
     << "\npreprocess-cost = " << preprocess_cost << "\nshuffle = " << (shuffle ? "true" : "false")
-    << "\nseed = " << seed << "\n";
+    << "\nseed = " << seed << "\ndp = " << parallel.dp << "\ntp = " << parallel.tp
+    << "\npp = " << parallel.pp << "\nzero = " << parallel.zero
+    << "\nbucket-mb = " << parallel.bucket_mb
+    << "\noverlap = " << (parallel.overlap ? "true" : "false") << "\n";
   return o.str();
 }
 
@@ -96,6 +102,8 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
   int max_seq_len = 0, padded_vocab = 0;
   bool caching = true;
   bool no_shuffle = false;
+  bool no_overlap = false;
+  int micro_batches = 0;
   po::options_description cli(fmt::format("{} options", program));
   // clang-format off
   cli.add_options()
@@ -153,7 +161,18 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
     ("stop-after", po::value(&c.stop_after)->default_value(0), "stop (and --save) after N steps of this run; resume later")
     ("quiet,q", po::bool_switch(&c.quiet), "no per-step table")
     ("profile-steps", po::value(&c.profile_steps), "profile only steps A-B (0-based; with --trace)")
-    ("trace", po::value(&c.trace), "profile the run and write a Chrome/Perfetto trace JSON to FILE");
+    ("trace", po::value(&c.trace), "profile the run and write a Chrome/Perfetto trace JSON to FILE")
+    ("dp", po::value(&c.parallel.dp)->default_value(1), "data-parallel degree (mpirun -np = dp*tp*pp)")
+    ("tp", po::value(&c.parallel.tp)->default_value(1), "tensor-parallel degree")
+    ("pp", po::value(&c.parallel.pp)->default_value(1), "pipeline stages (1F1B over the step's micro-batches)")
+    ("zero", po::value(&c.parallel.zero)->default_value(0), "ZeRO stage: 0 | 1 (shard optimizer states) | 2 (and gradients)")
+    ("bucket-mb", po::value(&c.parallel.bucket_mb)->default_value(25.0, "25"), "DP gradient bucket size in MiB")
+    ("overlap", po::value(&c.parallel.overlap)->default_value(true), "all-reduce gradient buckets during backward")
+    ("no-overlap", po::bool_switch(&no_overlap), "same as --overlap false")
+    ("micro-batches", po::value(&micro_batches)->default_value(0), "micro-batches per step (same as --grad-accum; the pipeline's m)")
+    ("comm-timeout", po::value(&c.parallel.comm_timeout_s)->default_value(120.0, "120"), "seconds a collective may take before the job fails")
+    ("straggle-rank", po::value(&c.parallel.straggle_rank)->default_value(-1), "fault injection: world rank that does extra compute each step")
+    ("straggle-work", po::value(&c.parallel.straggle_work)->default_value(0), "fault injection: extra GEMM passes per step on --straggle-rank");
   // clang-format on
   cli.add(opts);
   po::variables_map vm;
@@ -179,6 +198,14 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
   c.memory_limit = parse_bytes(memory_limit);
   c.allocator_caching = caching;
   if (no_shuffle) c.shuffle = false;
+  if (no_overlap) c.parallel.overlap = false;
+  if (micro_batches > 0) {
+    if (!vm["grad-accum"].defaulted() && c.grad_accum != micro_batches) {
+      throw ConfigError(fmt::format("--micro-batches {} contradicts --grad-accum {}", micro_batches,
+                                    c.grad_accum));
+    }
+    c.grad_accum = micro_batches;
+  }
   c.model.max_seq_len = max_seq_len > 0 ? max_seq_len : c.seq_len;
   c.model.padded_vocab = padded_vocab > 0 ? padded_vocab : GptConfig::pad_vocab(c.model.vocab_size);
   c.validate();

@@ -105,11 +105,15 @@ nlohmann::json TrainSummary::to_json() const {
 Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                  std::shared_ptr<const data::Tokenizer> tokenizer)
     : config_(std::move(config)),
-      comm_(comm ? std::move(comm) : make_local_communicator()),
+      groups_(ParallelGroups::make(comm ? std::move(comm) : make_local_communicator(),
+                                   config_.parallel)),
       tokenizer_(tokenizer ? std::move(tokenizer)
                            : data::make_tokenizer(config_.tokenizer, config_.tokenizer_vocab,
                                                   config_.tokenizer_merges)) {
   config_.validate();
+  if (config_.parallel.tp > 1 || config_.parallel.pp > 1 || config_.parallel.zero > 0) {
+    throw ConfigError("tensor parallel, pipeline parallel and ZeRO are not implemented yet");
+  }
   const int threads = config_.threads > 0 ? config_.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
   config_.threads = threads;
@@ -188,9 +192,8 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
     }
     model_->refresh_low_precision();
   }
-  if (comm_->world_size() > 1) {
-    FT_RANGE("comm.broadcast", RangeKind::kComm);
-    comm_->broadcast(model_->params(), n, 0);
+  if (groups_.world->world_size() > 1) {
+    groups_.world->broadcast(model_->params(), n, 0);
     model_->refresh_low_precision();
   }
   if (!config_.resume_dir.empty()) {
@@ -234,7 +237,8 @@ StepMetrics Trainer::step() {
   const auto t0 = Clock::now();
   const int B = config_.micro_batch, T = config_.seq_len, K = config_.grad_accum;
   const float loss_scale = scaler_.scale;
-  const float dloss = loss_scale / (static_cast<float>(B) * T * K * comm_->world_size());
+  Communicator& dp = *groups_.dp;
+  const float dloss = loss_scale / (static_cast<float>(B) * T * K * dp.world_size());
   double loss_sum = 0, data_ms = 0, wait_ms = 0, pre_ms = 0;
   for (int k = 0; k < K; ++k) {
     {
@@ -249,11 +253,10 @@ StepMetrics Trainer::step() {
   }
   double loss = loss_sum / K;
   const size_t n = model_->num_params();
-  if (comm_->world_size() > 1) {
-    FT_RANGE("comm.grads", RangeKind::kComm);
-    comm_->all_reduce_sum(model_->grads(), n);
-    comm_->all_reduce_sum(&loss, 1);
-    loss /= comm_->world_size();
+  if (dp.world_size() > 1) {
+    dp.all_reduce_sum(model_->grads(), n);
+    dp.all_reduce_sum(&loss, 1);
+    loss /= dp.world_size();
   }
   StepMetrics m;
   m.step = step_;
@@ -283,10 +286,10 @@ StepMetrics Trainer::step() {
   m.data_wait_ms = wait_ms;
   m.data_preprocess_ms = pre_ms;
   m.step_ms = ms_since(t0);
-  const double tokens = static_cast<double>(B) * T * K * comm_->world_size();
+  const double tokens = static_cast<double>(B) * T * K * dp.world_size();
   m.tokens_per_s = tokens / (m.step_ms / 1000.0);
   m.mfu = flops_per_token(config_.model, T) * m.tokens_per_s / (peak_gflops_ * 1e9) /
-          comm_->world_size();
+          groups_.world->world_size();
   const AllocatorStats s = alloc_->stats();
   m.mem_allocated = s.allocated;
   m.mem_reserved = s.reserved;

@@ -1,39 +1,95 @@
-// communicator.h: the collective-communication seam; a single-process implementation lives here.
+// communicator.h: the collective-communication seam (MPI now, NCCL later) and the single-process implementation.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "ft/core/error.h"
 
 namespace ft::trainer {
 
-// Collectives the trainer needs. MPI and NCCL backends implement the same
-// interface in later work; a dead peer must surface as an ft::Error, never a hang.
+// A collective or point-to-point operation failed or timed out (a dead or stuck
+// peer). The message names the operation, the group and, where it can be told,
+// the world rank(s) at fault.
+class CommError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Process-group roles; the profiler matches the same collective across ranks by
+// (operation, group, sequence number), see comm_range_arg().
+enum class CommGroup : uint8_t { kWorld = 0, kDp = 1, kTp = 2, kPp = 3, kOther = 4 };
+const char* comm_group_name(CommGroup g);
+
+// The int64 argument every "comm.*" range carries: group in bits 48..55, the
+// per-communicator sequence number of that operation kind in the low 48 bits.
+inline int64_t comm_range_arg(CommGroup g, uint64_t seq) {
+  return static_cast<int64_t>((static_cast<uint64_t>(g) << 48) | (seq & ((uint64_t{1} << 48) - 1)));
+}
+inline CommGroup comm_range_group(int64_t arg) {
+  return static_cast<CommGroup>((static_cast<uint64_t>(arg) >> 48) & 0xff);
+}
+inline uint64_t comm_range_seq(int64_t arg) {
+  return static_cast<uint64_t>(arg) & ((uint64_t{1} << 48) - 1);
+}
+
+// Collectives the trainer needs. Every call blocks until complete and throws
+// CommError instead of hanging when a peer is dead or the timeout passes.
+// Implementations are safe to use from two threads at once (the training thread
+// and a gradient-communication thread) when they operate on different
+// communicators, or on the same one in the same order on every rank.
+// Every operation is recorded as an FT_RANGE named "comm.<op>" (kind kComm) with
+// comm_range_arg(group(), seq).
 class Communicator {
  public:
   virtual ~Communicator() = default;
-  virtual int rank() const = 0;
-  virtual int world_size() const = 0;
+  virtual int rank() const = 0;        // in this group
+  virtual int world_size() const = 0;  // of this group
   virtual std::string name() const = 0;
+  virtual CommGroup group() const = 0;
+  // World rank of group rank r (for messages and traces).
+  virtual int world_rank_of(int r) const = 0;
+
   // In-place sum across ranks of data (n).
   virtual void all_reduce_sum(float* data, size_t n) = 0;
   virtual void all_reduce_sum(double* data, size_t n) = 0;
+  virtual void all_reduce_max(double* data, size_t n) = 0;
+  // send (world_size * n) summed across ranks; this rank receives block rank() into recv (n).
+  virtual void reduce_scatter_sum(const float* send, float* recv, size_t n) = 0;
+  // Every rank contributes send (n); recv (world_size * n) holds them in rank order.
+  // send may alias recv + rank() * n.
+  virtual void all_gather(const float* send, float* recv, size_t n) = 0;
+  virtual void all_gather(const double* send, double* recv, size_t n) = 0;
   virtual void broadcast(float* data, size_t n, int root) = 0;
+  // Point-to-point, matched by (peer, tag) in order.
+  virtual void send(const float* data, size_t n, int peer, int tag) = 0;
+  virtual void recv(float* data, size_t n, int peer, int tag) = 0;
   virtual void barrier() = 0;
+
+  // A new communicator over the ranks of this one that pass the same color,
+  // ordered by key (collective: every rank calls it).
+  virtual std::unique_ptr<Communicator> split(int color, int key, CommGroup role) = 0;
+  // Seconds any single operation may take before it throws CommError (<= 0: never).
+  virtual void set_timeout(double seconds) = 0;
 };
 
-// One process: every collective is the identity.
-class LocalCommunicator final : public Communicator {
- public:
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-  std::string name() const override { return "local"; }
-  void all_reduce_sum(float*, size_t) override {}
-  void all_reduce_sum(double*, size_t) override {}
-  void broadcast(float*, size_t, int) override {}
-  void barrier() override {}
-};
+// One process: every collective is the identity (copies where buffers differ).
+std::unique_ptr<Communicator> make_local_communicator(CommGroup role = CommGroup::kWorld);
 
-std::unique_ptr<Communicator> make_local_communicator();
+// Whether this process was started by an MPI launcher (mpirun/mpiexec/srun with PMIx).
+bool launched_by_mpi();
+// Whether ft was built with MPI (FT_WITH_MPI).
+bool mpi_supported();
+// The world communicator: MPI when launched by mpirun (initialises MPI with
+// MPI_THREAD_MULTIPLE on first use), else the local one. Throws ConfigError when
+// launched by mpirun but built without MPI.
+std::unique_ptr<Communicator> make_world_communicator(double timeout_s);
+// Ends the whole job after a fatal error on one rank (MPI_Abort; exit() without MPI).
+[[noreturn]] void abort_job(int exit_code);
+// Finalises MPI if it was initialised (idempotent; call before returning from main).
+void finalize_comm();
 
 }  // namespace ft::trainer

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,9 +36,28 @@ struct ActivationMemory {
   size_t no_checkpoint_bytes = 0;  // what checkpointing=none would keep (for the saving)
 };
 
+class Communicator;
+
+// Which part of the model this rank holds, for tensor and pipeline parallelism.
+// The default is the whole model on one rank.
+struct ModelSharding {
+  Communicator* tp = nullptr;  // tensor-parallel group (null or size 1: none); not owned
+  int first_layer = 0;         // pipeline stage: blocks [first_layer, first_layer + num_layers)
+  int num_layers = -1;         // -1: all blocks
+  bool has_embedding = true;   // first stage: wte/wpe lookup
+  bool has_head = true;        // last stage: final LayerNorm, LM head and loss
+};
+
+// Called on the training thread when backward has finished writing the gradients
+// of block `layer` for this micro-batch; layer -1 means the non-block tensors
+// (embeddings, final LayerNorm), which finish last. Lets data parallelism start
+// all-reducing a bucket while backward continues.
+using GradReadyHook = std::function<void(int layer)>;
+
 class GptModel {
  public:
-  GptModel(const GptConfig& config, CachingAllocator& alloc, const ModelOptions& options);
+  GptModel(const GptConfig& config, CachingAllocator& alloc, const ModelOptions& options,
+           const ModelSharding& sharding = {});
   ~GptModel();
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
@@ -79,6 +99,9 @@ class GptModel {
   // 300 MiB L3 through GEMM, loss and backward). Smaller values are for tests.
   void set_head_chunk_bytes(size_t bytes) { head_chunk_bytes_ = bytes; }
   Gemm& gemm() { return gemm_; }
+  const ModelSharding& sharding() const { return sharding_; }
+  // Installs (or, with an empty function, removes) the gradient-ready hook.
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
 
  private:
   struct LayerActs;
@@ -104,6 +127,8 @@ class GptModel {
   Buffer<char> params_lp_;  // bf16 bits or fp16-rounded floats of the matmul weights
   Gemm gemm_;
   size_t head_chunk_bytes_ = size_t{48} << 20;
+  ModelSharding sharding_;
+  GradReadyHook grad_ready_;
 };
 
 }  // namespace ft::trainer

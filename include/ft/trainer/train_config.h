@@ -10,6 +10,7 @@
 
 #include "ft/trainer/gpt_config.h"
 #include "ft/trainer/model.h"
+#include "ft/trainer/parallel.h"
 #include "ft/trainer/precision.h"
 
 namespace ft::trainer {
@@ -58,6 +59,7 @@ struct TrainConfig {
   bool quiet = false;      // no per-step table
   std::string profile_steps;  // "A-B": profile only steps A..B (empty: all, when profiling)
   std::string trace;          // profile the run; write a Chrome/Perfetto trace.json here
+  ParallelConfig parallel;    // --dp/--tp/--pp/--zero/--bucket-mb/--no-overlap (mpirun -np dp*tp*pp)
 
   void validate() const;  // throws ConfigError
   nlohmann::json to_json() const;

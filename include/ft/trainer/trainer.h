@@ -14,6 +14,7 @@
 #include "ft/trainer/data.h"
 #include "ft/trainer/loader.h"
 #include "ft/trainer/model.h"
+#include "ft/trainer/parallel.h"
 #include "ft/trainer/schedule.h"
 #include "ft/trainer/train_config.h"
 
@@ -69,6 +70,8 @@ class Trainer {
  public:
   // Loads the data and builds the model (initialised, or restored from
   // config.resume_dir / config.init_from). Throws ft::Error on bad input.
+  // `comm` is the world communicator (null: one process); it is split into the
+  // DP/TP/PP groups of config.parallel.
   // `tokenizer` encodes document data (null: the byte tokenizer).
   explicit Trainer(TrainConfig config, std::unique_ptr<Communicator> comm = nullptr,
                    std::shared_ptr<const data::Tokenizer> tokenizer = nullptr);
@@ -92,6 +95,7 @@ class Trainer {
   double peak_gflops() const { return peak_gflops_; }
   std::string peak_source() const { return peak_source_; }
   const LossScaler& loss_scaler() const { return scaler_; }
+  const ParallelGroups& groups() const { return groups_; }
   // Installs (or, with nullptr, removes) the step observer; not owned.
   void set_observer(StepObserver* observer) { observer_ = observer; }
   uint64_t data_position() const;  // training batches delivered so far
@@ -105,7 +109,7 @@ class Trainer {
   data::LoaderOptions loader_options() const;
 
   TrainConfig config_;
-  std::unique_ptr<Communicator> comm_;
+  ParallelGroups groups_;
   std::unique_ptr<CachingAllocator> alloc_;
   std::shared_ptr<const data::Tokenizer> tokenizer_;
   data::DataSplit split_;
