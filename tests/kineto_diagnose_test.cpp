@@ -2,6 +2,7 @@
 // traces, synthetic multi-rank, memory and copy traces, legacy autograd JSON).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -13,6 +14,7 @@
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/load_trace.h"
 #include "ft/profiler/trace_writer.h"
+#include "ft/reports/report.h"
 
 namespace fs = std::filesystem;
 using namespace ft::profiler;
@@ -269,6 +271,18 @@ TEST(KinetoDiagnose, LegacyArrayClasses) {
   EXPECT_EQ(d.findings[0].cls, "data");
   EXPECT_NEAR(d.findings[0].share, 0.6, 1e-9);
   EXPECT_NE(d.findings[0].knobs.at(0).find("DataLoader(num_workers="), std::string::npos);
+  // The legacy format records neither memory nor a loss: unknown, not "0 B" or "healthy".
+  EXPECT_TRUE(std::isnan(d.memory.peak));
+  EXPECT_TRUE(std::isnan(d.memory.reserved));
+  EXPECT_TRUE(d.memory_timeline.empty());
+  EXPECT_EQ(d.loss_health.verdict, "unknown");
+  for (const Finding& f : d.findings) EXPECT_NE(f.cls, "loss");
+  const std::string md = ft::reports::render_markdown(d);
+  EXPECT_NE(md.find("| not recorded | not recorded |"), std::string::npos);
+  EXPECT_NE(md.find("loss unknown"), std::string::npos);
+  const Diagnosis back = ft::reports::parse_report_json(ft::reports::render_json(d), "report");
+  EXPECT_TRUE(std::isnan(back.memory.peak));
+  EXPECT_EQ(back.loss_health.verdict, "unknown");
 }
 
 // ft's own trace.json is detected and read by ft's reader; bad input is a clear error.
@@ -391,8 +405,9 @@ TEST(KinetoDiagnose, PreparedTraceLeavesOutOnlyWhatTheClassifierIgnores) {
       EXPECT_EQ(a[i].detail_ns, b[i].detail_ns);
     }
     const Diagnosis da = diagnose(prepared), db = diagnose(full);
-    EXPECT_EQ(da.memory.peak, db.memory.peak);
-    EXPECT_EQ(da.memory.reserved, db.memory.reserved);
+    // (NaN when the trace has no [memory] samples)
+    EXPECT_EQ(std::to_string(da.memory.peak), std::to_string(db.memory.peak));
+    EXPECT_EQ(std::to_string(da.memory.reserved), std::to_string(db.memory.reserved));
     ASSERT_EQ(da.findings.size(), db.findings.size());
     for (size_t i = 0; i < da.findings.size(); ++i) {
       EXPECT_EQ(da.findings[i].title, db.findings[i].title);
