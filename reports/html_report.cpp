@@ -204,7 +204,7 @@ std::string render_html(const Diagnosis& d) {
   out += card("step time (mean)", fixed(sum.mean_ms, 2) + " ms");
   out += card("steps", std::to_string(sum.steps));
   out += card("loss health", d.loss_health.verdict.empty() ? "n/a" : d.loss_health.verdict);
-  out += card("peak memory", bytes_h(d.memory.peak));
+  out += card("peak memory", detail::recorded_bytes(d.memory.peak));
   out += "</div>";
   if (!d.findings.empty()) {
     out += fmt::format("<p><b>Top finding:</b> {} ({}, {})</p>", h(d.findings[0].title),
@@ -268,8 +268,8 @@ std::string render_html(const Diagnosis& d) {
       "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
       "class=\"n\">{}</td>"
       "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr></table></section>\n",
-      bytes_h(d.memory.peak), bytes_h(d.memory.reserved), percent(d.memory.fragmentation),
-      d.memory.alloc_retries, d.memory.ooms, d.memory.page_faults);
+      detail::recorded_bytes(d.memory.peak), detail::recorded_bytes(d.memory.reserved),
+      percent(d.memory.fragmentation), d.memory.alloc_retries, d.memory.ooms, d.memory.page_faults);
 
   out += "<section id=\"steps\"><details><summary><b>Per-step table</b></summary>\n" +
          steps_table(d) + "</details></section>\n";

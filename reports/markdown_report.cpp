@@ -15,6 +15,7 @@ using detail::abbreviated_rows;
 using detail::bytes_h;
 using detail::fixed;
 using detail::percent;
+using detail::recorded_bytes;
 using detail::RunSummary;
 using detail::slowest_steps;
 using detail::step_ranges;
@@ -146,8 +147,8 @@ std::string render_markdown(const Diagnosis& d) {
   out +=
       "## Memory\n\n| peak | reserved | fragmentation | allocator retries | OOMs | page faults |\n"
       "|---:|---:|---:|---:|---:|---:|\n";
-  out += fmt::format("| {} | {} | {} | {} | {} | {} |\n\n", bytes_h(d.memory.peak),
-                     bytes_h(d.memory.reserved), percent(d.memory.fragmentation),
+  out += fmt::format("| {} | {} | {} | {} | {} | {} |\n\n", recorded_bytes(d.memory.peak),
+                     recorded_bytes(d.memory.reserved), percent(d.memory.fragmentation),
                      d.memory.alloc_retries, d.memory.ooms, d.memory.page_faults);
 
   const auto& lh = d.loss_health;

@@ -2,6 +2,7 @@
 // the diagnosis.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -43,11 +44,12 @@ void print_diagnosis(const Diagnosis& d, size_t top) {
                  100 * d.totals[i]);
     }
   }
-  fmt::print(
-      "\nMFU {:.2f}%  {:.0f} tokens/s  peak memory {:.1f} MiB (reserved {:.1f} MiB)  "
-      "page faults {}  loss {}\n",
-      100 * d.mfu, d.tokens_per_s, d.memory.peak / 1048576, d.memory.reserved / 1048576,
-      d.memory.page_faults, d.loss_health.verdict);
+  const std::string memory = std::isfinite(d.memory.peak)
+                                 ? fmt::format("peak memory {:.1f} MiB (reserved {:.1f} MiB)",
+                                               d.memory.peak / 1048576, d.memory.reserved / 1048576)
+                                 : std::string("peak memory not recorded");
+  fmt::print("\nMFU {:.2f}%  {:.0f} tokens/s  {}  page faults {}  loss {}\n", 100 * d.mfu,
+             d.tokens_per_s, memory, d.memory.page_faults, d.loss_health.verdict);
   if (d.findings.empty()) {
     fmt::print("no findings\n");
     return;

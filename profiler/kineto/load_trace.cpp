@@ -62,14 +62,14 @@ Trace load_trace(const fs::path& path) {
     std::error_code ec;
     return read_trace_json(fs::is_directory(path, ec) ? path / "trace.json" : path);
   }
-  Trace t = prepare_kineto_trace(read_kineto_ranks(path.string()));
+  Trace t = prepare_kineto_trace(read_kineto_rank_records(path.string()));
   t.metadata["path"] = path.string();
   return t;
 }
 
 void write_hta_json(const fs::path& trace_path, const fs::path& out) {
   nlohmann::json doc = nlohmann::json::object();
-  doc[hta_entry_key(trace_path.string())] = hta_analyses(read_kineto_ranks(trace_path.string()));
+  doc[hta_entry_key(trace_path.string())] = hta_analyses_of(trace_path.string());
   write_file_atomic(out, doc.dump(1) + "\n");
 }
 

@@ -54,11 +54,12 @@ struct LossHealth {
   bool diverged = false;
   int spikes = 0;               // steps whose loss jumps above the trend by the spike rule
   double oscillation = 0;       // normalised spread of loss differences
-  std::string verdict;          // "healthy", "spiky", "oscillating", "diverging", "nan"
+  std::string verdict;          // "healthy", "spiky", "oscillating", "diverging", "nan", "unknown"
 };
 
 struct MemorySummary {
-  double peak = 0, reserved = 0, fragmentation = 0;  // bytes, bytes, 0..1
+  // bytes, bytes, 0..1; NaN when the trace recorded no memory (legacy PyTorch traces)
+  double peak = 0, reserved = 0, fragmentation = 0;
   int64_t alloc_retries = 0, ooms = 0;
   int64_t page_faults = 0;  // minor faults over the profiled steps
 };
