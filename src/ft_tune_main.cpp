@@ -38,7 +38,9 @@ constexpr const char* kUsage =
   --trial-steps N         steps of a short throughput trial (default 12)
   --verify-steps N        steps of a loss-curve verification run (default 60)
   --trial-timeout S       seconds before a trial is killed (default 300)
-  --repeats N             alternating incumbent/candidate re-measurements (default 2)
+  --repeats N             guided: back-to-back incumbent/candidate pairs (default 3)
+  --confirm-top K         confirmation round: the K best configurations + the baseline (3)
+  --confirm-rounds R      ... each measured R times side by side, order alternating (3; 0: off)
   --candidates N          guided: candidates tried per diagnosis round (default 2)
   --min-gain F            guided: stop when no finding's share exceeds F (default 0.05)
   --knobs LIST            grid dimensions, comma-separated from precision,checkpoint,batch,
@@ -161,6 +163,10 @@ int run(int argc, char** argv) {
       trial_timeout = number<double>(a, value());
     } else if (a == "--repeats") {
       opt.repeats = number<int>(a, value());
+    } else if (a == "--confirm-top") {
+      opt.confirm_top = number<int>(a, value());
+    } else if (a == "--confirm-rounds") {
+      opt.confirm_rounds = number<int>(a, value());
     } else if (a == "--candidates") {
       opt.candidates_per_round = std::max(1, number<int>(a, value()));
     } else if (a == "--min-gain") {

@@ -72,7 +72,9 @@ struct SweepOptions {
   double budget_minutes = 0;        // 0: unlimited; counts recorded trial wall time
   int trial_steps = 12;
   int verify_steps = 60;
-  int repeats = 2;  // alternating incumbent/candidate re-measurements
+  int repeats = 3;         // guided: back-to-back incumbent/candidate pairs (order alternating)
+  int confirm_top = 3;     // confirmation round: this many best configurations + the baseline
+  int confirm_rounds = 3;  // ... each measured this many times, alternating; 0: no confirmation
   int candidates_per_round = 2;
   int max_verify = 3;             // grid: verify at most this many of the fastest
   double min_gain = 0.05;         // stop when no finding's share promises more
@@ -86,6 +88,31 @@ struct SweepOptions {
   double memory_limit = 0;                            // bytes for the skip rule; 0: no limit
   bool memory_skip = true;  // skip configs predicted to exceed memory_limit
 };
+
+// One configuration of a confirmation round: the baseline (row 0) and the best few
+// configurations re-measured side by side, one trial each per round, in alternating order.
+struct ConfirmRow {
+  Config knobs;
+  std::string change;                // against the baseline; "baseline" for row 0
+  std::vector<int> trials;           // trial id per round (-1: not run, budget spent)
+  std::vector<double> tokens_per_s;  // per round; 0 where the trial failed or did not run
+  std::vector<double> ratios;        // rounds where both ran: tokens_per_s / the baseline's
+  double median_tps = 0;             // median over the rounds that ran
+  double median_ratio = 0;           // the score (1 for the baseline)
+  double ratio_spread = 0;           // (max - min) / median of the ratios
+  bool beats_baseline = false;       // see score_confirmation
+};
+
+// Trial order of confirmation round `round` over `n` rows: forward for even rounds, reversed for
+// odd ones (A B C, C B A, A B C), so a linear drift in machine load hits every row alike.
+std::vector<size_t> confirm_order(size_t n, int round);
+
+// Fills every row's ratios, medians and spread (rows[0] is the baseline, measured in the same
+// rounds) and sets beats_baseline for a row with at least `min_rounds` ratios, every ratio > 1
+// (each round favours it) and a median ratio > 1 + min_improvement. Returns the indices of
+// rows[1..] by median ratio, best first (ties keep the row order).
+std::vector<size_t> score_confirmation(std::vector<ConfirmRow>* rows, double min_improvement,
+                                       int min_rounds);
 
 struct Decision {
   int round = 0;
@@ -103,7 +130,12 @@ struct SweepOutcome {
   int best_trial = -1;
   int baseline_verify = -1;  // verify-run ids: baseline and each accepted change
   std::vector<int> accepted_verifies;
+  int best_verify = -1;  // the verify run of `best` (-1: best is the baseline)
   std::string stop_reason;
+  // The confirmation round that chose `best` (empty when none ran) and best's median
+  // throughput ratio to the baseline in it (1 when the baseline was kept; 0: not confirmed).
+  std::vector<ConfirmRow> confirmation;
+  double confirmed_ratio = 0;
   int trials_run = 0;  // trials that ran (skipped ones excluded)
   int diagnoses = 0;
   double spent_s = 0;  // sum of trial wall times
