@@ -7,15 +7,15 @@
 # the three configurations run ROUNDS times each, alternating (A B C, C B A, ...), and every
 # ratio is a median of per-round ratios, so drift in machine load cancels. Prints a Markdown
 # table; OUT_DIR keeps the sweeps and OUT_DIR/summary.json the numbers.
-# Env: SCENARIOS, TRIAL_STEPS (10), VERIFY_STEPS (40), ROUNDS (5), SBS_STEPS (26),
-# KEEP=1 (reuse finished sweeps in OUT_DIR).
+# Env: SCENARIOS, TRIAL_STEPS (10; data-bound 24, so a trial spans two of the in-line loader's
+# chunk bursts), VERIFY_STEPS (40), ROUNDS (5), SBS_STEPS (34), KEEP=1 (reuse finished sweeps).
 set -u
 BUILD=${1:-build}
 OUT=${2:-/tmp/ft_tune_bench}
-TRIAL_STEPS=${TRIAL_STEPS:-10}
+TRIAL_STEPS=${TRIAL_STEPS:-}
 VERIFY_STEPS=${VERIFY_STEPS:-40}
 ROUNDS=${ROUNDS:-5}
-SBS_STEPS=${SBS_STEPS:-26}
+SBS_STEPS=${SBS_STEPS:-34}
 SCENARIOS=${SCENARIOS:-"data-bound compute-fp32 underfilled memory"}
 KNOBS=precision,checkpoint,batch,loader,allocator,attention
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
@@ -33,6 +33,7 @@ declare -A SCEN
 SCEN[data-bound]="--layers 2 --heads 2 --channels 64 --seq-len 64 --micro-batch 8 --precision bf16 --loader-workers 0 --preprocess-cost 4000"
 SCEN[compute-fp32]="--layers 2 --heads 2 --channels 128 --seq-len 64 --micro-batch 16"
 SCEN[underfilled]="--layers 2 --heads 2 --channels 64 --seq-len 32 --micro-batch 1 --grad-accum 4 --precision bf16"
+declare -A STEPS=([data-bound]=24)
 SCEN[memory]="--layers 2 --heads 2 --channels 32 --seq-len 128 --micro-batch 16 --precision bf16 --memory-limit 64M --allocator-caching false"
 
 for name in $SCENARIOS; do
@@ -41,9 +42,10 @@ for name in $SCENARIOS; do
     dir="$OUT/$name-$strategy"
     if [[ -n ${KEEP:-} && -f $dir/report.json ]]; then continue; fi
     rm -rf "$dir"
+    steps=${TRIAL_STEPS:-${STEPS[$name]:-10}}
     start=$(date +%s)
     # shellcheck disable=SC2086
-    "$TUNE" --out "$dir" --strategy "$strategy" --knobs "$KNOBS" --trial-steps "$TRIAL_STEPS" \
+    "$TUNE" --out "$dir" --strategy "$strategy" --knobs "$KNOBS" --trial-steps "$steps" \
       --verify-steps "$VERIFY_STEPS" $COMMON ${SCEN[$name]} >"$dir.log" 2>"$dir.progress.log"
     rc=$?
     echo "$(( $(date +%s) - start )) $rc $(cut -d' ' -f1-3 /proc/loadavg)" >"$dir.time"

@@ -233,6 +233,9 @@ struct Synthetic {
   double noise = 0.01;  // deterministic measurement noise: x (1 + noise * (calls * 7 % 3))
   double lucky = 1;     // the first fp32 + naive-attention trial measures this much faster
   bool lucky_seen = false;
+  double unlucky = 1;  // the first bf16 trial measures this factor of its speed
+  bool unlucky_seen = false;
+  double step_spread = 0;    // the within-run spread every trial reports
   std::vector<Config> seen;  // every config run, in order
   TrialResult operator()(const std::string&, const Config& c) {
     if (fail_after >= 0 && calls >= fail_after) throw std::runtime_error("killed");
@@ -253,9 +256,14 @@ struct Synthetic {
       lucky_seen = true;  // one measurement caught the machine idle
       tps *= lucky;
     }
+    if (p == "bf16" && !unlucky_seen) {
+      unlucky_seen = true;  // the machine was busy during this one
+      tps *= unlucky;
+    }
     TrialResult r;
     r.status = TrialStatus::kOk;
     r.tokens_per_s = tps;
+    r.step_tps_spread = step_spread;
     r.wall_s = 2;
     r.mem_peak = 1e6 * std::stod(get("micro-batch", "8"));
     const int steps = std::stoi(get("steps", "50"));
@@ -343,6 +351,43 @@ TEST(Sweep, GuidedRejectsAFastButBrokenChangeAndKeepsTheVerifiedOne) {
   // bf16 is 1.5x by construction; the synthetic noise is at most 2% per measurement.
   EXPECT_NEAR(out.confirmed_ratio, 1.5, 0.05);
   EXPECT_NE(report_markdown(out, o).find("## Confirmation round"), std::string::npos);
+}
+
+TEST(Sweep, ScreeningAllowsTheMeasuredWithinRunNoise) {
+  // bf16 is 1.5x, but its screening trial ran while the machine was busy (x0.6: 10% slower
+  // than the baseline). With no within-run noise the screening rejects it; when the trials
+  // report a 30% interquartile spread of their step rates, the same trial is within the noise
+  // and the paired re-measurement finds the gain.
+  const DiagnoseFn diag = [](int round, const Config&) {
+    return round == 1
+               ? std::vector<Finding>{{"compute", 0.4, "warning", "fp32", "", {"--precision bf16"}}}
+               : std::vector<Finding>{};
+  };
+  for (double spread : {0.0, 0.3}) {
+    const fs::path d = temp_dir("screen" + std::to_string(spread > 0));
+    Journal j(d / "journal.jsonl", false);
+    Synthetic syn;
+    syn.noise = 0;
+    syn.unlucky = 0.6;
+    syn.step_spread = spread;
+    const SweepOutcome out = run_sweep(guided_options(), j, std::ref(syn), diag);
+    bool screened_out = false;
+    for (const auto& dcs : out.decisions) {
+      screened_out |=
+          dcs.kind == "reject" &&
+          dcs.text.find("beyond the measured noise (" +
+                        std::to_string(static_cast<int>(100 * spread)) + "%)") != std::string::npos;
+    }
+    if (spread == 0) {
+      EXPECT_TRUE(screened_out);
+      EXPECT_EQ(out.best.count("precision"), 0u);
+    } else {
+      EXPECT_FALSE(screened_out);
+      ASSERT_EQ(out.best.count("precision"), 1u);
+      EXPECT_EQ(out.best.at("precision"), "bf16");
+      EXPECT_NEAR(out.confirmed_ratio, 1.5, 1e-9);
+    }
+  }
 }
 
 TEST(Sweep, GuidedWithKnobsStaysInsideTheGridSpace) {

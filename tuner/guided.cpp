@@ -38,6 +38,7 @@ void Sweep::guided() {
   }
   Config inc = o_.baseline;
   std::vector<double> inc_samples{b.result.tokens_per_s};
+  double inc_step_noise = b.result.step_tps_spread;  // within-run spread of its latest trial
   std::set<std::string> tried{effective_key(inc, o_.train_defaults)};
   // With --knobs (options.space) guided searches the grid's space: a throughput candidate
   // outside it is skipped, so the two strategies can be compared on the same space.
@@ -141,14 +142,19 @@ void Sweep::guided() {
       const double first_tps = entry(first_id).result.tokens_per_s;
       const std::string change = entry(first_id).change;
       if (!cands[ci].second) {
-        // Screening: a first trial within the incumbent's measured spread of a gain still
-        // goes to the paired measurement (the two were measured at different times).
+        // Screening: the two were measured at different times, so a first trial within the
+        // measured noise of a gain still goes to the paired measurement. The noise: the
+        // spread of the incumbent's repeated measurements, or the within-run spread (IQR of
+        // the per-step rates over their median) of the incumbent's latest trial or of this
+        // one, whichever is largest.
         const double inc_now = median(inc_samples);
-        if (first_tps <= inc_now * (1 + o_.min_improvement - spread(inc_samples))) {
+        const double tol =
+            std::max({spread(inc_samples), inc_step_noise, entry(first_id).result.step_tps_spread});
+        if (first_tps <= inc_now * (1 + o_.min_improvement - tol)) {
           decide(round, "reject",
                  fmt::format("{}: {:.0f} tokens/s is not faster than the incumbent's "
-                             "{:.0f} (screening allows its measured spread, {:.0f}%)",
-                             change, first_tps, inc_now, 100 * spread(inc_samples)),
+                             "{:.0f} beyond the measured noise ({:.0f}%)",
+                             change, first_tps, inc_now, 100 * tol),
                  {first_id});
           continue;
         }
@@ -157,6 +163,7 @@ void Sweep::guided() {
         // the candidate (a sign test against the noise both share) and the median paired
         // gain exceeds the floor.
         std::vector<double> inc_block, cand_block, gains;
+        double cand_step_noise = entry(first_id).result.step_tps_spread;
         std::vector<int> ids{first_id};
         for (int r = 1; r <= o_.repeats && budget_left(); ++r) {
           double tps[2] = {0, 0};  // incumbent, candidate
@@ -168,11 +175,14 @@ void Sweep::guided() {
             ids.push_back(e.id);
             ran[who] = e.result.status == TrialStatus::kOk;
             tps[who] = e.result.tokens_per_s;
+            if (ran[who]) (who == 0 ? inc_step_noise : cand_step_noise) = e.result.step_tps_spread;
           }
           if (ran[0]) inc_block.push_back(tps[0]);
           if (ran[1]) cand_block.push_back(tps[1]);
           if (ran[0] && ran[1] && tps[0] > 0) gains.push_back(tps[1] / tps[0] - 1);
         }
+        // The incumbent's re-measurements join its samples (a better noise estimate).
+        inc_samples.insert(inc_samples.end(), inc_block.begin(), inc_block.end());
         const double noise = std::max(spread(inc_block), spread(cand_block));
         const double gain = median(gains);
         const double worst = gains.empty() ? 0 : *std::min_element(gains.begin(), gains.end());
@@ -199,6 +209,7 @@ void Sweep::guided() {
           continue;
         }
         inc_samples = cand_block;
+        inc_step_noise = cand_step_noise;
       } else {
         bool failed = false;
         if (!verify(knobs, round, &failed)) {
@@ -206,6 +217,7 @@ void Sweep::guided() {
           continue;
         }
         inc_samples = {first_tps};
+        inc_step_noise = entry(first_id).result.step_tps_spread;
       }
       inc = knobs;
       out_.best = knobs;
