@@ -25,6 +25,100 @@ std::vector<std::string> split_words(const std::string& s) {
 
 }  // namespace
 
+bool Sweep::admit(const Config& c, bool stability, const std::string& source, int round) {
+  const std::string key = effective_key(c, o_.train_defaults);
+  if (!stability && !g_.space_keys.empty() && !g_.space_keys.count(key)) {
+    decide(round, "skip",
+           fmt::format("{} ({}): outside the search space (--knobs and the batch rule define "
+                       "it for grid and guided alike)",
+                       describe_diff(o_.baseline, c), source));
+    return false;
+  }
+  if (!g_.tried.insert(key).second) return false;
+  double predicted = 0;
+  const std::string skip = memory_skip(c, &predicted);
+  if (!skip.empty()) {
+    const JournalEntry& e =
+        trial("trial", with_steps(c, o_.trial_steps), describe_diff(o_.baseline, c), round, 0,
+              nullptr, predicted, skip);
+    decide(round, "skip", fmt::format("{} ({}): {}", e.change, source, skip), {e.id});
+    return false;
+  }
+  return true;
+}
+
+std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Finding>& findings,
+                                                        int round, bool* promising) {
+  std::vector<Candidate> cands;
+  *promising = false;
+  for (const Finding& f : findings) {
+    const bool stability = f.cls == "loss" && f.severity != "info";
+    if (!stability && f.share < o_.min_gain) continue;
+    *promising = *promising || !stability;
+    for (const std::string& knob : f.knobs) {
+      if (static_cast<int>(cands.size()) >= o_.candidates_per_round) break;
+      Config patch;
+      try {
+        // ft-diagnose may annotate a knob: "--micro-batch 16 (doubles the global batch)".
+        patch = parse_flag_words(split_words(knob.substr(0, knob.find(" ("))));
+      } catch (const ConfigError& e) {
+        decide(round, "skip",
+               fmt::format("knob '{}' of finding '{}': {}", knob, f.title, e.what()));
+        continue;
+      }
+      if (!stability && (patch.count("lr") || patch.count("warmup") || patch.count("min-lr"))) {
+        decide(round, "skip",
+               fmt::format("knob '{}': LR/warmup changes only for an unstable loss finding", knob));
+        continue;
+      }
+      std::string why;
+      const auto c = apply_knob(g_.inc, patch, o_.batch, &why);
+      if (!c) {
+        decide(round, "skip", fmt::format("knob '{}': {}", knob, why));
+        continue;
+      }
+      if (admit(*c, stability, fmt::format("knob '{}' of finding '{}'", knob, f.title), round)) {
+        cands.push_back({*c, stability});
+      }
+    }
+  }
+  return cands;
+}
+
+std::vector<Sweep::Candidate> Sweep::compute_candidates(int round) {
+  const auto value = [&](const char* k, const char* fallback) {
+    if (const auto it = g_.inc.find(k); it != g_.inc.end()) return it->second;
+    if (const auto it = o_.train_defaults.find(k); it != o_.train_defaults.end()) return it->second;
+    return std::string(fallback);
+  };
+  std::vector<Config> patches;
+  patches.push_back({{"attention", value("attention", "flash") == "naive" ? "flash" : "naive"}});
+  const int b = std::stoi(value("micro-batch", "8")), k = std::stoi(value("grad-accum", "1"));
+  if (b % 2 == 0) {
+    patches.push_back(
+        {{"micro-batch", std::to_string(b / 2)}, {"grad-accum", std::to_string(2 * k)}});
+  }
+  if (k % 2 == 0) {
+    patches.push_back(
+        {{"micro-batch", std::to_string(2 * b)}, {"grad-accum", std::to_string(k / 2)}});
+  }
+  std::vector<Candidate> cands;
+  for (const Config& patch : patches) {
+    std::string why;
+    const auto c = apply_knob(g_.inc, patch, o_.batch, &why);
+    if (c && admit(*c, false, "compute-bound step", round)) cands.push_back({*c, false});
+  }
+  return cands;
+}
+
+void Sweep::accept(const Config& knobs, int trial_id) {
+  g_.inc = knobs;
+  out_.best = knobs;
+  out_.best_trial = trial_id;
+  out_.best_verify = out_.accepted_verifies.back();
+  accepted_.push_back({knobs, trial_id, out_.best_verify});
+}
+
 void Sweep::guided() {
   planned_left_ = -1;
   const JournalEntry& b = short_trial("baseline", o_.baseline, 0);
@@ -36,24 +130,22 @@ void Sweep::guided() {
          {b.id});
     return;
   }
-  Config inc = o_.baseline;
-  std::vector<double> inc_samples{b.result.tokens_per_s};
-  double inc_step_noise = b.result.step_tps_spread;  // within-run spread of its latest trial
-  std::set<std::string> tried{effective_key(inc, o_.train_defaults)};
+  g_.inc = o_.baseline;
+  g_.tried = {effective_key(g_.inc, o_.train_defaults)};
   // With --knobs (options.space) guided searches the grid's space: a throughput candidate
   // outside it is skipped, so the two strategies can be compared on the same space.
-  std::set<std::string> space_keys;
   if (!o_.space.empty()) {
     for (const Config& c :
          grid_configs(o_.baseline, o_.space, o_.seed, o_.batch, o_.train_defaults)) {
-      space_keys.insert(effective_key(c, o_.train_defaults));
+      g_.space_keys.insert(effective_key(c, o_.train_defaults));
     }
   }
   for (int round = 1;; ++round) {
     last_round_ = round;
     if (!budget_left()) return stop(round, budget_text());
-    std::vector<Finding> findings = diag_(round, with_steps(inc, o_.trial_steps));
+    Diagnosis diag = diag_(round, with_steps(g_.inc, o_.trial_steps));
     ++out_.diagnoses;
+    std::vector<Finding>& findings = diag.findings;
     std::stable_sort(findings.begin(), findings.end(),
                      [](const Finding& x, const Finding& y) { return x.share > y.share; });
     std::string summary;
@@ -62,170 +154,69 @@ void Sweep::guided() {
                              100 * findings[i].share, findings[i].title);
     }
     decide(round, "diagnose",
-           fmt::format("diagnosis of {}: {}", describe_diff(o_.baseline, inc),
-                       summary.empty() ? "no findings" : summary));
-    std::vector<std::pair<Config, bool>> cands;  // (knobs, is a loss-stability change)
+           fmt::format("diagnosis of {}: {}; compute {:.0f}% of step time",
+                       describe_diff(o_.baseline, g_.inc),
+                       summary.empty() ? "no findings" : summary, 100 * diag.compute_share));
     bool promising = false;
-    for (const Finding& f : findings) {
-      const bool stability = f.cls == "loss" && f.severity != "info";
-      if (!stability && f.share < o_.min_gain) continue;
-      promising = promising || !stability;
-      for (const std::string& knob : f.knobs) {
-        if (static_cast<int>(cands.size()) >= o_.candidates_per_round) break;
-        Config patch;
-        try {
-          // ft-diagnose may annotate a knob: "--micro-batch 16 (doubles the global batch)".
-          patch = parse_flag_words(split_words(knob.substr(0, knob.find(" ("))));
-        } catch (const ConfigError& e) {
-          decide(round, "skip",
-                 fmt::format("knob '{}' of finding '{}': {}", knob, f.title, e.what()));
-          continue;
-        }
-        if (!stability && (patch.count("lr") || patch.count("warmup") || patch.count("min-lr"))) {
-          decide(round, "skip",
-                 fmt::format("knob '{}': LR/warmup changes only for an unstable "
-                             "loss finding",
-                             knob));
-          continue;
-        }
-        std::string why;
-        const auto c = apply_knob(inc, patch, o_.batch, &why);
-        if (!c) {
-          decide(round, "skip", fmt::format("knob '{}': {}", knob, why));
-          continue;
-        }
-        const std::string key = effective_key(*c, o_.train_defaults);
-        if (!stability && !space_keys.empty() && !space_keys.count(key)) {
-          decide(round, "skip",
-                 fmt::format("knob '{}' of finding '{}': {} is outside the search space "
-                             "(--knobs and the batch rule define it for grid and guided alike)",
-                             knob, f.title, describe_diff(o_.baseline, *c)));
-          continue;
-        }
-        if (!tried.insert(key).second) continue;
-        double predicted = 0;
-        const std::string skip = memory_skip(*c, &predicted);
-        if (!skip.empty()) {
-          const JournalEntry& e =
-              trial("trial", with_steps(*c, o_.trial_steps), describe_diff(o_.baseline, *c), round,
-                    0, nullptr, predicted, skip);
-          decide(round, "skip", fmt::format("{} (from '{}'): {}", e.change, f.title, skip), {e.id});
-          continue;
-        }
-        cands.push_back({*c, stability});
+    const std::vector<Candidate> from_findings = finding_candidates(findings, round, &promising);
+    // A loss-stability change is not about speed: it goes straight to verification.
+    std::vector<Config> fast;
+    bool accepted = false;
+    for (const Candidate& c : from_findings) {
+      if (!c.stability) {
+        fast.push_back(c.knobs);
+        continue;
+      }
+      if (accepted) continue;
+      const JournalEntry& e = short_trial("trial", c.knobs, round);
+      bool failed = false;
+      if (verify(c.knobs, round, &failed)) {
+        accept(c.knobs, e.id);
+        accepted = true;
+      } else if (failed) {
+        return stop(round, budget_text() + "; verification could not run");
       }
     }
-    if (!promising && cands.empty()) {
-      return stop(round, fmt::format("no finding promises more than {:.0f}% of step time",
-                                     100 * o_.min_gain));
+    if (accepted) continue;
+    // A compute-bound step: the knobs that change how the same math is computed (attention
+    // implementation, the split of the fixed global batch) join the round, each configuration
+    // tried once.
+    const size_t from_diagnosis = fast.size();
+    if (o_.compute_bound > 0 && diag.compute_share >= o_.compute_bound) {
+      for (const Candidate& c : compute_candidates(round)) fast.push_back(c.knobs);
+      if (fast.size() > from_diagnosis) {
+        std::string names;
+        for (size_t i = from_diagnosis; i < fast.size(); ++i) {
+          names += (names.empty() ? "" : "; ") + describe_diff(g_.inc, fast[i]);
+        }
+        decide(round, "trial",
+               fmt::format("compute is {:.0f}% of step time (>= {:.0f}%): also trying {}",
+                           100 * diag.compute_share, 100 * o_.compute_bound, names));
+      }
     }
-    if (cands.empty()) {
+    if (fast.empty()) {
+      if (!promising) {
+        return stop(round, fmt::format("no finding promises more than {:.0f}% of step time",
+                                       100 * o_.min_gain));
+      }
       return stop(round, "every knob the findings name was tried, skipped or not applicable");
     }
-    std::vector<std::pair<int, size_t>> ok;  // (trial id, candidate index)
-    for (size_t i = 0; i < cands.size(); ++i) {
-      if (!budget_left()) return stop(round, budget_text());
-      const JournalEntry& e = short_trial("trial", cands[i].first, round);
-      decide(round, "trial",
-             fmt::format("{}: {} {:.0f} tokens/s{}", e.change, trial_status_name(e.result.status),
-                         e.result.tokens_per_s,
-                         e.result.reason.empty() ? "" : " (" + e.result.reason + ")"),
-             {e.id});
-      if (e.result.status == TrialStatus::kOk) ok.push_back({e.id, i});
-    }
-    std::stable_sort(ok.begin(), ok.end(), [&](const auto& x, const auto& y) {
-      return entry(x.first).result.tokens_per_s > entry(y.first).result.tokens_per_s;
-    });
-    bool accepted = false;
-    for (const auto& [first_id, ci] : ok) {
-      const Config knobs = cands[ci].first;
-      const double first_tps = entry(first_id).result.tokens_per_s;
-      const std::string change = entry(first_id).change;
-      if (!cands[ci].second) {
-        // Screening: the two were measured at different times, so a first trial within the
-        // measured noise of a gain still goes to the paired measurement. The noise: the
-        // spread of the incumbent's repeated measurements, or the within-run spread (IQR of
-        // the per-step rates over their median) of the incumbent's latest trial or of this
-        // one, whichever is largest.
-        const double inc_now = median(inc_samples);
-        const double tol =
-            std::max({spread(inc_samples), inc_step_noise, entry(first_id).result.step_tps_spread});
-        if (first_tps <= inc_now * (1 + o_.min_improvement - tol)) {
-          decide(round, "reject",
-                 fmt::format("{}: {:.0f} tokens/s is not faster than the incumbent's "
-                             "{:.0f} beyond the measured noise ({:.0f}%)",
-                             change, first_tps, inc_now, 100 * tol),
-                 {first_id});
-          continue;
-        }
-        // Repeated measurement in back-to-back pairs, the order alternating (I C, C I, I C),
-        // so load drift hits both members of a pair alike. Faster only if every pair favours
-        // the candidate (a sign test against the noise both share) and the median paired
-        // gain exceeds the floor.
-        std::vector<double> inc_block, cand_block, gains;
-        double cand_step_noise = entry(first_id).result.step_tps_spread;
-        std::vector<int> ids{first_id};
-        for (int r = 1; r <= o_.repeats && budget_left(); ++r) {
-          double tps[2] = {0, 0};  // incumbent, candidate
-          bool ran[2] = {false, false};
-          for (int k = 0; k < 2; ++k) {
-            const int who = r % 2 == 1 ? k : 1 - k;  // odd pairs incumbent first
-            if (!budget_left()) break;
-            const JournalEntry& e = short_trial("repeat", who == 0 ? inc : knobs, round, r);
-            ids.push_back(e.id);
-            ran[who] = e.result.status == TrialStatus::kOk;
-            tps[who] = e.result.tokens_per_s;
-            if (ran[who]) (who == 0 ? inc_step_noise : cand_step_noise) = e.result.step_tps_spread;
-          }
-          if (ran[0]) inc_block.push_back(tps[0]);
-          if (ran[1]) cand_block.push_back(tps[1]);
-          if (ran[0] && ran[1] && tps[0] > 0) gains.push_back(tps[1] / tps[0] - 1);
-        }
-        // The incumbent's re-measurements join its samples (a better noise estimate).
-        inc_samples.insert(inc_samples.end(), inc_block.begin(), inc_block.end());
-        const double noise = std::max(spread(inc_block), spread(cand_block));
-        const double gain = median(gains);
-        const double worst = gains.empty() ? 0 : *std::min_element(gains.begin(), gains.end());
-        const int need = std::min(o_.repeats, 2);
-        if (gains.empty() || static_cast<int>(gains.size()) < need || worst <= 0 ||
-            gain <= o_.min_improvement) {
-          decide(round, "reject",
-                 fmt::format("{}: not faster beyond noise: paired gains {} (median {:+.1f}%, "
-                             "worst {:+.1f}%; needs {} back-to-back pairs, every one > 0, and "
-                             "median > {:.0f}%; spread of repeats {:.0f}%)",
-                             change, gains.empty() ? "-" : fmt_gains(gains), 100 * gain,
-                             100 * worst, need, 100 * o_.min_improvement, 100 * noise),
-                 ids);
-          continue;
-        }
-        decide(round, "measure",
-               fmt::format("{}: faster in every back-to-back pair, paired gains {} (median "
-                           "{:+.1f}%, spread of repeats {:.0f}%); verifying the loss curve",
-                           change, fmt_gains(gains), 100 * gain, 100 * noise),
-               ids);
-        bool failed = false;
-        if (!verify(knobs, round, &failed)) {
-          if (failed) return stop(round, budget_text() + "; verification could not run");
-          continue;
-        }
-        inc_samples = cand_block;
-        inc_step_noise = cand_step_noise;
-      } else {
-        bool failed = false;
-        if (!verify(knobs, round, &failed)) {
-          if (failed) return stop(round, budget_text() + "; verification could not run");
-          continue;
-        }
-        inc_samples = {first_tps};
-        inc_step_noise = entry(first_id).result.step_tps_spread;
+    // The incumbent and the candidates side by side, alternating, --repeats rounds: a candidate
+    // is faster only if every round favours it and its median ratio exceeds 1 + the floor.
+    int complete = 0;
+    std::vector<ConfirmRow> rows =
+        side_by_side(g_.inc, "incumbent", fast, "trial", round, o_.repeats, &complete);
+    const auto ranked = score_block(&rows, "round", round, o_.repeats, complete);
+    if (complete < std::min(2, o_.repeats)) return stop(round, budget_text());
+    for (size_t i : ranked) {
+      if (!rows[i].beats_baseline) continue;
+      bool failed = false;
+      if (verify(rows[i].knobs, round, &failed)) {
+        accept(rows[i].knobs, rows[i].trials.front());
+        accepted = true;
+        break;
       }
-      inc = knobs;
-      out_.best = knobs;
-      out_.best_trial = first_id;
-      out_.best_verify = out_.accepted_verifies.back();
-      accepted_.push_back({knobs, first_id, out_.best_verify});
-      accepted = true;
-      break;
+      if (failed) return stop(round, budget_text() + "; verification could not run");
     }
     if (!accepted && !budget_left()) return stop(round, budget_text());
     if (!accepted) {
@@ -240,7 +231,11 @@ void Sweep::guided() {
 // round; the best is the one with the highest confirmed ratio that beats the baseline beyond
 // noise, else the baseline.
 void Sweep::guided_confirm() {
-  if (o_.confirm_rounds <= 0 || accepted_.empty()) return;
+  if (o_.confirm_rounds <= 0) return;
+  if (accepted_.empty()) {
+    out_.confirmed_ratio = 1;  // the best is the baseline itself
+    return;
+  }
   const size_t k = static_cast<size_t>(std::max(1, o_.confirm_top));
   const size_t from = accepted_.size() > k ? accepted_.size() - k : 0;
   std::vector<Config> cands;

@@ -177,23 +177,21 @@ bool Sweep::verify(const Config& knobs, int round, bool* failed_to_run) {
   return true;
 }
 
-// The confirmation round: the baseline and `cands` measured side by side, one short trial each
-// per round, o_.confirm_rounds rounds in alternating order (confirm_order). Fills
-// out_.confirmation and returns its rows other than the baseline ranked by median throughput
-// ratio to the baseline; nullopt when the budget ran out before min_rounds() rounds.
-std::optional<std::vector<size_t>> Sweep::confirm(const std::vector<Config>& cands, int round) {
-  auto& rows = out_.confirmation;
-  rows.clear();
+std::vector<ConfirmRow> Sweep::side_by_side(const Config& reference, const std::string& ref_name,
+                                            const std::vector<Config>& cands,
+                                            const std::string& phase, int round, int rounds,
+                                            int* complete) {
+  std::vector<ConfirmRow> rows;
   const auto add_row = [&](const Config& c, const std::string& change) {
     ConfirmRow row;
     row.knobs = c;
     row.change = change;
     rows.push_back(std::move(row));
   };
-  add_row(o_.baseline, "baseline");
+  add_row(reference, ref_name);
   for (const Config& c : cands) add_row(c, describe_diff(o_.baseline, c));
-  int complete = 0;
-  for (int r = 0; r < o_.confirm_rounds; ++r) {
+  *complete = 0;
+  for (int r = 0; r < rounds; ++r) {
     bool all_ran = true;
     for (size_t i : confirm_order(rows.size(), r)) {
       if (!budget_left()) {
@@ -202,34 +200,49 @@ std::optional<std::vector<size_t>> Sweep::confirm(const std::vector<Config>& can
         rows[i].tokens_per_s.push_back(0);
         continue;
       }
-      const JournalEntry& e = short_trial("confirm", rows[i].knobs, round, r);
+      const JournalEntry& e = short_trial(phase, rows[i].knobs, round, r);
       rows[i].trials.push_back(e.id);
       rows[i].tokens_per_s.push_back(e.result.status == TrialStatus::kOk ? e.result.tokens_per_s
                                                                          : 0);
     }
     if (!all_ran) break;
-    ++complete;
+    ++*complete;
   }
-  const auto ranked = score_confirmation(&rows, o_.min_improvement, min_rounds());
+  return rows;
+}
+
+std::vector<size_t> Sweep::score_block(std::vector<ConfirmRow>* rows, const std::string& what,
+                                       int round, int rounds, int complete) {
+  const auto ranked = score_confirmation(rows, o_.min_improvement, std::min(2, rounds));
+  const ConfirmRow& ref = rows->front();
   std::string text = fmt::format(
-      "confirmation round ({} of {} rounds, each configuration once per round, order "
-      "alternating): baseline median {:.0f} tokens/s",
-      complete, o_.confirm_rounds, rows[0].median_tps);
+      "{} ({} of {} rounds, each configuration once per round, order alternating): {} median "
+      "{:.0f} tokens/s",
+      what, complete, rounds, ref.change, ref.median_tps);
   std::vector<int> ids;
-  for (const auto& row : rows) {
+  for (const auto& row : *rows) {
     for (int id : row.trials) {
       if (id >= 0) ids.push_back(id);
     }
   }
   for (size_t i : ranked) {
-    const ConfirmRow& row = rows[i];
+    const ConfirmRow& row = (*rows)[i];
     std::string ratios;
     for (double x : row.ratios) ratios += fmt::format("{}{:.3f}", ratios.empty() ? "" : " ", x);
     text += fmt::format("; {}: x{:.3f} (per-round ratios {}){}", row.change, row.median_ratio,
                         ratios.empty() ? "-" : ratios,
-                        row.beats_baseline ? ", beats the baseline" : "");
+                        row.beats_baseline ? ", faster beyond noise" : "");
   }
   decide(round, "measure", text, ids);
+  return ranked;
+}
+
+std::optional<std::vector<size_t>> Sweep::confirm(const std::vector<Config>& cands, int round) {
+  int complete = 0;
+  out_.confirmation =
+      side_by_side(o_.baseline, "baseline", cands, "confirm", round, o_.confirm_rounds, &complete);
+  const auto ranked =
+      score_block(&out_.confirmation, "confirmation round", round, o_.confirm_rounds, complete);
   if (complete < min_rounds()) return std::nullopt;
   return ranked;
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -97,6 +98,16 @@ class Sweep {
   const JournalEntry* baseline_verify(int round);
   // Runs the candidate for the verify length and compares its curve with the baseline's.
   bool verify(const Config& knobs, int round, bool* failed_to_run);
+  // Measures `reference` (row 0, named `ref_name`) and `cands` side by side: `rounds` rounds,
+  // each running every configuration once as a short trial of journal phase `phase`, in
+  // confirm_order. Stops early when the budget is spent; *complete counts the full rounds.
+  std::vector<ConfirmRow> side_by_side(const Config& reference, const std::string& ref_name,
+                                       const std::vector<Config>& cands, const std::string& phase,
+                                       int round, int rounds, int* complete);
+  // score_confirmation over the rows (at least min(2, rounds) rounds to beat row 0), and a
+  // "measure" decision listing every row's median ratio and per-round ratios.
+  std::vector<size_t> score_block(std::vector<ConfirmRow>* rows, const std::string& what, int round,
+                                  int rounds, int complete);
   // The confirmation round: the baseline and `cands` measured side by side, one short trial each
   // per round, o_.confirm_rounds rounds in alternating order (confirm_order). Fills
   // out_.confirmation and returns its rows other than the baseline ranked by median throughput
@@ -104,6 +115,23 @@ class Sweep {
   std::optional<std::vector<size_t>> confirm(const std::vector<Config>& cands, int round);
   void grid();
   void guided();
+  // Guided: a candidate change and whether it is a loss-stability change (verified, not timed).
+  struct Candidate {
+    Config knobs;
+    bool stability = false;
+  };
+  // False (with a decision) when `c` is outside the --knobs space, was tried before, or is
+  // predicted to run out of memory (journaled as skipped); `source` names where it came from.
+  bool admit(const Config& c, bool stability, const std::string& source, int round);
+  // The findings' knobs applied to the incumbent (at most --candidates), admitted; *promising
+  // is set when a finding other than loss stability promises more than --min-gain.
+  std::vector<Candidate> finding_candidates(const std::vector<Finding>& findings, int round,
+                                            bool* promising);
+  // The other attention implementation and the micro-batch halved / doubled within the global
+  // batch, applied to the incumbent and admitted.
+  std::vector<Candidate> compute_candidates(int round);
+  // `knobs` (verified) becomes the incumbent and the best so far.
+  void accept(const Config& knobs, int trial_id);
   // Guided: the baseline and the latest accepted changes (each verified) in a confirmation
   // round; the best is the one with the highest confirmed ratio that beats the baseline beyond
   // noise, else the baseline.
@@ -121,6 +149,11 @@ class Sweep {
     int verify = -1;  // its verify run
   };
   std::vector<Accepted> accepted_;  // guided: the accepted changes in order
+  struct GuidedState {
+    Config inc;                        // the incumbent
+    std::set<std::string> tried;       // effective keys of every configuration admitted
+    std::set<std::string> space_keys;  // with --knobs: the grid's configurations
+  } g_;
   int last_round_ = 0;
   int next_id_ = 0;
   int planned_left_ = 0;

@@ -23,8 +23,16 @@ struct Finding {
   std::string severity, title, evidence;
   std::vector<std::string> knobs;  // ft-train flag strings, e.g. "--micro-batch 16 --grad-accum 2"
 };
+// What the guided loop reads from a diagnosis: the findings and the share of step time spent
+// in compute (report.json's totals.compute, 0 when absent).
+struct Diagnosis {
+  std::vector<Finding> findings;
+  double compute_share = 0;
+  Diagnosis() = default;
+  Diagnosis(std::vector<Finding> f) : findings(std::move(f)) {}  // NOLINT: implicit on purpose
+};
 // Reads DIR/report.json; throws FormatError (with the file) when it is not a diagnosis.
-std::vector<Finding> read_diagnosis(const std::filesystem::path& report_json);
+Diagnosis read_diagnosis(const std::filesystem::path& report_json);
 
 // One dimension of the space: alternative settings, each a patch of ft-train flags.
 struct Dimension {
@@ -72,7 +80,10 @@ struct SweepOptions {
   double budget_minutes = 0;        // 0: unlimited; counts recorded trial wall time
   int trial_steps = 12;
   int verify_steps = 60;
-  int repeats = 3;         // guided: back-to-back incumbent/candidate pairs (order alternating)
+  int repeats = 3;  // guided: rounds of the incumbent and a round's candidates side by side
+  // guided: when compute is at least this share of step time, the compute knobs (attention,
+  // micro-batch split) join the round's candidates; 0: never
+  double compute_bound = 0.5;
   int confirm_top = 3;     // confirmation round: this many best configurations + the baseline
   int confirm_rounds = 3;  // ... each measured this many times, alternating; 0: no confirmation
   int candidates_per_round = 2;
@@ -144,7 +155,7 @@ struct SweepOutcome {
 // Runs (or, for ids already journaled, replays) one trial.
 using TrialFn = std::function<TrialResult(const std::string& id, const Config& config)>;
 // Diagnoses `config` (round 1 = baseline) and returns its findings.
-using DiagnoseFn = std::function<std::vector<Finding>(int round, const Config& config)>;
+using DiagnoseFn = std::function<Diagnosis(int round, const Config& config)>;
 using ProgressFn = std::function<void(const SweepOutcome& so_far, int trials_left)>;
 
 // The sweep. Trial ids are sequential and every decision depends only on the options (seed)
@@ -156,9 +167,8 @@ SweepOutcome run_sweep(const SweepOptions& options, Journal& journal, const Tria
 // Runs `ft-diagnose run --out DIR <config flags>` as a child process with a time limit and
 // reads DIR/report.json. An existing DIR/report.json (a resumed sweep) is read, not rerun.
 // Throws IoError (with the log's last line) when ft-diagnose fails or writes no report.
-std::vector<Finding> run_diagnosis(const std::filesystem::path& ft_diagnose,
-                                   const std::filesystem::path& dir, const Config& config,
-                                   double timeout_s);
+Diagnosis run_diagnosis(const std::filesystem::path& ft_diagnose, const std::filesystem::path& dir,
+                        const Config& config, double timeout_s);
 
 // Throws ConfigError when `c` has a flag that ft-train (`train_flags`, from its --help) does not
 // list, or when ft_trainer rejects the values (flags it does not know are left to ft-train).
