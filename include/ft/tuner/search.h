@@ -100,18 +100,19 @@ struct SweepOptions {
   bool memory_skip = true;  // skip configs predicted to exceed memory_limit
 };
 
-// One configuration of a confirmation round: the baseline (row 0) and the best few
-// configurations re-measured side by side, one trial each per round, in alternating order.
+// One configuration of a side-by-side measurement: a confirmation round (row 0 the baseline,
+// then the best few configurations) or a guided round (row 0 the incumbent, then the round's
+// candidates), one trial each per round, in alternating order.
 struct ConfirmRow {
   Config knobs;
-  std::string change;                // against the baseline; "baseline" for row 0
+  std::string change;                // against the baseline; row 0: "baseline" / "incumbent"
   std::vector<int> trials;           // trial id per round (-1: not run, budget spent)
   std::vector<double> tokens_per_s;  // per round; 0 where the trial failed or did not run
-  std::vector<double> ratios;        // rounds where both ran: tokens_per_s / the baseline's
+  std::vector<double> ratios;        // rounds where both ran: tokens_per_s / row 0's
   double median_tps = 0;             // median over the rounds that ran
-  double median_ratio = 0;           // the score (1 for the baseline)
+  double median_ratio = 0;           // the score (1 for row 0)
   double ratio_spread = 0;           // (max - min) / median of the ratios
-  bool beats_baseline = false;       // see score_confirmation
+  bool beats_baseline = false;       // beats row 0 beyond noise: see score_confirmation
 };
 
 // Trial order of confirmation round `round` over `n` rows: forward for even rounds, reversed for
