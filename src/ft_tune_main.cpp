@@ -38,9 +38,14 @@ constexpr const char* kUsage =
   --trial-steps N         steps of a short throughput trial (default 12)
   --verify-steps N        steps of a loss-curve verification run (default 60)
   --trial-timeout S       seconds before a trial is killed (default 300)
-  --repeats N             alternating incumbent/candidate re-measurements (default 2)
+  --repeats N             guided: rounds of the incumbent and a round's candidates measured
+                          side by side, order alternating (default 3)
+  --confirm-top K         confirmation round: the K best configurations + the baseline (3)
+  --confirm-rounds R      ... each measured R times side by side, order alternating (3; 0: off)
   --candidates N          guided: candidates tried per diagnosis round (default 2)
   --min-gain F            guided: stop when no finding's share exceeds F (default 0.05)
+  --compute-bound F       guided: at compute >= F of step time also try attention and the
+                          micro-batch split (default 0.5; 0: never)
   --knobs LIST            grid dimensions, comma-separated from precision,checkpoint,batch,
                           loader,allocator,attention (default: all available)
   --allow-batch-change    the global batch may change; LR scaled by --lr-scaling
@@ -161,8 +166,14 @@ int run(int argc, char** argv) {
       trial_timeout = number<double>(a, value());
     } else if (a == "--repeats") {
       opt.repeats = number<int>(a, value());
+    } else if (a == "--confirm-top") {
+      opt.confirm_top = number<int>(a, value());
+    } else if (a == "--confirm-rounds") {
+      opt.confirm_rounds = number<int>(a, value());
     } else if (a == "--candidates") {
       opt.candidates_per_round = std::max(1, number<int>(a, value()));
+    } else if (a == "--compute-bound") {
+      opt.compute_bound = number<double>(a, value());
     } else if (a == "--min-gain") {
       opt.min_gain = number<double>(a, value());
     } else if (a == "--knobs") {

@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ft/core/atomic_file.h"
 #include "ft/tuner/journal.h"
@@ -95,6 +96,24 @@ TEST(TuneCli, GridOnATinySpaceWritesReportsAndALoadableBestCfg) {
   }
   EXPECT_EQ(grid, 6);  // 3 precisions x 2 attentions; "fp32 + flash" is the baseline itself
   EXPECT_EQ(entries[0].phase, "baseline");
+  // The confirmation round: the baseline and the 3 fastest single trials, 3 rounds, alternating.
+  ASSERT_EQ(rep["confirmation"].size(), 4u) << rep.dump(1);
+  EXPECT_EQ(rep["confirmation"][0]["change"], "baseline");
+  std::vector<std::string> order;
+  for (const auto& e : entries) {
+    if (e.phase == "confirm") order.push_back(e.change);
+    if (e.phase == "confirm" || e.phase == "grid") {
+      EXPECT_GT(e.result.measured_steps, 0);
+      EXPECT_GT(e.result.step_tps_median, 0);
+    }
+  }
+  ASSERT_EQ(order.size(), 12u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(order[i], order[7 - i]);  // round 1 runs round 0's order backwards
+    EXPECT_EQ(order[i], order[8 + i]);
+  }
+  EXPECT_EQ(order[0], "baseline");
+  EXPECT_GT(rep["confirmed_ratio"].get<double>(), 0);
   const std::string html = read_file(d / "report.html");
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("polyline"), std::string::npos);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 
@@ -94,6 +95,49 @@ TEST(Verify, DifferentGlobalBatchComparesAtEqualTokens) {
   const VerifyResult short_run = verify_curve(b, decaying(5, 1024));
   EXPECT_FALSE(short_run.accepted);
   EXPECT_NE(short_run.reason.find("overlap"), std::string::npos);
+}
+
+// An ft-train metrics file: one line per step (1000 tokens at the given rate), then a summary.
+fs::path metrics_file(const std::string& name, const std::vector<double>& rates) {
+  const fs::path d = temp_dir(name);
+  std::string text;
+  for (size_t i = 0; i < rates.size(); ++i) {
+    text +=
+        nlohmann::json{
+            {"step", i}, {"loss", 3.0}, {"tokens_per_s", rates[i]}, {"step_ms", 1e6 / rates[i]}}
+            .dump() +
+        "\n";
+  }
+  text += R"({"summary": {"mean_tokens_per_s": 1, "mem_peak": 5e6, "final_loss": 3.0}})"
+          "\n";
+  write_file_atomic(d / "m.jsonl", text);
+  return d / "m.jsonl";
+}
+
+TEST(Trial, ThroughputIsTokensOverTimeOfTheMeasuredSteps) {
+  // Two slow warm-up steps, then seven steps of 10 ms and one 80 ms stall (an in-line loader
+  // preparing its next chunk of eight batches), 1000 tokens each.
+  std::vector<double> rates{1000, 2000, 1e5, 1e5, 1e5, 1e5, 1e5, 1e5, 12500, 1e5};
+  TrialResult r;
+  ASSERT_TRUE(read_metrics(metrics_file("metrics", rates), &r, 2)) << r.reason;
+  EXPECT_EQ(r.measured_steps, 8);
+  EXPECT_NEAR(r.tokens_per_s, 8000 / 0.150, 1e-6);  // the mean of rates would be 89062.5
+  EXPECT_NEAR(r.step_ms, 150.0 / 8, 1e-9);
+  EXPECT_NEAR(r.step_tps_median, 1e5, 1e-6);
+  EXPECT_NEAR(r.step_tps_spread, 0, 1e-12);  // the stall is one step: outside the quartiles
+  EXPECT_EQ(r.losses.size(), 10u);
+  EXPECT_NEAR(r.tokens.back(), 10000, 1e-9);
+  EXPECT_EQ(r.mem_peak, 5e6);
+  // Within-run spread: the interquartile range over the median.
+  TrialResult s;
+  ASSERT_TRUE(read_metrics(metrics_file("metrics2", {1, 80e3, 90e3, 100e3, 110e3, 120e3}), &s, 1));
+  EXPECT_NEAR(s.step_tps_median, 100e3, 1e-6);
+  EXPECT_NEAR(s.step_tps_spread, 0.2, 1e-12);
+  // A run no longer than its warm-up measures every step, as ft-train's summary does.
+  TrialResult t;
+  ASSERT_TRUE(read_metrics(metrics_file("metrics3", {1000, 3000}), &t, 2));
+  EXPECT_EQ(t.measured_steps, 2);
+  EXPECT_NEAR(t.tokens_per_s, 2000 / (1.0 + 1.0 / 3), 1e-9);
 }
 
 JournalEntry entry(int id, const std::string& tps) {
@@ -186,20 +230,36 @@ TEST(Space, GridIsTheFullProductBaselineFirstSeeded) {
 struct Synthetic {
   int calls = 0;
   int fail_after = -1;  // throw (a killed sweep) on this call
+  double noise = 0.01;  // deterministic measurement noise: x (1 + noise * (calls * 7 % 3))
+  double lucky = 1;     // the first fp32 + naive-attention trial measures this much faster
+  bool lucky_seen = false;
+  double bf16 = 1.5;   // bf16's speed-up
+  double unlucky = 1;  // the first bf16 trial measures this factor of its speed
+  bool unlucky_seen = false;
+  std::vector<Config> seen;  // every config run, in order
   TrialResult operator()(const std::string&, const Config& c) {
     if (fail_after >= 0 && calls >= fail_after) throw std::runtime_error("killed");
     ++calls;
+    seen.push_back(c);
     const auto get = [&](const char* k, const std::string& d) {
       const auto it = c.find(k);
       return it == c.end() ? d : it->second;
     };
     double tps = 1000;
     const std::string p = get("precision", "fp32");
-    if (p == "bf16") tps *= 1.5;
+    if (p == "bf16") tps *= bf16;
     if (p == "fp16") tps *= 1.8;
     if (get("checkpoint", "none") == "block") tps *= 0.8;
     tps *= 1 + 0.1 * std::log2(std::stod(get("micro-batch", "8")));
-    tps *= 1 + 0.01 * ((calls * 7) % 3);  // measurement noise, deterministic
+    tps *= 1 + noise * ((calls * 7) % 3);  // measurement noise, deterministic
+    if (p == "fp32" && get("attention", "flash") == "naive" && !lucky_seen) {
+      lucky_seen = true;  // one measurement caught the machine idle
+      tps *= lucky;
+    }
+    if (p == "bf16" && !unlucky_seen) {
+      unlucky_seen = true;  // the machine's load changed during this one
+      tps *= unlucky;
+    }
     TrialResult r;
     r.status = TrialStatus::kOk;
     r.tokens_per_s = tps;
@@ -266,6 +326,188 @@ TEST(Sweep, GuidedRejectsAFastButBrokenChangeAndKeepsTheVerifiedOne) {
   const std::string html = report_html(out, o);
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("REJECTED by the loss-curve check"), std::string::npos);
+  // Round 1: the incumbent and the three candidates side by side, 3 rounds, the order reversed
+  // every other round.
+  std::vector<std::string> block;
+  for (const auto& e : j.entries()) {
+    if (e.phase == "trial" && e.round == 1) block.push_back(e.change);
+  }
+  const std::vector<std::string> fwd{"baseline", "precision fp16", "precision bf16",
+                                     "grad-accum 1, micro-batch 8"};
+  std::vector<std::string> want = fwd;
+  want.insert(want.end(), fwd.rbegin(), fwd.rend());
+  want.insert(want.end(), fwd.begin(), fwd.end());
+  EXPECT_EQ(block, want);
+  // The confirmation round: baseline and bf16 side by side, 3 rounds in A B, B A, A B order.
+  ASSERT_EQ(out.confirmation.size(), 2u);
+  std::vector<std::string> order;
+  for (const auto& e : j.entries()) {
+    if (e.phase == "confirm") order.push_back(e.change);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"baseline", "precision bf16", "precision bf16",
+                                             "baseline", "baseline", "precision bf16"}));
+  EXPECT_TRUE(out.confirmation[1].beats_baseline);
+  EXPECT_EQ(out.confirmation[1].ratios.size(), 3u);
+  // bf16 is 1.5x by construction; the synthetic noise is at most 2% per measurement.
+  EXPECT_NEAR(out.confirmed_ratio, 1.5, 0.05);
+  EXPECT_NE(report_markdown(out, o).find("## Confirmation round"), std::string::npos);
+}
+
+TEST(Sweep, GuidedNeedsEveryRoundToFavourTheCandidate) {
+  // bf16 no faster than fp32, but its first measurement caught the machine idle (x1.5): the
+  // two later rounds disagree, so it is not accepted. A real 1.5x is.
+  const DiagnoseFn diag = [](int round, const Config&) {
+    return round == 1
+               ? std::vector<Finding>{{"compute", 0.4, "warning", "fp32", "", {"--precision bf16"}}}
+               : std::vector<Finding>{};
+  };
+  for (double real : {1.0, 1.5}) {
+    const fs::path d = temp_dir("every" + std::to_string(real > 1));
+    Journal j(d / "journal.jsonl", false);
+    Synthetic syn;
+    syn.noise = 0;
+    syn.bf16 = real;
+    syn.unlucky = 1.5 / real;  // the first bf16 trial measures 1.5x either way
+    const SweepOutcome out = run_sweep(guided_options(), j, std::ref(syn), diag);
+    if (real == 1.0) {
+      EXPECT_EQ(out.best.count("precision"), 0u);
+      EXPECT_NE(out.stop_reason.find("beat the incumbent beyond noise"), std::string::npos)
+          << out.stop_reason;
+    } else {
+      ASSERT_EQ(out.best.count("precision"), 1u);
+      EXPECT_NEAR(out.confirmed_ratio, 1.5, 1e-9);
+    }
+  }
+}
+
+TEST(Sweep, AComputeBoundStepAlsoTriesAttentionAndTheMicroBatchSplit) {
+  // No finding names a knob, but compute is 90% of step time: guided tries the other attention
+  // and the split of the global batch 8 (2 x 4 -> 1 x 8, 4 x 2), keeps the faster 4 x 2, then
+  // from there 8 x 1; attention makes no difference here and is not kept.
+  const DiagnoseFn diag = [](int, const Config&) {
+    Diagnosis d;
+    d.compute_share = 0.9;
+    return d;
+  };
+  const fs::path d = temp_dir("compute");
+  Journal j(d / "journal.jsonl", false);
+  Synthetic syn;
+  syn.noise = 0;
+  const SweepOutcome out = run_sweep(guided_options(), j, std::ref(syn), diag);
+  EXPECT_EQ(out.best.at("micro-batch"), "8");
+  EXPECT_EQ(out.best.at("grad-accum"), "1");
+  EXPECT_EQ(out.best.count("attention"), 0u);
+  EXPECT_EQ(out.diagnoses, 3);
+  int rounds_trying = 0;
+  for (const auto& dcs : out.decisions) {
+    rounds_trying += dcs.text.find("compute is 90% of step time") != std::string::npos;
+  }
+  EXPECT_EQ(rounds_trying, 3);
+  // Off: nothing to try.
+  SweepOptions o = guided_options();
+  o.compute_bound = 0;
+  const fs::path d2 = temp_dir("compute_off");
+  Journal j2(d2 / "journal.jsonl", false);
+  Synthetic syn2;
+  const SweepOutcome off = run_sweep(o, j2, std::ref(syn2), diag);
+  EXPECT_EQ(off.best, o.baseline);
+  EXPECT_NE(off.stop_reason.find("no finding promises"), std::string::npos) << off.stop_reason;
+}
+
+TEST(Sweep, GuidedWithKnobsStaysInsideTheGridSpace) {
+  const fs::path d = temp_dir("guided_space");
+  SweepOptions o = guided_options();
+  o.space = {{"precision", {{{"precision", "fp32"}}, {{"precision", "bf16"}}}}};
+  Journal j(d / "journal.jsonl", false);
+  Synthetic syn;
+  const SweepOutcome out = run_sweep(o, j, std::ref(syn), findings);
+  EXPECT_EQ(out.best.at("precision"), "bf16");
+  bool skipped = false;
+  for (const auto& dcs : out.decisions) {
+    skipped |= dcs.kind == "skip" && dcs.text.find("outside the search space") != std::string::npos;
+  }
+  EXPECT_TRUE(skipped);
+  for (const Config& c : syn.seen) {
+    EXPECT_NE(c.at("micro-batch"), "8") << "micro-batch is not a dimension of this space";
+    EXPECT_EQ(c.count("precision") && c.at("precision") == "fp16", false);
+  }
+}
+
+TEST(Confirm, OrderAlternatesAndEveryRoundMustFavourTheCandidate) {
+  EXPECT_EQ(confirm_order(3, 0), (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(confirm_order(3, 1), (std::vector<size_t>{2, 1, 0}));
+  EXPECT_EQ(confirm_order(3, 2), (std::vector<size_t>{0, 1, 2}));
+  std::vector<ConfirmRow> rows(5);
+  rows[0].tokens_per_s = {100, 50, 100};  // the baseline; load halved round 1 for everyone
+  rows[1].tokens_per_s = {110, 45, 130};  // faster on average but slower in round 1
+  rows[2].tokens_per_s = {150, 80, 160};  // 1.5-1.6x in every round
+  rows[3].tokens_per_s = {101, 51, 101};  // 1% faster: below the 2% floor
+  rows[4].tokens_per_s = {0, 60, 120};    // failed once: 1.2x in the two rounds it ran
+  const auto ranked = score_confirmation(&rows, 0.02, 2);
+  EXPECT_EQ(ranked, (std::vector<size_t>{2, 4, 1, 3}));
+  EXPECT_NEAR(rows[2].median_ratio, 1.6, 1e-12);
+  EXPECT_NEAR(rows[2].median_tps, 150, 1e-12);
+  EXPECT_NEAR(rows[2].ratio_spread, (1.6 - 1.5) / 1.6, 1e-12);
+  EXPECT_TRUE(rows[2].beats_baseline);
+  EXPECT_FALSE(rows[1].beats_baseline);  // median 1.1, but round 1 favoured the baseline
+  EXPECT_NEAR(rows[1].median_ratio, 1.1, 1e-12);
+  EXPECT_FALSE(rows[3].beats_baseline);
+  EXPECT_TRUE(rows[4].beats_baseline);
+  EXPECT_EQ(rows[4].ratios.size(), 2u);
+  EXPECT_FALSE(score_confirmation(&rows, 0.02, 3).empty());
+  EXPECT_FALSE(rows[4].beats_baseline);  // two rounds are too few when three are required
+  EXPECT_FALSE(rows[0].beats_baseline);
+  EXPECT_NEAR(rows[0].median_ratio, 1, 1e-12);
+}
+
+SweepOptions small_grid() {
+  SweepOptions o;
+  o.strategy = "grid";
+  o.baseline = {{"micro-batch", "2"}, {"grad-accum", "4"}, {"steps", "40"}};
+  o.trial_steps = 4;
+  o.verify_steps = 20;
+  o.confirm_top = 4;
+  o.space = {
+      {"precision", {{{"precision", "fp32"}}, {{"precision", "bf16"}}, {{"precision", "fp16"}}}},
+      {"attention", {{{"attention", "flash"}}, {{"attention", "naive"}}}}};
+  return o;
+}
+
+TEST(Sweep, GridConfirmationOverridesALuckySingleTrial) {
+  // fp32 + naive attention is no faster than the baseline, but its one grid trial caught the
+  // machine idle and measured 4x. fp16 is fastest but its loss goes NaN (rejected); bf16 (1.5x)
+  // is the right answer.
+  SweepOptions o = small_grid();
+  Synthetic unconfirmed;
+  unconfirmed.lucky = 4;
+  o.confirm_rounds = 0;
+  {
+    const fs::path d = temp_dir("grid_lucky0");
+    Journal j(d / "journal.jsonl", false);
+    const SweepOutcome out = run_sweep(o, j, std::ref(unconfirmed), findings);
+    EXPECT_EQ(out.best.at("attention"), "naive") << "one measurement per point trusts the fluke";
+    EXPECT_EQ(out.best.at("precision"), "fp32");
+    EXPECT_TRUE(out.confirmation.empty());
+  }
+  o.confirm_rounds = 3;
+  const fs::path d = temp_dir("grid_lucky");
+  Journal j(d / "journal.jsonl", false);
+  Synthetic syn;
+  syn.lucky = 4;
+  const SweepOutcome out = run_sweep(o, j, std::ref(syn), findings);
+  EXPECT_EQ(out.best.at("precision"), "bf16");
+  ASSERT_EQ(out.confirmation.size(), 5u);  // the baseline and the 4 fastest single trials
+  for (const auto& row : out.confirmation) {
+    if (row.knobs.count("attention") && row.knobs.at("attention") == "naive" &&
+        (!row.knobs.count("precision") || row.knobs.at("precision") == "fp32")) {
+      EXPECT_FALSE(row.beats_baseline) << row.change;
+      EXPECT_NEAR(row.median_ratio, 1, 0.03);
+    }
+  }
+  EXPECT_NEAR(out.confirmed_ratio, 1.5, 0.05);
+  int confirms = 0;
+  for (const auto& e : j.entries()) confirms += e.phase == "confirm";
+  EXPECT_EQ(confirms, 15);
 }
 
 TEST(Sweep, KilledSweepResumesWithTheSameTrialsAndDecisions) {
@@ -357,8 +599,12 @@ TEST(Diagnosis, MalformedReportIsAFormatError) {
                     "{\"findings\": [{\"class\": \"data\", \"share\": 0.3, "
                     "\"knobs\": [\"--loader-workers 2\"]}]}");
   const auto f = read_diagnosis(d / "report.json");
-  ASSERT_EQ(f.size(), 1u);
-  EXPECT_EQ(f[0].knobs[0], "--loader-workers 2");
+  ASSERT_EQ(f.findings.size(), 1u);
+  EXPECT_EQ(f.findings[0].knobs[0], "--loader-workers 2");
+  EXPECT_EQ(f.compute_share, 0);
+  write_file_atomic(d / "report.json",
+                    "{\"findings\": [], \"totals\": {\"compute\": 0.875, \"data\": 0.1}}");
+  EXPECT_NEAR(read_diagnosis(d / "report.json").compute_share, 0.875, 1e-12);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@
 namespace ft::tuner {
 using nlohmann::json;
 
-std::vector<Finding> read_diagnosis(const std::filesystem::path& report_json) {
+Diagnosis read_diagnosis(const std::filesystem::path& report_json) {
   const std::string text = read_file(report_json);
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
@@ -54,7 +54,14 @@ std::vector<Finding> read_diagnosis(const std::filesystem::path& report_json) {
     }
     ++i;
   }
-  return out;
+  Diagnosis d(std::move(out));
+  if (j.contains("totals") && j["totals"].is_object()) {
+    const auto& t = j["totals"];
+    if (t.contains("compute") && t["compute"].is_number()) {
+      d.compute_share = std::clamp(t["compute"].get<double>(), 0.0, 1.0);
+    }
+  }
+  return d;
 }
 
 std::set<std::string> help_flags(const std::string& help_text) {
@@ -283,9 +290,8 @@ void validate_config(const Config& c, const std::set<std::string>& train_flags) 
   }
 }
 
-std::vector<Finding> run_diagnosis(const std::filesystem::path& ft_diagnose,
-                                   const std::filesystem::path& dir, const Config& config,
-                                   double timeout_s) {
+Diagnosis run_diagnosis(const std::filesystem::path& ft_diagnose, const std::filesystem::path& dir,
+                        const Config& config, double timeout_s) {
   const auto report = dir / "report.json";
   if (std::filesystem::exists(report)) return read_diagnosis(report);
   std::filesystem::create_directories(dir);
