@@ -1,4 +1,4 @@
-// model_stage_test.cpp: pipeline stages in one process (1F1B simulated with queues) equal the whole model; the schedule and layer split.
+// model_stage_test.cpp: in-process pipeline stages (1F1B via queues) equal the whole model.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -111,7 +111,8 @@ TEST(PipelineSchedule, SimulatedMakespanMatchesTheory) {
           progress = true;
         }
       }
-      for (int s = 0; s < p; ++s) ASSERT_EQ(pc[s], sched[s].size()) << "deadlock p=" << p << " m=" << m;
+      for (int s = 0; s < p; ++s)
+        ASSERT_EQ(pc[s], sched[s].size()) << "deadlock p=" << p << " m=" << m;
       const double makespan = *std::max_element(clock.begin(), clock.end());
       EXPECT_DOUBLE_EQ(makespan, (m + p - 1) * (tf + tb)) << "p=" << p << " m=" << m;
       const double ideal = m * (tf + tb);
@@ -227,7 +228,8 @@ StageRun run_stages(const GptConfig& g, int p, int m, const ModelOptions& opt) {
     }
   }
   r.loss_sum = stage_loss;
-  EXPECT_NEAR(stage_loss, whole_loss, 1e-6 * m) << "losses: stages " << stage_loss << " whole " << whole_loss;
+  EXPECT_NEAR(stage_loss, whole_loss, 1e-6 * m)
+      << "losses: stages " << stage_loss << " whole " << whole_loss;
   for (int s = 0; s < p; ++s) {
     const GptModel& md = *st[s];
     for (int i = 0; i < kNumParamTensors; ++i) {
@@ -243,9 +245,10 @@ StageRun run_stages(const GptConfig& g, int p, int m, const ModelOptions& opt) {
       r.max_rel_diff = std::max(r.max_rel_diff, maxref > 0 ? maxdiff / maxref : maxdiff);
     }
   }
-  std::printf("p=%d m=%d precision=%s checkpoint=%s: loss %.9f vs %.9f, max relative grad diff %.3g\n",
-              p, m, precision_name(opt.precision), checkpointing_name(opt.checkpointing),
-              stage_loss, whole_loss, r.max_rel_diff);
+  std::printf(
+      "p=%d m=%d precision=%s checkpoint=%s: loss %.9f vs %.9f, max relative grad diff %.3g\n", p,
+      m, precision_name(opt.precision), checkpointing_name(opt.checkpointing), stage_loss,
+      whole_loss, r.max_rel_diff);
   return r;
 }
 
@@ -263,9 +266,10 @@ TEST(ModelStage, InitEqualsTheWholeModelSlice) {
       EXPECT_EQ(st.layout().sizes[kLnfw] > 0, s == p - 1);
       for (int i = 0; i < kNumParamTensors; ++i) {
         const size_t len = st.layout().sizes[i];
-        ASSERT_EQ(0, std::memcmp(st.param(i),
-                                 whole.params() + whole.layout().offsets[i] + st.stage_slice_offset(i),
-                                 len * sizeof(float)))
+        ASSERT_EQ(0,
+                  std::memcmp(st.param(i),
+                              whole.params() + whole.layout().offsets[i] + st.stage_slice_offset(i),
+                              len * sizeof(float)))
             << "p=" << p << " stage " << s << " tensor " << ParamLayout::name(i);
       }
     }

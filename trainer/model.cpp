@@ -289,7 +289,9 @@ void GptModel::allocate_head(Workspace& w, int rows) {
 
 double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
                                   float dloss_per_token, bool first_micro) {
-  if (!whole_model()) throw Error("forward_backward needs the whole model; a stage runs stage_backward");
+  if (!whole_model()) {
+    throw Error("forward_backward needs the whole model; a stage runs stage_backward");
+  }
   const int C = config_.channels, L = config_.num_layers, N = B * T;
   const size_t BT = static_cast<size_t>(N);
   Workspace w;

@@ -1,4 +1,4 @@
-// model_internal.h: GptModel's private activation workspaces, shared by model.cpp and model_stage.cpp.
+// model_internal.h: GptModel's private workspaces, shared by model.cpp and model_stage.cpp.
 #pragma once
 
 #include <cstdint>
@@ -63,21 +63,21 @@ struct GptModel::Workspace {
 
 // One micro-batch in flight on a pipeline stage: its activations from forward to backward.
 struct GptModel::StageSlot {
-  Workspace w;                // xs: local blocks + 1 of (B, T, C); acts: local blocks (none) or empty (block)
-  Buffer<int32_t> tokens;     // (B, T) first stage: the inputs, for the embedding backward
-  Buffer<int32_t> targets;    // (B, T) last stage: the targets, for the loss in backward
-  bool busy = false;          // forward done, backward not yet
+  Workspace w;  // xs: local blocks + 1 of (B, T, C); acts: local blocks (none) or empty (block)
+  Buffer<int32_t> tokens;   // (B, T) first stage: the inputs, for the embedding backward
+  Buffer<int32_t> targets;  // (B, T) last stage: the targets, for the loss in backward
+  bool busy = false;        // forward done, backward not yet
 };
 
 // What the stage-wise forward/backward keep across micro-batches and steps.
 struct GptModel::StageState {
   int B = 0, T = 0;
-  ModelOptions options;          // the options the buffers were sized for
+  ModelOptions options;  // the options the buffers were sized for
   std::vector<StageSlot> slots;
-  LayerActs shared_acts;         // block recompute: one set of block activations for all slots
-  int shared_owner = -1;         // slot whose last block's activations shared_acts still hold
-  Buffer<float> grad;            // (B, T, C) gradient of the residual stream (in: output, out: input)
-  Buffer<float> dlnf;            // (B, T, C) last stage: gradient of the final LayerNorm output
+  LayerActs shared_acts;  // block recompute: one set of block activations for all slots
+  int shared_owner = -1;  // slot whose last block's activations shared_acts still hold
+  Buffer<float> grad;     // (B, T, C) gradient of the residual stream (in: output, out: input)
+  Buffer<float> dlnf;     // (B, T, C) last stage: gradient of the final LayerNorm output
 };
 
 }  // namespace ft::trainer

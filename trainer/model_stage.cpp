@@ -1,4 +1,4 @@
-// model_stage.cpp: a pipeline stage of the GPT: its blocks and layout, and forward/backward of micro-batches with several in flight.
+// model_stage.cpp: a pipeline stage of the GPT: its blocks, layout and micro-batch fwd/bwd.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -53,19 +53,19 @@ void GptModel::stage_prepare(int slots, int B, int T) {
     throw ConfigError(fmt::format("stage_prepare: slots {} B {} T {} must be >= 1", slots, B, T));
   }
   if (T > config_.max_seq_len) {
-    throw ConfigError(fmt::format("sequence length {} exceeds the model's maximum {}", T,
-                                  config_.max_seq_len));
+    throw ConfigError(
+        fmt::format("sequence length {} exceeds the model's maximum {}", T, config_.max_seq_len));
   }
   if (!stage_) stage_ = std::make_unique<StageState>();
   StageState& st = *stage_;
   for (const StageSlot& s : st.slots) {
-    if (s.busy) throw Error("stage_prepare: a micro-batch is still in flight (forward without backward)");
+    if (s.busy)
+      throw Error("stage_prepare: a micro-batch is still in flight (forward without backward)");
   }
   const int C = config_.channels, NH = config_.num_heads, L = local_layers();
   const size_t BT = static_cast<size_t>(B) * T;
   const bool per_layer = options_.checkpointing == Checkpointing::kNone;
-  const bool same = st.B == B && st.T == T &&
-                    st.options.checkpointing == options_.checkpointing &&
+  const bool same = st.B == B && st.T == T && st.options.checkpointing == options_.checkpointing &&
                     st.options.attention == options_.attention;
   if (!same) {
     // New shapes or options: drop every buffer (the caching allocator keeps the memory).
@@ -134,7 +134,8 @@ void GptModel::stage_forward(int slot, const int32_t* tokens, const int32_t* tar
   }
   const bool per_layer = options_.checkpointing == Checkpointing::kNone;
   for (int l = 0; l < L; ++l) {
-    layer_forward(l, s.w.xs[static_cast<size_t>(l)].data(), s.w.xs[static_cast<size_t>(l) + 1].data(),
+    layer_forward(l, s.w.xs[static_cast<size_t>(l)].data(),
+                  s.w.xs[static_cast<size_t>(l) + 1].data(),
                   per_layer ? s.w.acts[static_cast<size_t>(l)] : st.shared_acts, B, T);
   }
   if (!per_layer) st.shared_owner = slot;
@@ -158,7 +159,8 @@ double GptModel::stage_backward(int slot, float dloss_per_token, bool first_micr
   if (first_micro) {
     // As forward_backward: accumulated-only gradients start from zero. The
     // embedding-only stage's wte gradient is accumulated too (no head overwrites it).
-    for (int i : {kWpe, kLn1w, kLn1b, kQkvb, kAttprojb, kLn2w, kLn2b, kFcb, kFcprojb, kLnfw, kLnfb}) {
+    for (int i :
+         {kWpe, kLn1w, kLn1b, kQkvb, kAttprojb, kLn2w, kLn2b, kFcb, kFcprojb, kLnfw, kLnfb}) {
       std::memset(grad(i), 0, layout_.sizes[i] * sizeof(float));
     }
     if (!sharding_.has_head) std::memset(grad(kWte), 0, layout_.sizes[kWte] * sizeof(float));

@@ -1,4 +1,4 @@
-// pipeline.cpp: the 1F1B pipeline schedule, its send channels (one helper thread per direction) and the tied-embedding gradient sum.
+// pipeline.cpp: the 1F1B schedule, send channels (a thread per direction), tied-wte gradient sum.
 #include "ft/trainer/pipeline.h"
 
 #include <fmt/format.h>
@@ -32,9 +32,10 @@ StageLayers pipeline_stage_layers(int num_layers, int stages, int stage) {
     throw ConfigError(fmt::format("pipeline stage {} of {} is out of range", stage, stages));
   }
   if (num_layers < stages) {
-    throw ConfigError(fmt::format(
-        "--pp {} needs at least one transformer block per stage, but the model has {} (--layers {})",
-        stages, num_layers, num_layers));
+    throw ConfigError(
+        fmt::format("--pp {} needs at least one transformer block per stage, but the model has {} "
+                    "(--layers {})",
+                    stages, num_layers, num_layers));
   }
   const int base = num_layers / stages, extra = num_layers % stages;
   StageLayers r;
@@ -55,8 +56,8 @@ ModelSharding pipeline_sharding(int num_layers, int stages, int stage) {
 
 std::vector<PipeOp> one_f_one_b(int stages, int stage, int micro) {
   if (stages < 1 || stage < 0 || stage >= stages || micro < 1) {
-    throw ConfigError(fmt::format("1F1B: stage {} of {} with {} micro-batches is invalid", stage,
-                                  stages, micro));
+    throw ConfigError(
+        fmt::format("1F1B: stage {} of {} with {} micro-batches is invalid", stage, stages, micro));
   }
   std::vector<PipeOp> ops;
   ops.reserve(2 * static_cast<size_t>(micro));
@@ -173,9 +174,10 @@ Pipeline::Pipeline(GptModel& model, Communicator& pp, CachingAllocator& alloc)
     : model_(model), pp_(pp), alloc_(alloc), stage_(pp.rank()), stages_(pp.world_size()) {
   const ModelSharding& s = model.sharding();
   if (s.has_embedding != (stage_ == 0) || s.has_head != (stage_ == stages_ - 1)) {
-    throw Error(fmt::format("pipeline stage {} of {}: the model's sharding (embedding {}, head {}) "
-                            "does not match the stage",
-                            stage_, stages_, s.has_embedding, s.has_head));
+    throw Error(
+        fmt::format("pipeline stage {} of {}: the model's sharding (embedding {}, head {}) "
+                    "does not match the stage",
+                    stage_, stages_, s.has_embedding, s.has_head));
   }
   const bool end = stage_ == 0 || stage_ == stages_ - 1;
   // kOther: its collectives must not share (group, sequence) numbers with the pp group's.

@@ -57,20 +57,20 @@ double default_peak_gflops(Precision p, int threads) {
 
 nlohmann::json StepMetrics::to_json() const {
   nlohmann::json j = {{"step", step},
-          {"loss", loss},
-          {"lr", lr},
-          {"grad_norm", grad_norm},
-          {"step_ms", step_ms},
-          {"data_ms", data_ms},
-          {"data_wait_ms", data_wait_ms},
-          {"data_preprocess_ms", data_preprocess_ms},
-          {"tokens_per_s", tokens_per_s},
-          {"mfu", mfu},
-          {"skipped", skipped},
-          {"loss_scale", loss_scale},
-          {"mem_allocated", mem_allocated},
-          {"mem_reserved", mem_reserved},
-          {"mem_peak", mem_peak}};
+                      {"loss", loss},
+                      {"lr", lr},
+                      {"grad_norm", grad_norm},
+                      {"step_ms", step_ms},
+                      {"data_ms", data_ms},
+                      {"data_wait_ms", data_wait_ms},
+                      {"data_preprocess_ms", data_preprocess_ms},
+                      {"tokens_per_s", tokens_per_s},
+                      {"mfu", mfu},
+                      {"skipped", skipped},
+                      {"loss_scale", loss_scale},
+                      {"mem_allocated", mem_allocated},
+                      {"mem_reserved", mem_reserved},
+                      {"mem_peak", mem_peak}};
   if (pp_busy_ms > 0) {
     j["pp_busy_ms"] = pp_busy_ms;
     j["pp_wait_ms"] = pp_wait_ms;
@@ -131,7 +131,8 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
   const ModelSharding sharding =
       pp > 1 ? pipeline_sharding(config_.model.num_layers, pp, groups_.pp_stage) : ModelSharding{};
   if (pp > 1 && !config_.export_llmc.empty()) {
-    throw ConfigError("--export-llmc is not supported with --pp > 1 (each stage holds part of the model)");
+    throw ConfigError(
+        "--export-llmc is not supported with --pp > 1 (each stage holds part of the model)");
   }
   const int threads = config_.threads > 0 ? config_.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
@@ -300,8 +301,8 @@ StepMetrics Trainer::step() {
     FT_RANGE("optimizer", RangeKind::kOptimizer);
     // One pass: a non-finite sum of squares means an fp16 overflow (or a real blow-up).
     // Pipeline: the global norm over the stages (tied wte once).
-    const double sq = pipeline_ ? pipeline_->global_grad_sum_squares()
-                                : ops::sum_squares(model_->grads(), n);
+    const double sq =
+        pipeline_ ? pipeline_->global_grad_sum_squares() : ops::sum_squares(model_->grads(), n);
     const double norm = std::sqrt(sq) / loss_scale;
     m.grad_norm = norm;
     bool skip = false;
@@ -448,8 +449,8 @@ void Trainer::load(const std::string& dir) {
     }
     // Checkpoints from before pipeline parallelism hold the whole model.
     const ModelSharding& sh = model_->sharding();
-    const nlohmann::json whole = {{"stages", 1}, {"stage", 0}, {"first_layer", 0},
-                                  {"num_layers", g.num_layers}};
+    const nlohmann::json whole = {
+        {"stages", 1}, {"stage", 0}, {"first_layer", 0}, {"num_layers", g.num_layers}};
     const nlohmann::json& pl = meta.contains("pipeline") ? meta.at("pipeline") : whole;
     if (pl.at("stages").get<int>() != groups_.pp->world_size() ||
         pl.at("stage").get<int>() != groups_.pp_stage ||

@@ -1,4 +1,4 @@
-// pipeline4_mpi_test.cpp: PP=4 (one block per stage, middle stages without wte) equals one process, with m > p and m < p.
+// pipeline4_mpi_test.cpp: PP=4 (middle stages without wte) equals one process, m > p and m < p.
 // FT_TEST_RANKS 4
 #include <gtest/gtest.h>
 

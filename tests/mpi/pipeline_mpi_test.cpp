@@ -1,4 +1,4 @@
-// pipeline_mpi_test.cpp: PP=2 training equals one process (fp32, bf16, block recompute), tied wte copies, resume, bad splits.
+// pipeline_mpi_test.cpp: PP=2 equals one process (fp32, bf16, recompute); tied wte, resume, errors.
 // FT_TEST_RANKS 2
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// pipeline_test_util.h: shared set-up of the pipeline tests under mpirun: a corpus, a tiny run, and losses against one process.
+// pipeline_test_util.h: set-up shared by the pipeline tests under mpirun (corpus, run, compare).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -22,8 +22,8 @@ namespace fs = std::filesystem;
 
 // Per process (pid): ranks never share files.
 inline fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() /
-               ("ft_pipeline_test_" + name + "_" + std::to_string(::getpid()));
+  fs::path d =
+      fs::temp_directory_path() / ("ft_pipeline_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -31,7 +31,7 @@ inline fs::path temp_dir(const std::string& name) {
 
 // A synthetic text corpus with learnable structure.
 inline fs::path write_corpus(const fs::path& dir) {
-  const char* words[] = {"the", "lord", "said", "unto", "moses", "and", "in", "beginning",
+  const char* words[] = {"the", "lord",    "said",   "unto",  "moses", "and", "in",  "beginning",
                          "god", "created", "heaven", "earth", "light", "was", "good"};
   Rng rng(42);
   std::string text;
@@ -109,9 +109,10 @@ inline double max_loss_diff(const RunResult& a, const RunResult& b, const char* 
     dn = std::max(dn, std::fabs(a.norms[i] - b.norms[i]) / std::max(1e-12, b.norms[i]));
   }
   if (rank == 0) {
-    std::printf("%s: %zu steps, loss %.6f -> %.6f, max |loss diff| %.3g, max relative grad-norm "
-                "diff %.3g, val %.6f vs %.6f\n",
-                what, a.losses.size(), b.losses.front(), b.losses.back(), d, dn, a.val, b.val);
+    std::printf(
+        "%s: %zu steps, loss %.6f -> %.6f, max |loss diff| %.3g, max relative grad-norm "
+        "diff %.3g, val %.6f vs %.6f\n",
+        what, a.losses.size(), b.losses.front(), b.losses.back(), d, dn, a.val, b.val);
   }
   return d;
 }

@@ -1,4 +1,4 @@
-// pipeline.h: pipeline parallelism: the 1F1B schedule over a step's micro-batches, with activations and gradients sent between stages.
+// pipeline.h: pipeline parallelism: 1F1B over micro-batches, activations/gradients between stages.
 #pragma once
 
 #include <cstdint>
@@ -76,8 +76,7 @@ class Pipeline {
   // forward). Gradients scale and accumulate as in GptModel::forward_backward.
   // Returns the sum of the micro-batches' mean losses, the same on every stage.
   // `before_backward(k)`, when set, runs before micro-batch k's backward.
-  double run(int m, int B, int T, float dloss_per_token,
-             const std::function<MicroBatch(int)>& next,
+  double run(int m, int B, int T, float dloss_per_token, const std::function<MicroBatch(int)>& next,
              const std::function<void(int)>& before_backward = {});
   // Sums the tied wte gradient between the first and the last stage so that
   // both copies get the same update (no-op on the other stages).

@@ -36,8 +36,8 @@ struct StepMetrics {
   double data_ms = 0;       // time spent in the loader's next() (training thread)
   double data_wait_ms = 0;  // of which blocked waiting for a batch (in-line: all of it)
   double data_preprocess_ms = 0;  // preprocessing of this step's batches (worker side)
-  double pp_busy_ms = 0;    // pipeline (--pp > 1): this stage's forward/backward compute
-  double pp_wait_ms = 0;    // pipeline: blocked on neighbour stages (the bubble)
+  double pp_busy_ms = 0;          // pipeline (--pp > 1): this stage's forward/backward compute
+  double pp_wait_ms = 0;          // pipeline: blocked on neighbour stages (the bubble)
   nlohmann::json to_json() const;
 };
 
