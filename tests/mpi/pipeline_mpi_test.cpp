@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "ft/core/annotate.h"
 #include "ft/core/error.h"
 #include "ft/trainer/pipeline.h"
 #include "mpi/pipeline_test_util.h"
@@ -139,6 +141,53 @@ TEST(PipelineMpi, ResumeEqualsUninterrupted) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("--pp"), std::string::npos) << e.what();
   }
+  fs::remove_all(dir);
+}
+
+// Records the "pp.*" ranges (any thread; the send threads emit "comm.send").
+class PipeRanges : public RangeSink {
+ public:
+  void begin(const char* name, RangeKind kind, int64_t arg) noexcept override {
+    if (std::strncmp(name, "pp.", 3) != 0) return;
+    std::lock_guard<std::mutex> lk(mu_);
+    seen_.push_back(std::string(name) + " " + std::to_string(arg) +
+                    (kind == RangeKind::kCompute ? "" : " (not compute)"));
+  }
+  void end(const char*, RangeKind) noexcept override {}
+  std::vector<std::string> seen() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return seen_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> seen_;
+};
+
+TEST(PipelineMpi, RangesFollowTheOneFOneBOrder) {
+  const fs::path dir = temp_dir("pp2_ranges");
+  TrainConfig c = pp2(write_corpus(dir), 2, 4);
+  c.steps = 1;
+  Trainer t(c, world());
+  PipeRanges sink;
+  set_range_sink(&sink);
+  t.step();
+  set_range_sink(nullptr);
+  // Stage 0: one warm-up forward; stage 1 (last): forward, backward alternate.
+  const std::vector<std::string> want =
+      t.groups().pp_stage == 0
+          ? std::vector<std::string>{"pp.forward 0",  "pp.forward 1",  "pp.backward 0",
+                                     "pp.forward 2",  "pp.backward 1", "pp.forward 3",
+                                     "pp.backward 2", "pp.backward 3"}
+          : std::vector<std::string>{"pp.forward 0",  "pp.backward 0", "pp.forward 1",
+                                     "pp.backward 1", "pp.forward 2",  "pp.backward 2",
+                                     "pp.forward 3",  "pp.backward 3"};
+  EXPECT_EQ(sink.seen(), want);
+  const PipelineStats& st = t.pipeline()->stats();
+  EXPECT_EQ(st.micro_batches, 4);
+  EXPECT_GT(st.busy_ms, 0);
+  EXPECT_GE(st.wait_ms, 0);
+  EXPECT_LE(st.busy_ms + st.wait_ms, st.wall_ms * 1.0001);
   fs::remove_all(dir);
 }
 
