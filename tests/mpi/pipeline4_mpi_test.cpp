@@ -43,5 +43,31 @@ TEST(Pipeline4Mpi, FewerMicroBatchesThanStages) {
   fs::remove_all(dir);
 }
 
+// DP=2 x PP=2 on the 4 ranks against DP=2 alone (each half of the world runs it):
+// whatever the DP data split, both runs use the same one.
+TEST(Pipeline4Mpi, DataParallelTimesPipelineEqualsDataParallel) {
+  const fs::path dir = temp_dir("dp2pp2");
+  TrainConfig c = pp4(write_corpus(dir), 2, 3);
+  c.parallel.pp = 2;
+  c.parallel.dp = 2;
+  auto w = make_world_communicator(60.0);
+  const int rank = w->rank();
+  RunResult both;
+  {
+    Trainer t(c, std::move(w));
+    EXPECT_EQ(t.groups().dp->world_size(), 2);
+    EXPECT_EQ(t.groups().pp->world_size(), 2);
+    both = train(t);
+  }
+  TrainConfig dp = c;
+  dp.parallel.pp = 1;
+  auto world2 = make_world_communicator(60.0);
+  auto half = world2->split(rank / 2, rank, CommGroup::kWorld);
+  Trainer t(dp, std::move(half));
+  const RunResult ref = train(t);
+  EXPECT_LE(max_loss_diff(both, ref, "DP=2 x PP=2 m=3 vs DP=2 K=3", rank), kLossTol);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ft::trainer
