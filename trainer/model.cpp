@@ -9,6 +9,7 @@
 #include "ft/core/error.h"
 #include "ft/core/rng.h"
 #include "ft/trainer/ops.h"
+#include "model_internal.h"
 
 namespace ft::trainer {
 
@@ -29,63 +30,12 @@ const char* attention_name(AttentionImpl a) {
   return a == AttentionImpl::kFlash ? "flash" : "naive";
 }
 
-// Activations one block keeps for its backward pass.
-struct GptModel::LayerActs {
-  Buffer<float> ln1;       // (B, T, C)
-  Buffer<float> ln1_mean;  // (B, T)
-  Buffer<float> ln1_rstd;  // (B, T)
-  Buffer<float> qkv;       // (B, T, 3C)
-  Buffer<float> atty;      // (B, T, C)
-  Buffer<float> att;       // (B, NH, T, T) materialised probs, or (B, NH, T) lse for flash
-  Buffer<float> res2;      // (B, T, C) residual after attention
-  Buffer<float> ln2;       // (B, T, C)
-  Buffer<float> ln2_mean;  // (B, T)
-  Buffer<float> ln2_rstd;  // (B, T)
-  Buffer<float> fch;       // (B, T, 4C) pre-GELU
-  Buffer<float> fch_gelu;  // (B, T, 4C)
-
-  static size_t bytes(int B, int T, int C, int NH, AttentionImpl attn) {
-    const size_t BT = static_cast<size_t>(B) * T;
-    const size_t att = attn == AttentionImpl::kFlash ? static_cast<size_t>(B) * NH * T
-                                                     : static_cast<size_t>(B) * NH * T * T;
-    return sizeof(float) * (BT * C * 5 + BT * 3 * C + BT * 4 * C * 2 + BT * 4 + att);
-  }
-  void allocate(CachingAllocator& a, int B, int T, int C, int NH, AttentionImpl attn) {
-    const size_t BT = static_cast<size_t>(B) * T;
-    ln1 = Buffer<float>(a, BT * C, "act.ln1");
-    ln1_mean = Buffer<float>(a, BT, "act.ln1_mean");
-    ln1_rstd = Buffer<float>(a, BT, "act.ln1_rstd");
-    qkv = Buffer<float>(a, BT * 3 * C, "act.qkv");
-    atty = Buffer<float>(a, BT * C, "act.atty");
-    att = attn == AttentionImpl::kFlash
-              ? Buffer<float>(a, static_cast<size_t>(B) * NH * T, "act.lse")
-              : Buffer<float>(a, static_cast<size_t>(B) * NH * T * T, "act.att");
-    res2 = Buffer<float>(a, BT * C, "act.res2");
-    ln2 = Buffer<float>(a, BT * C, "act.ln2");
-    ln2_mean = Buffer<float>(a, BT, "act.ln2_mean");
-    ln2_rstd = Buffer<float>(a, BT, "act.ln2_rstd");
-    fch = Buffer<float>(a, BT * 4 * C, "act.fch");
-    fch_gelu = Buffer<float>(a, BT * 4 * C, "act.fch_gelu");
-  }
-};
-
-// Everything one micro-batch needs between forward and backward.
-struct GptModel::Workspace {
-  std::vector<Buffer<float>> xs;  // L+1 of (B, T, C): the residual stream at each block input
-  std::vector<LayerActs> acts;    // L (checkpointing none) or 1 (block recompute / eval)
-  Buffer<float> lnf;              // (B, T, C)
-  Buffer<float> lnf_mean;         // (B, T)
-  Buffer<float> lnf_rstd;         // (B, T)
-  Buffer<float> logits;           // (B, T, Vp); becomes dlogits in backward (fp32/fp16)
-  Buffer<uint16_t> logits_bf16;   // (B, T, Vp) bf16 bits instead, in bf16 mode
-  Buffer<float> losses;           // (B, T)
-};
-
 GptModel::GptModel(const GptConfig& config, CachingAllocator& alloc, const ModelOptions& options,
                    const ModelSharding& sharding)
     : config_(config), alloc_(alloc), options_(options), gemm_(alloc), sharding_(sharding) {
   config_.validate();
-  layout_ = ParamLayout::make(config_);
+  sharding_ = resolve_stage(config_, sharding_);
+  layout_ = make_stage_layout(config_, sharding_);
   params_ = Buffer<float>(alloc_, layout_.total, "params");
   grads_ = Buffer<float>(alloc_, layout_.total, "grads");
   std::memset(params_.data(), 0, layout_.total * sizeof(float));
@@ -137,7 +87,7 @@ void GptModel::refresh_low_precision(size_t offset, size_t n) {
 
 const void* GptModel::lp_weight(int index, int layer) {
   if (options_.precision == Precision::kFp32) return nullptr;
-  const size_t per = index == kWte ? layout_.sizes[index] : layout_.sizes[index] / config_.num_layers;
+  const size_t per = index == kWte ? layout_.sizes[index] : layout_.sizes[index] / local_layers();
   const size_t off = layout_.offsets[index] + per * static_cast<size_t>(layer);
   const size_t elem = options_.precision == Precision::kBf16 ? 2 : 4;
   return params_lp_.data() + off * elem;
@@ -147,9 +97,15 @@ void GptModel::init_weights(uint64_t seed) {
   Rng rng(seed);
   const int L = config_.num_layers;
   const double kStd = 0.02, kProjStd = 0.02 / std::sqrt(2.0 * L);
+  // A pipeline stage draws the whole model's random stream and keeps its slice,
+  // so that the stages together equal the single-process model.
+  const bool whole = whole_model();
+  const ParamLayout full = whole ? layout_ : ParamLayout::make(config_);
+  std::vector<float> scratch;
   for (int i = 0; i < kNumParamTensors; ++i) {
-    float* p = param(i);
-    const size_t n = layout_.sizes[i];
+    if (!whole) scratch.resize(full.sizes[i]);
+    float* p = whole ? param(i) : scratch.data();
+    const size_t n = full.sizes[i];
     if (i == kLn1w || i == kLn2w || i == kLnfw) {
       for (size_t j = 0; j < n; ++j) p[j] = 1.0f;
     } else if (i == kWte || i == kWpe || i == kQkvw || i == kFcw || i == kAttprojw ||
@@ -161,6 +117,9 @@ void GptModel::init_weights(uint64_t seed) {
       for (size_t j = limit; j < n; ++j) p[j] = 0.0f;  // padded vocabulary rows
     } else {
       for (size_t j = 0; j < n; ++j) p[j] = 0.0f;
+    }
+    if (!whole) {
+      std::memcpy(param(i), p + stage_slice_offset(i), layout_.sizes[i] * sizeof(float));
     }
   }
   refresh_low_precision();
@@ -330,6 +289,9 @@ void GptModel::allocate_head(Workspace& w, int rows) {
 
 double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
                                   float dloss_per_token, bool first_micro) {
+  if (!whole_model()) {
+    throw Error("forward_backward needs the whole model; a stage runs stage_backward");
+  }
   const int C = config_.channels, L = config_.num_layers, N = B * T;
   const size_t BT = static_cast<size_t>(N);
   Workspace w;
@@ -380,6 +342,7 @@ double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets,
 }
 
 double GptModel::forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T) {
+  if (!whole_model()) throw Error("forward_loss needs the whole model; a stage runs stage_loss");
   Workspace w;
   run_forward(inputs, B, T, w, /*keep=*/false);
   const int N = B * T;
@@ -393,11 +356,12 @@ double GptModel::forward_loss(const int32_t* inputs, const int32_t* targets, int
 }
 
 ActivationMemory GptModel::activation_memory(int B, int T) const {
-  const int C = config_.channels, NH = config_.num_heads, L = config_.num_layers;
+  // Per micro-batch in flight; a pipeline stage counts its own blocks and head.
+  const int C = config_.channels, NH = config_.num_heads, L = local_layers();
   const size_t BT = static_cast<size_t>(B) * T;
   const size_t layer = LayerActs::bytes(B, T, C, NH, options_.attention);
   const size_t stream = (L + 1) * BT * C * sizeof(float);
-  const size_t head = BT * C * sizeof(float) + 3 * BT * sizeof(float);
+  const size_t head = sharding_.has_head ? BT * C * sizeof(float) + 3 * BT * sizeof(float) : 0;
   ActivationMemory m;
   m.no_checkpoint_bytes = stream + L * layer + head;
   if (options_.checkpointing == Checkpointing::kBlock) {

@@ -15,6 +15,7 @@
 #include "ft/core/error.h"
 #include "ft/trainer/checkpoint_io.h"
 #include "ft/trainer/ops.h"
+#include "ft/trainer/pipeline.h"
 #include "ft/trainer/tokenizer_gpt2.h"
 
 namespace ft::trainer {
@@ -26,6 +27,12 @@ double ms_since(Clock::time_point t0) {
 }
 constexpr const char* kCheckpointFile = "checkpoint.ft";
 constexpr int kCheckpointVersion = 1;
+// A multi-process run keeps one checkpoint per rank: DIR/rank{r}/checkpoint.ft.
+std::filesystem::path checkpoint_path(const std::string& dir, const Communicator& world) {
+  std::filesystem::path d(dir);
+  if (world.world_size() > 1) d /= fmt::format("rank{}", world.rank());
+  return d / kCheckpointFile;
+}
 }  // namespace
 
 namespace {
@@ -49,21 +56,26 @@ double default_peak_gflops(Precision p, int threads) {
 }
 
 nlohmann::json StepMetrics::to_json() const {
-  return {{"step", step},
-          {"loss", loss},
-          {"lr", lr},
-          {"grad_norm", grad_norm},
-          {"step_ms", step_ms},
-          {"data_ms", data_ms},
-          {"data_wait_ms", data_wait_ms},
-          {"data_preprocess_ms", data_preprocess_ms},
-          {"tokens_per_s", tokens_per_s},
-          {"mfu", mfu},
-          {"skipped", skipped},
-          {"loss_scale", loss_scale},
-          {"mem_allocated", mem_allocated},
-          {"mem_reserved", mem_reserved},
-          {"mem_peak", mem_peak}};
+  nlohmann::json j = {{"step", step},
+                      {"loss", loss},
+                      {"lr", lr},
+                      {"grad_norm", grad_norm},
+                      {"step_ms", step_ms},
+                      {"data_ms", data_ms},
+                      {"data_wait_ms", data_wait_ms},
+                      {"data_preprocess_ms", data_preprocess_ms},
+                      {"tokens_per_s", tokens_per_s},
+                      {"mfu", mfu},
+                      {"skipped", skipped},
+                      {"loss_scale", loss_scale},
+                      {"mem_allocated", mem_allocated},
+                      {"mem_reserved", mem_reserved},
+                      {"mem_peak", mem_peak}};
+  if (pp_busy_ms > 0) {
+    j["pp_busy_ms"] = pp_busy_ms;
+    j["pp_wait_ms"] = pp_wait_ms;
+  }
+  return j;
 }
 
 nlohmann::json TrainSummary::to_json() const {
@@ -111,8 +123,16 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                            : data::make_tokenizer(config_.tokenizer, config_.tokenizer_vocab,
                                                   config_.tokenizer_merges)) {
   config_.validate();
-  if (config_.parallel.tp > 1 || config_.parallel.pp > 1 || config_.parallel.zero > 0) {
-    throw ConfigError("tensor parallel, pipeline parallel and ZeRO are not implemented yet");
+  if (config_.parallel.tp > 1 || config_.parallel.zero > 0) {
+    throw ConfigError("tensor parallel and ZeRO are not implemented yet");
+  }
+  // Pipeline stage: blocks of this stage, embedding on the first, head on the last.
+  const int pp = config_.parallel.pp;
+  const ModelSharding sharding =
+      pp > 1 ? pipeline_sharding(config_.model.num_layers, pp, groups_.pp_stage) : ModelSharding{};
+  if (pp > 1 && !config_.export_llmc.empty()) {
+    throw ConfigError(
+        "--export-llmc is not supported with --pp > 1 (each stage holds part of the model)");
   }
   const int threads = config_.threads > 0 ? config_.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
@@ -155,7 +175,7 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                                   config_.seq_len, need));
   }
 
-  model_ = std::make_unique<GptModel>(config_.model, *alloc_, config_.options);
+  model_ = std::make_unique<GptModel>(config_.model, *alloc_, config_.options, sharding);
   // Auto: bf16 logits in L3-sized chunks (48 MiB: less memory, no measured loss of
   // speed); fp32 logits whole up to 1 GiB, which measured 10-20% faster on config (B)
   // than 48 MiB chunks (docs/benchmarks.md).
@@ -183,19 +203,23 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
       throw ConfigError(fmt::format("--init-from '{}' holds {} but the run is configured as {}",
                                     config_.init_from, a.describe(), b.describe()));
     }
-    // wpe rows beyond our max_seq_len are dropped; the layout is otherwise identical.
+    // wpe rows beyond our max_seq_len are dropped; the layout is otherwise identical
+    // (a pipeline stage takes its slice).
     ParamLayout src = ParamLayout::make(a);
     const ParamLayout& dst = model_->layout();
     for (int i = 0; i < kNumParamTensors; ++i) {
-      std::memcpy(model_->params() + dst.offsets[i], m.params.data() + src.offsets[i],
+      std::memcpy(model_->params() + dst.offsets[i],
+                  m.params.data() + src.offsets[i] + model_->stage_slice_offset(i),
                   dst.sizes[i] * sizeof(float));
     }
     model_->refresh_low_precision();
   }
-  if (groups_.world->world_size() > 1) {
-    groups_.world->broadcast(model_->params(), n, 0);
+  if (groups_.dp->world_size() > 1) {
+    // Replicas of the same shard start identical (pipeline stages hold different parts).
+    groups_.dp->broadcast(model_->params(), n, 0);
     model_->refresh_low_precision();
   }
+  if (pp > 1) pipeline_ = std::make_unique<Pipeline>(*model_, *groups_.pp, *alloc_);
   if (!config_.resume_dir.empty()) {
     load(config_.resume_dir);
   } else {
@@ -240,16 +264,26 @@ StepMetrics Trainer::step() {
   Communicator& dp = *groups_.dp;
   const float dloss = loss_scale / (static_cast<float>(B) * T * K * dp.world_size());
   double loss_sum = 0, data_ms = 0, wait_ms = 0, pre_ms = 0;
-  for (int k = 0; k < K; ++k) {
-    {
-      FT_RANGE("data.next", RangeKind::kData, k);
-      const auto td = Clock::now();
-      if (!train_loader_->next(batch_)) throw Error("the training data loader stopped");
-      data_ms += ms_since(td);
-      wait_ms += batch_.timing.wait_ns / 1e6;
-      pre_ms += batch_.timing.preprocess_ns / 1e6;
+  auto next_batch = [&](int k) {
+    FT_RANGE("data.next", RangeKind::kData, k);
+    const auto td = Clock::now();
+    if (!train_loader_->next(batch_)) throw Error("the training data loader stopped");
+    data_ms += ms_since(td);
+    wait_ms += batch_.timing.wait_ns / 1e6;
+    pre_ms += batch_.timing.preprocess_ns / 1e6;
+  };
+  if (pipeline_) {
+    // 1F1B over the K micro-batches; every stage reads them all (the same data position).
+    loss_sum = pipeline_->run(K, B, T, dloss, [&](int k) {
+      next_batch(k);
+      return MicroBatch{batch_.inputs(), batch_.targets()};
+    });
+    pipeline_->sync_tied_grads();
+  } else {
+    for (int k = 0; k < K; ++k) {
+      next_batch(k);
+      loss_sum += model_->forward_backward(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
     }
-    loss_sum += model_->forward_backward(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
   }
   double loss = loss_sum / K;
   const size_t n = model_->num_params();
@@ -266,7 +300,9 @@ StepMetrics Trainer::step() {
   {
     FT_RANGE("optimizer", RangeKind::kOptimizer);
     // One pass: a non-finite sum of squares means an fp16 overflow (or a real blow-up).
-    const double sq = ops::sum_squares(model_->grads(), n);
+    // Pipeline: the global norm over the stages (tied wte once).
+    const double sq =
+        pipeline_ ? pipeline_->global_grad_sum_squares() : ops::sum_squares(model_->grads(), n);
     const double norm = std::sqrt(sq) / loss_scale;
     m.grad_norm = norm;
     bool skip = false;
@@ -285,6 +321,10 @@ StepMetrics Trainer::step() {
   m.data_ms = data_ms;
   m.data_wait_ms = wait_ms;
   m.data_preprocess_ms = pre_ms;
+  if (pipeline_) {
+    m.pp_busy_ms = pipeline_->stats().busy_ms;
+    m.pp_wait_ms = pipeline_->stats().wait_ms;
+  }
   m.step_ms = ms_since(t0);
   const double tokens = static_cast<double>(B) * T * K * dp.world_size();
   m.tokens_per_s = tokens / (m.step_ms / 1000.0);
@@ -330,6 +370,14 @@ double Trainer::evaluate() {
   data::Batch b;
   double sum = 0;
   int nb = 0;
+  if (pipeline_) {
+    return pipeline_->evaluate(B, T, [&](MicroBatch* mb) {
+      if (nb >= config_.val_batches || !loader.next(b)) return false;
+      ++nb;
+      *mb = MicroBatch{b.inputs(), b.targets()};
+      return true;
+    });
+  }
   while (nb < config_.val_batches && loader.next(b)) {
     sum += model_->forward_loss(b.inputs(), b.targets(), B, T);
     ++nb;
@@ -339,9 +387,13 @@ double Trainer::evaluate() {
 
 void Trainer::save(const std::string& dir) {
   FT_RANGE("checkpoint.save", RangeKind::kHost);
+  const std::filesystem::path path = checkpoint_path(dir, *groups_.world);
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw IoError(fmt::format("cannot create checkpoint directory '{}': {}", dir, ec.message()));
+  std::filesystem::create_directories(path.parent_path(), ec);
+  if (ec) {
+    throw IoError(fmt::format("cannot create checkpoint directory '{}': {}",
+                              path.parent_path().string(), ec.message()));
+  }
   const auto rs = rng_.state();
   nlohmann::json meta = {
       {"format", "ft-checkpoint"},
@@ -358,17 +410,22 @@ void Trainer::save(const std::string& dir) {
       {"data_row", train_loader_->state().row},
       {"rng", {rs[0], rs[1], rs[2], rs[3]}},
       {"num_params", model_->num_params()}};
+  const ModelSharding& sh = model_->sharding();
+  meta["pipeline"] = {{"stages", groups_.pp->world_size()},
+                      {"stage", groups_.pp_stage},
+                      {"first_layer", sh.first_layer},
+                      {"num_layers", sh.num_layers}};
   CheckpointWriter w;
   w.set_meta(meta);
   const size_t bytes = model_->num_params() * sizeof(float);
   w.add_section("params", model_->params(), bytes);
   w.add_section("adam_m", adam_m_.data(), bytes);
   w.add_section("adam_v", adam_v_.data(), bytes);
-  w.commit(std::filesystem::path(dir) / kCheckpointFile);
+  w.commit(path);
 }
 
 void Trainer::load(const std::string& dir) {
-  const auto path = std::filesystem::path(dir) / kCheckpointFile;
+  const auto path = checkpoint_path(dir, *groups_.world);
   if (!std::filesystem::exists(path)) {
     throw IoError(fmt::format("no checkpoint at '{}'", path.string()));
   }
@@ -389,6 +446,23 @@ void Trainer::load(const std::string& dir) {
           path.string(), c.at("layers").get<int>(), c.at("heads").get<int>(),
           c.at("channels").get<int>(), c.at("vocab").get<int>(), c.at("max_seq_len").get<int>(),
           g.describe()));
+    }
+    // Checkpoints from before pipeline parallelism hold the whole model.
+    const ModelSharding& sh = model_->sharding();
+    const nlohmann::json whole = {
+        {"stages", 1}, {"stage", 0}, {"first_layer", 0}, {"num_layers", g.num_layers}};
+    const nlohmann::json& pl = meta.contains("pipeline") ? meta.at("pipeline") : whole;
+    if (pl.at("stages").get<int>() != groups_.pp->world_size() ||
+        pl.at("stage").get<int>() != groups_.pp_stage ||
+        pl.at("first_layer").get<int>() != sh.first_layer ||
+        pl.at("num_layers").get<int>() != sh.num_layers) {
+      const int f = pl.at("first_layer").get<int>();
+      throw ConfigError(fmt::format(
+          "checkpoint '{}' holds pipeline stage {} of {} (blocks [{}, {})), but this rank is stage "
+          "{} of {} (blocks [{}, {})): resume with the same --pp",
+          path.string(), pl.at("stage").get<int>(), pl.at("stages").get<int>(), f,
+          f + pl.at("num_layers").get<int>(), groups_.pp_stage, groups_.pp->world_size(),
+          sh.first_layer, sh.first_layer + sh.num_layers));
     }
     if (meta.at("num_params").get<size_t>() != model_->num_params()) {
       throw FormatError(fmt::format("checkpoint '{}' has {} parameters, expected {}", path.string(),

@@ -20,6 +20,8 @@
 
 namespace ft::trainer {
 
+class Pipeline;
+
 struct StepMetrics {
   int step = 0;             // 0-based optimizer step
   double loss = 0;          // mean training loss over the global batch
@@ -34,6 +36,8 @@ struct StepMetrics {
   double data_ms = 0;       // time spent in the loader's next() (training thread)
   double data_wait_ms = 0;  // of which blocked waiting for a batch (in-line: all of it)
   double data_preprocess_ms = 0;  // preprocessing of this step's batches (worker side)
+  double pp_busy_ms = 0;          // pipeline (--pp > 1): this stage's forward/backward compute
+  double pp_wait_ms = 0;          // pipeline: blocked on neighbour stages (the bubble)
   nlohmann::json to_json() const;
 };
 
@@ -96,6 +100,8 @@ class Trainer {
   std::string peak_source() const { return peak_source_; }
   const LossScaler& loss_scaler() const { return scaler_; }
   const ParallelGroups& groups() const { return groups_; }
+  // The pipeline of this stage (--pp > 1), else null.
+  Pipeline* pipeline() { return pipeline_.get(); }
   // Installs (or, with nullptr, removes) the step observer; not owned.
   void set_observer(StepObserver* observer) { observer_ = observer; }
   uint64_t data_position() const;  // training batches delivered so far
@@ -116,6 +122,7 @@ class Trainer {
   std::unique_ptr<data::PrefetchLoader> train_loader_;
   data::Batch batch_;  // the micro-batch in use (its staging buffer)
   std::unique_ptr<GptModel> model_;
+  std::unique_ptr<Pipeline> pipeline_;  // --pp > 1
   Buffer<float> adam_m_, adam_v_;  // (num_params)
   LossScaler scaler_;
   Rng rng_;
