@@ -204,9 +204,8 @@ void GptModel::layer_forward(int l, const float* x, float* x_out, LayerActs& a, 
   gemm_.forward(a.fch.data(), a.ln2.data(), param(kFcw) + l * 4 * Cl_ * C, lp_weight(kFcw, l),
                 param(kFcb) + l * 4 * Cl_, N, C, 4 * Cl, prec);
   ops::gelu_forward(a.fch_gelu.data(), a.fch.data(), static_cast<size_t>(N) * 4 * Cl);
-  gemm_.forward(x_out, a.fch_gelu.data(), param(kFcprojw) + l * C_ * 4 * Cl,
-                lp_weight(kFcprojw, l), tp ? nullptr : param(kFcprojb) + l * C_, N, 4 * Cl, C,
-                prec);
+  gemm_.forward(x_out, a.fch_gelu.data(), param(kFcprojw) + l * C_ * 4 * Cl, lp_weight(kFcprojw, l),
+                tp ? nullptr : param(kFcprojb) + l * C_, N, 4 * Cl, C, prec);
   if (tp) tp_reduce_output(x_out, param(kFcprojb) + l * C_, N, C);
   ops::residual_forward(x_out, x_out, a.res2.data(), static_cast<size_t>(N) * C);
 }
@@ -224,27 +223,28 @@ void GptModel::layer_backward(int l, const float* x, float* dres, LayerActs& a, 
   const Precision prec = options_.precision;
   const bool acc = !first_micro;
   Buffer<float> dbt(alloc_, BT * C, "grad.dbt");     // (B, T, C) scratch
-  Buffer<float> dbig(alloc_, BT * 4 * Cl, "grad.dbig");  // (B, T, 4Cl) scratch, also dqkv (B, T, 3Cl)
+  // (B, T, 4Cl) scratch, also dqkv (B, T, 3Cl)
+  Buffer<float> dbig(alloc_, BT * 4 * Cl, "grad.dbig");
   // MLP: x_out = res2 + fch_gelu @ fcprojw^T + b
   gemm_.backward(dbig.data(), grad(kFcprojw) + l * C_ * 4 * Cl, grad(kFcprojb) + l * C_, dres,
                  a.fch_gelu.data(), param(kFcprojw) + l * C_ * 4 * Cl, lp_weight(kFcprojw, l), N,
                  4 * Cl, C, acc, prec);
   ops::gelu_backward(dbig.data(), a.fch.data(), dbig.data(), BT * 4 * Cl);
   gemm_.backward(dbt.data(), grad(kFcw) + l * 4 * Cl_ * C, grad(kFcb) + l * 4 * Cl_, dbig.data(),
-                 a.ln2.data(), param(kFcw) + l * 4 * Cl_ * C, lp_weight(kFcw, l), N, C, 4 * Cl,
-                 acc, prec);
+                 a.ln2.data(), param(kFcw) + l * 4 * Cl_ * C, lp_weight(kFcw, l), N, C, 4 * Cl, acc,
+                 prec);
   if (tp) tp_reduce_input_grad(dbt.data(), N, C);
   ops::layernorm_backward(dres, grad(kLn2w) + l * C_, grad(kLn2b) + l * C_, dbt.data(),
                           a.res2.data(), param(kLn2w) + l * C_, a.ln2_mean.data(),
                           a.ln2_rstd.data(), N, C);
   // Attention: res2 = x + atty @ attprojw^T + b
   gemm_.backward(dbt.data(), grad(kAttprojw) + l * C_ * Cl, grad(kAttprojb) + l * C_, dres,
-                 a.atty.data(), param(kAttprojw) + l * C_ * Cl, lp_weight(kAttprojw, l), N, Cl,
-                 C, acc, prec);
+                 a.atty.data(), param(kAttprojw) + l * C_ * Cl, lp_weight(kAttprojw, l), N, Cl, C,
+                 acc, prec);
   float* dqkv = dbig.data();  // (B, T, 3Cl)
   if (options_.attention == AttentionImpl::kFlash) {
-    ops::attention_flash_backward(dqkv, dbt.data(), a.qkv.data(), a.atty.data(), a.att.data(), B,
-                                  T, Cl, NHl);
+    ops::attention_flash_backward(dqkv, dbt.data(), a.qkv.data(), a.atty.data(), a.att.data(), B, T,
+                                  Cl, NHl);
   } else {
     // The kernel keeps its (T, T) gradient tile per thread in L2; no (B, NH, T, T) scratch.
     ops::attention_backward(dqkv, nullptr, dbt.data(), a.qkv.data(), a.att.data(), B, T, Cl, NHl);
