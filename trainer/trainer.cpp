@@ -15,6 +15,7 @@
 #include "ft/core/error.h"
 #include "ft/trainer/checkpoint_io.h"
 #include "ft/trainer/ops.h"
+#include "ft/trainer/tensor_parallel.h"
 #include "ft/trainer/tokenizer_gpt2.h"
 
 namespace ft::trainer {
@@ -111,9 +112,10 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                            : data::make_tokenizer(config_.tokenizer, config_.tokenizer_vocab,
                                                   config_.tokenizer_merges)) {
   config_.validate();
-  if (config_.parallel.tp > 1 || config_.parallel.pp > 1 || config_.parallel.zero > 0) {
-    throw ConfigError("tensor parallel, pipeline parallel and ZeRO are not implemented yet");
+  if (config_.parallel.pp > 1 || config_.parallel.zero > 0) {
+    throw ConfigError("pipeline parallel and ZeRO are not implemented yet");
   }
+  check_tp_degree(config_.model, config_.parallel.tp);
   const int threads = config_.threads > 0 ? config_.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
   config_.threads = threads;
@@ -155,7 +157,9 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                                   config_.seq_len, need));
   }
 
-  model_ = std::make_unique<GptModel>(config_.model, *alloc_, config_.options);
+  ModelSharding sharding;
+  sharding.tp = groups_.tp.get();  // size > 1: this rank holds 1/tp of the heads and MLP
+  model_ = std::make_unique<GptModel>(config_.model, *alloc_, config_.options, sharding);
   // Auto: bf16 logits in L3-sized chunks (48 MiB: less memory, no measured loss of
   // speed); fp32 logits whole up to 1 GiB, which measured 10-20% faster on config (B)
   // than 48 MiB chunks (docs/benchmarks.md).
@@ -184,16 +188,17 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                                     config_.init_from, a.describe(), b.describe()));
     }
     // wpe rows beyond our max_seq_len are dropped; the layout is otherwise identical.
+    // Tensor parallel: each rank keeps its shard of the whole tensors.
     ParamLayout src = ParamLayout::make(a);
-    const ParamLayout& dst = model_->layout();
     for (int i = 0; i < kNumParamTensors; ++i) {
-      std::memcpy(model_->params() + dst.offsets[i], m.params.data() + src.offsets[i],
-                  dst.sizes[i] * sizeof(float));
+      model_->load_full_tensor(i, m.params.data() + src.offsets[i]);
     }
     model_->refresh_low_precision();
   }
-  if (groups_.world->world_size() > 1) {
-    groups_.world->broadcast(model_->params(), n, 0);
+  // Replicas of the same shard start identical (ranks of a DP group hold the same
+  // TP shard; the TP ranks' shards differ, so this is not over the world).
+  if (groups_.dp->world_size() > 1) {
+    groups_.dp->broadcast(model_->params(), n, 0);
     model_->refresh_low_precision();
   }
   if (!config_.resume_dir.empty()) {
@@ -266,7 +271,7 @@ StepMetrics Trainer::step() {
   {
     FT_RANGE("optimizer", RangeKind::kOptimizer);
     // One pass: a non-finite sum of squares means an fp16 overflow (or a real blow-up).
-    const double sq = ops::sum_squares(model_->grads(), n);
+    const double sq = grad_sum_squares();
     const double norm = std::sqrt(sq) / loss_scale;
     m.grad_norm = norm;
     bool skip = false;
@@ -297,6 +302,16 @@ StepMetrics Trainer::step() {
   ++step_;
   if (observer_) observer_->on_step_end(m);
   return m;
+}
+
+double Trainer::grad_sum_squares() {
+  if (model_->tp_size() == 1) return ops::sum_squares(model_->grads(), model_->num_params());
+  // Tensor parallel: the global norm sums the shards of the split tensors over the TP
+  // group and counts the replicated tensors (identical on every TP rank) once.
+  const GptModel::SquareSums s = model_->grad_square_sums();
+  double sharded = s.sharded;
+  groups_.tp->all_reduce_sum(&sharded, 1);
+  return sharded + s.replicated;
 }
 
 void Trainer::apply_update(float lr, float grad_scale) {
@@ -337,11 +352,23 @@ double Trainer::evaluate() {
   return nb > 0 ? sum / nb : -1;
 }
 
+std::filesystem::path Trainer::checkpoint_file(const std::string& dir) const {
+  // One process: DIR/checkpoint.ft. Several: each rank its own DIR/rank{r}/checkpoint.ft
+  // (tensor-parallel ranks hold different shards).
+  if (groups_.world->world_size() == 1) return std::filesystem::path(dir) / kCheckpointFile;
+  return std::filesystem::path(dir) / fmt::format("rank{}", groups_.world->rank()) /
+         kCheckpointFile;
+}
+
 void Trainer::save(const std::string& dir) {
   FT_RANGE("checkpoint.save", RangeKind::kHost);
+  const auto file = checkpoint_file(dir);
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw IoError(fmt::format("cannot create checkpoint directory '{}': {}", dir, ec.message()));
+  std::filesystem::create_directories(file.parent_path(), ec);
+  if (ec) {
+    throw IoError(fmt::format("cannot create checkpoint directory '{}': {}",
+                              file.parent_path().string(), ec.message()));
+  }
   const auto rs = rng_.state();
   nlohmann::json meta = {
       {"format", "ft-checkpoint"},
@@ -357,19 +384,34 @@ void Trainer::save(const std::string& dir) {
       {"data_chunk", train_loader_->state().chunk},
       {"data_row", train_loader_->state().row},
       {"rng", {rs[0], rs[1], rs[2], rs[3]}},
-      {"num_params", model_->num_params()}};
+      {"num_params", model_->num_params()},
+      {"tp_size", model_->tp_size()},
+      {"tp_rank", model_->tp_rank()}};
   CheckpointWriter w;
   w.set_meta(meta);
   const size_t bytes = model_->num_params() * sizeof(float);
   w.add_section("params", model_->params(), bytes);
   w.add_section("adam_m", adam_m_.data(), bytes);
   w.add_section("adam_v", adam_v_.data(), bytes);
-  w.commit(std::filesystem::path(dir) / kCheckpointFile);
+  w.commit(file);
 }
 
 void Trainer::load(const std::string& dir) {
-  const auto path = std::filesystem::path(dir) / kCheckpointFile;
+  const auto path = checkpoint_file(dir);
   if (!std::filesystem::exists(path)) {
+    const bool single = std::filesystem::exists(std::filesystem::path(dir) / kCheckpointFile);
+    const bool ranked =
+        std::filesystem::exists(std::filesystem::path(dir) / "rank0" / kCheckpointFile);
+    if (single && groups_.world->world_size() > 1) {
+      throw ConfigError(fmt::format("'{}' holds a one-process checkpoint, but this run has {} ranks",
+                                    dir, groups_.world->world_size()));
+    }
+    if (ranked && groups_.world->world_size() == 1) {
+      throw ConfigError(fmt::format(
+          "'{}' holds per-rank checkpoints of a multi-process run (rank0/, ...), but this run is "
+          "one process",
+          dir));
+    }
     throw IoError(fmt::format("no checkpoint at '{}'", path.string()));
   }
   CheckpointReader r(path);
@@ -389,6 +431,17 @@ void Trainer::load(const std::string& dir) {
           path.string(), c.at("layers").get<int>(), c.at("heads").get<int>(),
           c.at("channels").get<int>(), c.at("vocab").get<int>(), c.at("max_seq_len").get<int>(),
           g.describe()));
+    }
+    // Tensor parallel: each rank's file holds its own shard (checkpoints from before
+    // tensor parallelism are one whole model).
+    const int ck_tp = meta.contains("tp_size") ? meta.at("tp_size").get<int>() : 1;
+    const int ck_tp_rank = meta.contains("tp_rank") ? meta.at("tp_rank").get<int>() : 0;
+    if (ck_tp != model_->tp_size() || ck_tp_rank != model_->tp_rank()) {
+      throw ConfigError(fmt::format(
+          "checkpoint '{}' holds tensor-parallel shard {} of {} (--tp {}), but this rank holds "
+          "shard {} of {} (--tp {}): resume with the --tp (and rank layout) it was saved with",
+          path.string(), ck_tp_rank, ck_tp, ck_tp, model_->tp_rank(), model_->tp_size(),
+          model_->tp_size()));
     }
     if (meta.at("num_params").get<size_t>() != model_->num_params()) {
       throw FormatError(fmt::format("checkpoint '{}' has {} parameters, expected {}", path.string(),
