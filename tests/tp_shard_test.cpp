@@ -1,4 +1,5 @@
-// tp_shard_test.cpp: tensor-parallel shard geometry: which tensors split how, QKV heads per rank, round trips, bad degrees.
+// tp_shard_test.cpp: tensor-parallel shard geometry: which tensors split how, QKV heads per rank,
+// round trips, bad degrees.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -28,7 +29,8 @@ TEST(TpShard, LayoutShrinksOnlyTheSplitTensors) {
   const ParamLayout s = tp_shard_layout(full, 3);
   size_t off = 0;
   for (int i = 0; i < kNumParamTensors; ++i) {
-    EXPECT_EQ(s.sizes[i], tp_sharded(i) ? full.sizes[i] / 3 : full.sizes[i]) << ParamLayout::name(i);
+    EXPECT_EQ(s.sizes[i], tp_sharded(i) ? full.sizes[i] / 3 : full.sizes[i])
+        << ParamLayout::name(i);
     EXPECT_EQ(s.offsets[i], off);
     off += s.sizes[i];
   }
@@ -57,11 +59,12 @@ TEST(TpShard, QkvShardHoldsThisRanksHeadsOfQKAndV) {
     std::vector<float> shard(n / t, -1);
     tp_extract_shard(g, kQkvw, r, t, whole.data(), n, shard.data());
     for (int l = 0; l < L; ++l) {
-      for (int sec = 0; sec < 3; ++sec) {      // q, k, v
-        for (int row = 0; row < Cl; ++row) {   // this rank's output features of that section
+      for (int sec = 0; sec < 3; ++sec) {     // q, k, v
+        for (int row = 0; row < Cl; ++row) {  // this rank's output features of that section
           for (int k = 0; k < C; ++k) {
             const size_t local = ((static_cast<size_t>(l) * 3 * Cl + sec * Cl + row) * C) + k;
-            const size_t global = ((static_cast<size_t>(l) * 3 * C + sec * C + r * Cl + row) * C) + k;
+            const size_t global =
+                ((static_cast<size_t>(l) * 3 * C + sec * C + r * Cl + row) * C) + k;
             ASSERT_EQ(shard[local], whole[global]) << "rank " << r << " layer " << l;
           }
         }

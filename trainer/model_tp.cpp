@@ -1,4 +1,5 @@
-// model_tp.cpp: tensor parallelism for GptModel: shard geometry, sharded init, the all-reduces, gathering the whole model.
+// model_tp.cpp: tensor parallelism for GptModel: shard geometry, sharded init, the all-reduces,
+// gathering the whole model.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -60,13 +61,20 @@ struct Geometry {
 Geometry geometry(const GptConfig& c, int index) {
   const size_t C = c.channels;
   switch (index) {
-    case kQkvw: return {3 * C, C, 3};
-    case kQkvb: return {3 * C, 1, 3};
-    case kFcw: return {4 * C, C, 1};
-    case kFcb: return {4 * C, 1, 1};
-    case kAttprojw: return {C, C, 1};
-    case kFcprojw: return {C, 4 * C, 1};
-    default: return {};
+    case kQkvw:
+      return {3 * C, C, 3};
+    case kQkvb:
+      return {3 * C, 1, 3};
+    case kFcw:
+      return {4 * C, C, 1};
+    case kFcb:
+      return {4 * C, 1, 1};
+    case kAttprojw:
+      return {C, C, 1};
+    case kFcprojw:
+      return {C, 4 * C, 1};
+    default:
+      return {};
   }
 }
 
@@ -107,8 +115,8 @@ void for_each_piece(const GptConfig& c, int index, int r, int t, size_t full_n, 
 
 }  // namespace
 
-void tp_extract_shard(const GptConfig& c, int index, int r, int t, const float* full,
-                      size_t full_n, float* shard) {
+void tp_extract_shard(const GptConfig& c, int index, int r, int t, const float* full, size_t full_n,
+                      float* shard) {
   for_each_piece(c, index, r, t, full_n, [&](size_t fo, size_t so, size_t n) {
     std::memcpy(shard + so, full + fo, n * sizeof(float));
   });

@@ -1,4 +1,5 @@
-// tensor_parallel.h: Megatron-style tensor-parallel sharding of the GPT block weights (which tensor splits how, shard copies).
+// tensor_parallel.h: Megatron-style tensor-parallel sharding of the GPT block weights (which tensor
+// splits how, shard copies).
 #pragma once
 
 #include <cstddef>
@@ -30,10 +31,10 @@ ParamLayout tp_shard_layout(const ParamLayout& full, int t);
 
 // Copies rank r's shard of tensor `index` out of the whole tensor `full`
 // (full_n elements: all the layers it holds) into `shard` (full_n / t elements).
-void tp_extract_shard(const GptConfig& c, int index, int r, int t, const float* full,
-                      size_t full_n, float* shard);
+void tp_extract_shard(const GptConfig& c, int index, int r, int t, const float* full, size_t full_n,
+                      float* shard);
 // The inverse: writes rank r's `shard` into its place in the whole tensor `full`.
-void tp_insert_shard(const GptConfig& c, int index, int r, int t, const float* shard,
-                     float* full, size_t full_n);
+void tp_insert_shard(const GptConfig& c, int index, int r, int t, const float* shard, float* full,
+                     size_t full_n);
 
 }  // namespace ft::trainer
