@@ -59,7 +59,12 @@ void print_header(const TrainConfig& c, Trainer& t) {
   fmt::print("  OPENBLAS_CORETYPE={} (ft's GEMMs do not use OpenBLAS)  OMP_PROC_BIND={} OMP_PLACES={}\n",
              core, env.variables.count("OMP_PROC_BIND") ? env.variables.at("OMP_PROC_BIND") : "unset",
              env.variables.count("OMP_PLACES") ? env.variables.at("OMP_PLACES") : "unset");
-  fmt::print("  MFU peak {:.0f} GFLOP/s ({})\n", t.peak_gflops(), t.peak_source());
+  const int ranks = t.groups().world->world_size();
+  fmt::print("  MFU peak {:.0f} GFLOP/s ({}){}\n", t.peak_gflops(), t.peak_source(),
+             ranks > 1 ? fmt::format(" per rank; MFU = the model's flops (6N + 12LCT per token, "
+                                     "not TP's replicated work) / (peak x {} ranks)",
+                                     ranks)
+                       : std::string());
   std::string no_cuda;
   const auto gpus = ft::trainer::cuda_devices(&no_cuda);
   fmt::print("  backend cpu; CUDA {}\n",
