@@ -15,7 +15,8 @@ open('$tmp/c.txt', 'w').write(t)"
 common=(--data "$tmp/c.txt" "${model[@]}" --threads 1 --steps 14 --loader-workers 0 --val-batches 1 --quiet)
 one() { "$build/ft-train" "${common[@]}" "$@"; }
 tp2() { mpirun -np 2 --oversubscribe "$build/ft-train" "${common[@]}" --tp 2 "$@"; }
-tok() { grep -m1 summary | sed -E 's/.*mean ([0-9]+) tok\/s.*/\1/'; }
+# Reads all of its input (an early exit would SIGPIPE mpirun under pipefail).
+tok() { awk '/^summary/ && !done { sub(/.*mean /, ""); sub(/ tok\/s.*/, ""); print; done = 1 }'; }
 echo "model: ${model[*]}  load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| pair | one process tok/s | TP=2 tok/s | TP=2 / one |"
 echo "|---|---:|---:|---:|"
