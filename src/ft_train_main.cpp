@@ -32,8 +32,14 @@ void print_header(const TrainConfig& c, Trainer& t) {
   const ft::EnvInfo env = ft::collect_env_info();
   const auto& g = c.model;
   const auto act = t.model().activation_memory(c.micro_batch, c.seq_len);
-  fmt::print("ft-train  model {}  params {:.2f}M  flops/token {:.3g}\n", g.describe(),
-             t.model().num_params() / 1e6, ft::trainer::flops_per_token(g, c.seq_len));
+  const auto& model = t.model();
+  fmt::print("ft-train  model {}  params {:.2f}M{}  flops/token {:.3g}\n", g.describe(),
+             model.full_layout().total / 1e6,
+             model.tp_size() > 1 ? fmt::format(" (tp {}: {:.2f}M per rank; activations and "
+                                               "memory below are per rank)",
+                                               model.tp_size(), model.num_params() / 1e6)
+                                 : std::string(),
+             ft::trainer::flops_per_token(g, c.seq_len));
   fmt::print("  batch B={} T={} K={} (global {} tokens)  precision {}  checkpoint {}  attention {}\n",
              c.micro_batch, c.seq_len, c.grad_accum,
              static_cast<long>(c.micro_batch) * c.seq_len * c.grad_accum,
@@ -53,7 +59,12 @@ void print_header(const TrainConfig& c, Trainer& t) {
   fmt::print("  OPENBLAS_CORETYPE={} (ft's GEMMs do not use OpenBLAS)  OMP_PROC_BIND={} OMP_PLACES={}\n",
              core, env.variables.count("OMP_PROC_BIND") ? env.variables.at("OMP_PROC_BIND") : "unset",
              env.variables.count("OMP_PLACES") ? env.variables.at("OMP_PLACES") : "unset");
-  fmt::print("  MFU peak {:.0f} GFLOP/s ({})\n", t.peak_gflops(), t.peak_source());
+  const int ranks = t.groups().world->world_size();
+  fmt::print("  MFU peak {:.0f} GFLOP/s ({}){}\n", t.peak_gflops(), t.peak_source(),
+             ranks > 1 ? fmt::format(" per rank; MFU = the model's flops (6N + 12LCT per token, "
+                                     "not TP's replicated work) / (peak x {} ranks)",
+                                     ranks)
+                       : std::string());
   std::string no_cuda;
   const auto gpus = ft::trainer::cuda_devices(&no_cuda);
   fmt::print("  backend cpu; CUDA {}\n",
@@ -172,7 +183,11 @@ int run(int argc, char** argv) {
   if (profiler) finish_profiler(*profiler, c, t);
   if (!c.save_dir.empty()) t.save(c.save_dir);
   if (!c.export_llmc.empty()) {
-    ft::trainer::write_llmc_model(c.export_llmc, c.model, t.model().params());
+    // Tensor parallel: the shards are gathered (collective); rank 0 writes the whole model.
+    const std::vector<float> full = t.model().gather_full_params();
+    if (t.groups().world->rank() == 0) {
+      ft::trainer::write_llmc_model(c.export_llmc, c.model, full.data());
+    }
   }
   if (counted) {
     sum.mean_tokens_per_s = tok_sum / counted;

@@ -14,38 +14,40 @@ struct GptModel::LayerActs {
   Buffer<float> ln1;       // (B, T, C)
   Buffer<float> ln1_mean;  // (B, T)
   Buffer<float> ln1_rstd;  // (B, T)
-  Buffer<float> qkv;       // (B, T, 3C)
-  Buffer<float> atty;      // (B, T, C)
-  Buffer<float> att;       // (B, NH, T, T) materialised probs, or (B, NH, T) lse for flash
+  // With tensor parallelism of degree t, Cl = C/t and NHl = NH/t (this rank's heads);
+  // otherwise Cl = C and NHl = NH.
+  Buffer<float> qkv;       // (B, T, 3Cl)
+  Buffer<float> atty;      // (B, T, Cl)
+  Buffer<float> att;       // (B, NHl, T, T) materialised probs, or (B, NHl, T) lse for flash
   Buffer<float> res2;      // (B, T, C) residual after attention
   Buffer<float> ln2;       // (B, T, C)
   Buffer<float> ln2_mean;  // (B, T)
   Buffer<float> ln2_rstd;  // (B, T)
-  Buffer<float> fch;       // (B, T, 4C) pre-GELU
-  Buffer<float> fch_gelu;  // (B, T, 4C)
+  Buffer<float> fch;       // (B, T, 4Cl) pre-GELU
+  Buffer<float> fch_gelu;  // (B, T, 4Cl)
 
-  static size_t bytes(int B, int T, int C, int NH, AttentionImpl attn) {
+  static size_t bytes(int B, int T, int C, int Cl, int NHl, AttentionImpl attn) {
     const size_t BT = static_cast<size_t>(B) * T;
-    const size_t att = attn == AttentionImpl::kFlash ? static_cast<size_t>(B) * NH * T
-                                                     : static_cast<size_t>(B) * NH * T * T;
-    return sizeof(float) * (BT * C * 5 + BT * 3 * C + BT * 4 * C * 2 + BT * 4 + att);
+    const size_t att = attn == AttentionImpl::kFlash ? static_cast<size_t>(B) * NHl * T
+                                                     : static_cast<size_t>(B) * NHl * T * T;
+    return sizeof(float) * (BT * C * 4 + BT * Cl + BT * 3 * Cl + BT * 4 * Cl * 2 + BT * 4 + att);
   }
-  void allocate(CachingAllocator& a, int B, int T, int C, int NH, AttentionImpl attn) {
+  void allocate(CachingAllocator& a, int B, int T, int C, int Cl, int NHl, AttentionImpl attn) {
     const size_t BT = static_cast<size_t>(B) * T;
     ln1 = Buffer<float>(a, BT * C, "act.ln1");
     ln1_mean = Buffer<float>(a, BT, "act.ln1_mean");
     ln1_rstd = Buffer<float>(a, BT, "act.ln1_rstd");
-    qkv = Buffer<float>(a, BT * 3 * C, "act.qkv");
-    atty = Buffer<float>(a, BT * C, "act.atty");
+    qkv = Buffer<float>(a, BT * 3 * Cl, "act.qkv");
+    atty = Buffer<float>(a, BT * Cl, "act.atty");
     att = attn == AttentionImpl::kFlash
-              ? Buffer<float>(a, static_cast<size_t>(B) * NH * T, "act.lse")
-              : Buffer<float>(a, static_cast<size_t>(B) * NH * T * T, "act.att");
+              ? Buffer<float>(a, static_cast<size_t>(B) * NHl * T, "act.lse")
+              : Buffer<float>(a, static_cast<size_t>(B) * NHl * T * T, "act.att");
     res2 = Buffer<float>(a, BT * C, "act.res2");
     ln2 = Buffer<float>(a, BT * C, "act.ln2");
     ln2_mean = Buffer<float>(a, BT, "act.ln2_mean");
     ln2_rstd = Buffer<float>(a, BT, "act.ln2_rstd");
-    fch = Buffer<float>(a, BT * 4 * C, "act.fch");
-    fch_gelu = Buffer<float>(a, BT * 4 * C, "act.fch_gelu");
+    fch = Buffer<float>(a, BT * 4 * Cl, "act.fch");
+    fch_gelu = Buffer<float>(a, BT * 4 * Cl, "act.fch_gelu");
   }
 };
 

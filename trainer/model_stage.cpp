@@ -44,7 +44,8 @@ ParamLayout make_stage_layout(const GptConfig& config, const ModelSharding& s) {
 size_t GptModel::stage_slice_offset(int index) const {
   if (index == kWte || index == kWpe || index == kLnfw || index == kLnfb) return 0;
   // (L, ...) tensors: the stage's blocks are contiguous, per-block size unchanged.
-  return layout_.sizes[index] / static_cast<size_t>(local_layers()) *
+  // full_layout_: the stage's unsharded layout (tensor parallelism shards it further).
+  return full_layout_.sizes[index] / static_cast<size_t>(local_layers()) *
          static_cast<size_t>(first_layer());
 }
 
@@ -76,7 +77,7 @@ void GptModel::stage_prepare(int slots, int B, int T) {
     st.options = options_;
     st.grad = Buffer<float>(alloc_, BT * C, "grad.stage");
     st.dlnf = sharding_.has_head ? Buffer<float>(alloc_, BT * C, "grad.dlnf") : Buffer<float>();
-    if (!per_layer) st.shared_acts.allocate(alloc_, B, T, C, NH, options_.attention);
+    if (!per_layer) st.shared_acts.allocate(alloc_, B, T, C, C / tp_, NH / tp_, options_.attention);
   }
   st.shared_owner = -1;
   while (static_cast<int>(st.slots.size()) < slots) {
@@ -84,7 +85,7 @@ void GptModel::stage_prepare(int slots, int B, int T) {
     for (int i = 0; i <= L; ++i) s.w.xs.emplace_back(alloc_, BT * C, "act.residual");
     if (per_layer) {
       s.w.acts.resize(static_cast<size_t>(L));
-      for (auto& a : s.w.acts) a.allocate(alloc_, B, T, C, NH, options_.attention);
+      for (auto& a : s.w.acts) a.allocate(alloc_, B, T, C, C / tp_, NH / tp_, options_.attention);
     }
     if (sharding_.has_embedding) s.tokens = Buffer<int32_t>(alloc_, BT, "act.tokens");
     if (sharding_.has_head) {

@@ -16,6 +16,7 @@
 #include "ft/trainer/checkpoint_io.h"
 #include "ft/trainer/ops.h"
 #include "ft/trainer/pipeline.h"
+#include "ft/trainer/tensor_parallel.h"
 #include "ft/trainer/tokenizer_gpt2.h"
 
 namespace ft::trainer {
@@ -123,17 +124,13 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                            : data::make_tokenizer(config_.tokenizer, config_.tokenizer_vocab,
                                                   config_.tokenizer_merges)) {
   config_.validate();
-  if (config_.parallel.tp > 1 || config_.parallel.zero > 0) {
-    throw ConfigError("tensor parallel and ZeRO are not implemented yet");
-  }
   // Pipeline stage: blocks of this stage, embedding on the first, head on the last.
   const int pp = config_.parallel.pp;
-  const ModelSharding sharding =
-      pp > 1 ? pipeline_sharding(config_.model.num_layers, pp, groups_.pp_stage) : ModelSharding{};
   if (pp > 1 && !config_.export_llmc.empty()) {
     throw ConfigError(
         "--export-llmc is not supported with --pp > 1 (each stage holds part of the model)");
   }
+  check_tp_degree(config_.model, config_.parallel.tp);
   const int threads = config_.threads > 0 ? config_.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
   config_.threads = threads;
@@ -175,6 +172,9 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                                   config_.seq_len, need));
   }
 
+  ModelSharding sharding =
+      pp > 1 ? pipeline_sharding(config_.model.num_layers, pp, groups_.pp_stage) : ModelSharding{};
+  sharding.tp = groups_.tp.get();  // size > 1: this rank holds 1/tp of the heads and MLP
   model_ = std::make_unique<GptModel>(config_.model, *alloc_, config_.options, sharding);
   // Auto: bf16 logits in L3-sized chunks (48 MiB: less memory, no measured loss of
   // speed); fp32 logits whole up to 1 GiB, which measured 10-20% faster on config (B)
@@ -204,18 +204,16 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                                     config_.init_from, a.describe(), b.describe()));
     }
     // wpe rows beyond our max_seq_len are dropped; the layout is otherwise identical
-    // (a pipeline stage takes its slice).
+    // (a pipeline stage takes its slice; a tensor-parallel rank its shard of that).
     ParamLayout src = ParamLayout::make(a);
-    const ParamLayout& dst = model_->layout();
     for (int i = 0; i < kNumParamTensors; ++i) {
-      std::memcpy(model_->params() + dst.offsets[i],
-                  m.params.data() + src.offsets[i] + model_->stage_slice_offset(i),
-                  dst.sizes[i] * sizeof(float));
+      model_->load_full_tensor(i, m.params.data() + src.offsets[i] + model_->stage_slice_offset(i));
     }
     model_->refresh_low_precision();
   }
+  // Replicas of the same shard start identical (ranks of a DP group hold the same
+  // stage and TP shard; other ranks hold different parts, so this is not over the world).
   if (groups_.dp->world_size() > 1) {
-    // Replicas of the same shard start identical (pipeline stages hold different parts).
     groups_.dp->broadcast(model_->params(), n, 0);
     model_->refresh_low_precision();
   }
@@ -300,9 +298,7 @@ StepMetrics Trainer::step() {
   {
     FT_RANGE("optimizer", RangeKind::kOptimizer);
     // One pass: a non-finite sum of squares means an fp16 overflow (or a real blow-up).
-    // Pipeline: the global norm over the stages (tied wte once).
-    const double sq =
-        pipeline_ ? pipeline_->global_grad_sum_squares() : ops::sum_squares(model_->grads(), n);
+    const double sq = grad_sum_squares();
     const double norm = std::sqrt(sq) / loss_scale;
     m.grad_norm = norm;
     bool skip = false;
@@ -337,6 +333,28 @@ StepMetrics Trainer::step() {
   ++step_;
   if (observer_) observer_->on_step_end(m);
   return m;
+}
+
+double Trainer::grad_sum_squares() {
+  if (model_->tp_size() == 1 && !pipeline_) {
+    return ops::sum_squares(model_->grads(), model_->num_params());
+  }
+  // Tensor parallel: the global norm sums the shards of the split tensors over the TP
+  // group and counts the replicated tensors (identical on every TP rank) once.
+  const GptModel::SquareSums s = model_->grad_square_sums();
+  double sharded = s.sharded;
+  if (model_->tp_size() > 1) groups_.tp->all_reduce_sum(&sharded, 1);
+  double sq = sharded + s.replicated;
+  if (pipeline_) {
+    // Pipeline: the stages' sums add up; the tied wte, held by the first and the last
+    // stage, counts once (on the first).
+    const int stages = groups_.pp->world_size();
+    if (stages > 1 && groups_.pp_stage == stages - 1) {
+      sq -= ops::sum_squares(model_->grad(kWte), model_->layout().sizes[kWte]);
+    }
+    groups_.pp->all_reduce_sum(&sq, 1);
+  }
+  return sq;
 }
 
 void Trainer::apply_update(float lr, float grad_scale) {
@@ -409,7 +427,9 @@ void Trainer::save(const std::string& dir) {
       {"data_chunk", train_loader_->state().chunk},
       {"data_row", train_loader_->state().row},
       {"rng", {rs[0], rs[1], rs[2], rs[3]}},
-      {"num_params", model_->num_params()}};
+      {"num_params", model_->num_params()},
+      {"tp_size", model_->tp_size()},
+      {"tp_rank", model_->tp_rank()}};
   const ModelSharding& sh = model_->sharding();
   meta["pipeline"] = {{"stages", groups_.pp->world_size()},
                       {"stage", groups_.pp_stage},
@@ -427,6 +447,19 @@ void Trainer::save(const std::string& dir) {
 void Trainer::load(const std::string& dir) {
   const auto path = checkpoint_path(dir, *groups_.world);
   if (!std::filesystem::exists(path)) {
+    const bool single = std::filesystem::exists(std::filesystem::path(dir) / kCheckpointFile);
+    const bool ranked =
+        std::filesystem::exists(std::filesystem::path(dir) / "rank0" / kCheckpointFile);
+    if (single && groups_.world->world_size() > 1) {
+      throw ConfigError(fmt::format("'{}' holds a one-process checkpoint, but this run has {} ranks",
+                                    dir, groups_.world->world_size()));
+    }
+    if (ranked && groups_.world->world_size() == 1) {
+      throw ConfigError(fmt::format(
+          "'{}' holds per-rank checkpoints of a multi-process run (rank0/, ...), but this run is "
+          "one process",
+          dir));
+    }
     throw IoError(fmt::format("no checkpoint at '{}'", path.string()));
   }
   CheckpointReader r(path);
@@ -463,6 +496,17 @@ void Trainer::load(const std::string& dir) {
           path.string(), pl.at("stage").get<int>(), pl.at("stages").get<int>(), f,
           f + pl.at("num_layers").get<int>(), groups_.pp_stage, groups_.pp->world_size(),
           sh.first_layer, sh.first_layer + sh.num_layers));
+    }
+    // Tensor parallel: each rank's file holds its own shard (checkpoints from before
+    // tensor parallelism are one whole model).
+    const int ck_tp = meta.contains("tp_size") ? meta.at("tp_size").get<int>() : 1;
+    const int ck_tp_rank = meta.contains("tp_rank") ? meta.at("tp_rank").get<int>() : 0;
+    if (ck_tp != model_->tp_size() || ck_tp_rank != model_->tp_rank()) {
+      throw ConfigError(fmt::format(
+          "checkpoint '{}' holds tensor-parallel shard {} of {} (--tp {}), but this rank holds "
+          "shard {} of {} (--tp {}): resume with the --tp (and rank layout) it was saved with",
+          path.string(), ck_tp_rank, ck_tp, ck_tp, model_->tp_rank(), model_->tp_size(),
+          model_->tp_size()));
     }
     if (meta.at("num_params").get<size_t>() != model_->num_params()) {
       throw FormatError(fmt::format("checkpoint '{}' has {} parameters, expected {}", path.string(),

@@ -77,6 +77,24 @@ class GptModel {
   const float* grads() const { return grads_.data(); }
   float* param(int index) { return params_.data() + layout_.offsets[index]; }
   float* grad(int index) { return grads_.data() + layout_.offsets[index]; }
+  const float* grad(int index) const { return grads_.data() + layout_.offsets[index]; }
+
+  // Tensor parallelism (ModelSharding::tp of size t > 1, see tensor_parallel.h):
+  // layout() is this rank's shard; full_layout() the whole model's.
+  int tp_size() const { return tp_; }
+  int tp_rank() const { return tp_rank_; }
+  const ParamLayout& full_layout() const { return full_layout_; }
+  // Sets tensor `index` from the whole tensor (full_layout().sizes[index] elements),
+  // keeping this rank's shard. Call refresh_low_precision() afterwards.
+  void load_full_tensor(int index, const float* full);
+  // The whole model's parameters in the llm.c layout; collective over the TP group.
+  std::vector<float> gather_full_params();
+  // Sums of squared gradients over the TP-sharded tensors and the replicated ones
+  // (the global squared norm is the TP all-reduce of `sharded` plus `replicated`).
+  struct SquareSums {
+    double sharded = 0, replicated = 0;
+  };
+  SquareSums grad_square_sums() const;
 
   // Re-derives the low-precision weight copies after params changed.
   void refresh_low_precision();
@@ -147,6 +165,11 @@ class GptModel {
   void layer_backward(int l, const float* x, float* dres, LayerActs& a, int B, int T,
                       bool first_micro);
   const void* lp_weight(int index, int layer);
+  void setup_tensor_parallel();
+  // Row-parallel output: sum the TP ranks' partials in place, then add the bias (may be null).
+  void tp_reduce_output(float* out, const float* bias, int N, int C);
+  // Column-parallel input gradient: sum the TP ranks' partials in place.
+  void tp_reduce_input_grad(float* dinp, int N, int C);
   // Embeddings, blocks and the final LayerNorm; the LM head runs in head_chunk().
   void run_forward(const int32_t* inputs, int B, int T, Workspace& w, bool keep);
   int head_chunk_rows(int N) const;
@@ -168,6 +191,8 @@ class GptModel {
   GradReadyHook grad_ready_;
   std::unique_ptr<StageState> stage_;  // pipeline-stage workspaces (model_stage.cpp)
   StageSlot& stage_slot(int slot, const char* what);
+  int tp_ = 1, tp_rank_ = 0;  // tensor-parallel degree and this rank's place
+  ParamLayout full_layout_;   // the unsharded layout (== layout_ when tp_ == 1)
 };
 
 // The sharding with num_layers resolved (-1: the blocks from first_layer on), after

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,7 +86,7 @@ class Trainer {
   StepMetrics step();
   // Mean validation loss over config.val_batches micro-batches from the start of the split.
   double evaluate();
-  // Writes DIR/checkpoint.ft atomically.
+  // Writes DIR/checkpoint.ft atomically (several ranks: DIR/rank{r}/checkpoint.ft).
   void save(const std::string& dir);
   // Restores model, optimizer, loss scaler, data position and RNG from DIR.
   void load(const std::string& dir);
@@ -111,6 +112,8 @@ class Trainer {
 
  private:
   void apply_update(float lr, float grad_scale);
+  // Squared L2 norm of the whole model's gradient (collective over TP when tp > 1).
+  double grad_sum_squares();
   void restart_loader(const data::LoaderState& start);
   data::LoaderOptions loader_options() const;
 
