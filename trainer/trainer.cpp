@@ -14,8 +14,10 @@
 #include "ft/core/env_info.h"
 #include "ft/core/error.h"
 #include "ft/trainer/checkpoint_io.h"
+#include "ft/trainer/grad_sync.h"
 #include "ft/trainer/ops.h"
 #include "ft/trainer/tokenizer_gpt2.h"
+#include "ft/trainer/zero_optimizer.h"
 
 namespace ft::trainer {
 
@@ -24,8 +26,6 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
-constexpr const char* kCheckpointFile = "checkpoint.ft";
-constexpr int kCheckpointVersion = 1;
 }  // namespace
 
 namespace {
@@ -57,6 +57,8 @@ nlohmann::json StepMetrics::to_json() const {
           {"data_ms", data_ms},
           {"data_wait_ms", data_wait_ms},
           {"data_preprocess_ms", data_preprocess_ms},
+          {"comm_ms", comm_ms},
+          {"comm_exposed_share", comm_exposed_share()},
           {"tokens_per_s", tokens_per_s},
           {"mfu", mfu},
           {"skipped", skipped},
@@ -75,6 +77,8 @@ nlohmann::json TrainSummary::to_json() const {
                       {"mean_data_wait_ms", mean_data_wait_ms},
                       {"mean_data_preprocess_ms", mean_data_preprocess_ms},
                       {"data_wait_share", data_wait_share()},
+                      {"mean_comm_ms", mean_comm_ms},
+                      {"comm_exposed_share", comm_exposed_share()},
                       {"skipped_steps", skipped_steps},
                       {"mem_peak", memory.peak_allocated},
                       {"mem_reserved_peak", memory.peak_reserved},
@@ -111,8 +115,8 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                            : data::make_tokenizer(config_.tokenizer, config_.tokenizer_vocab,
                                                   config_.tokenizer_merges)) {
   config_.validate();
-  if (config_.parallel.tp > 1 || config_.parallel.pp > 1 || config_.parallel.zero > 0) {
-    throw ConfigError("tensor parallel, pipeline parallel and ZeRO are not implemented yet");
+  if (config_.parallel.tp > 1 || config_.parallel.pp > 1) {
+    throw ConfigError("tensor parallel and pipeline parallel are not implemented yet");
   }
   const int threads = config_.threads > 0 ? config_.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
@@ -166,10 +170,23 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
   model_->init_weights(config_.seed);
   rng_.reseed(config_.seed ^ 0x5eedull);
   const size_t n = model_->num_params();
-  adam_m_ = Buffer<float>(*alloc_, n, "adam.m");
-  adam_v_ = Buffer<float>(*alloc_, n, "adam.v");
-  std::memset(adam_m_.data(), 0, n * sizeof(float));
-  std::memset(adam_v_.data(), 0, n * sizeof(float));
+  const ParallelConfig& par = config_.parallel;
+  if (groups_.dp->world_size() > 1 || par.zero > 0) {
+    GradSyncOptions so;
+    so.overlap = par.overlap;
+    so.reduce_scatter = par.zero == 2;
+    so.bucket_bytes = static_cast<size_t>(par.bucket_mb * (1 << 20));
+    sync_ = std::make_unique<GradSync>(*model_, *groups_.dp, *alloc_, so);
+  }
+  if (par.zero > 0) {
+    zero_ = std::make_unique<ZeroOptimizer>(*model_, *groups_.dp, *alloc_, sync_->layout(),
+                                            sync_->staging());
+  } else {
+    adam_m_ = Buffer<float>(*alloc_, n, "adam.m");
+    adam_v_ = Buffer<float>(*alloc_, n, "adam.v");
+    std::memset(adam_m_.data(), 0, n * sizeof(float));
+    std::memset(adam_v_.data(), 0, n * sizeof(float));
+  }
   scaler_.scale = config_.options.precision == Precision::kFp16 ? config_.loss_scale : 1.0f;
   scaler_.growth_interval = config_.loss_scale_window;
 
@@ -214,6 +231,12 @@ data::LoaderOptions Trainer::loader_options() const {
   o.preprocess_cost = config_.preprocess_cost;
   o.shuffle = config_.shuffle;
   o.seed = config_.seed;
+  // DP rank r of d takes micro-batches [r*K, r*K + K) of every d*K of the sequence: the global
+  // batch of a step is what one process with --grad-accum d*K reads.
+  const int d = groups_.dp->world_size(), K = config_.grad_accum;
+  o.shard_period = d * K;
+  o.shard_first = groups_.dp_rank * K;
+  o.shard_count = K;
   return o;
 }
 
@@ -239,7 +262,7 @@ StepMetrics Trainer::step() {
   const float loss_scale = scaler_.scale;
   Communicator& dp = *groups_.dp;
   const float dloss = loss_scale / (static_cast<float>(B) * T * K * dp.world_size());
-  double loss_sum = 0, data_ms = 0, wait_ms = 0, pre_ms = 0;
+  double loss_sum = 0, data_ms = 0, wait_ms = 0, pre_ms = 0, comm_ms = 0;
   for (int k = 0; k < K; ++k) {
     {
       FT_RANGE("data.next", RangeKind::kData, k);
@@ -249,14 +272,17 @@ StepMetrics Trainer::step() {
       wait_ms += batch_.timing.wait_ns / 1e6;
       pre_ms += batch_.timing.preprocess_ns / 1e6;
     }
+    if (sync_ && k == K - 1) sync_->arm();  // only the last micro-batch communicates
     loss_sum += model_->forward_backward(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
   }
   double loss = loss_sum / K;
   const size_t n = model_->num_params();
+  if (sync_) comm_ms += sync_->finish();
   if (dp.world_size() > 1) {
-    dp.all_reduce_sum(model_->grads(), n);
+    const auto tc = Clock::now();
     dp.all_reduce_sum(&loss, 1);
     loss /= dp.world_size();
+    comm_ms += ms_since(tc);
   }
   StepMetrics m;
   m.step = step_;
@@ -266,7 +292,11 @@ StepMetrics Trainer::step() {
   {
     FT_RANGE("optimizer", RangeKind::kOptimizer);
     // One pass: a non-finite sum of squares means an fp16 overflow (or a real blow-up).
-    const double sq = ops::sum_squares(model_->grads(), n);
+    // Under ZeRO each rank holds the reduced gradients of its shard only: the global norm is
+    // the shards' sums of squares summed over the DP group.
+    const auto tc = Clock::now();
+    const double sq = zero_ ? zero_->grad_sum_squares() : ops::sum_squares(model_->grads(), n);
+    if (zero_) comm_ms += ms_since(tc);
     const double norm = std::sqrt(sq) / loss_scale;
     m.grad_norm = norm;
     bool skip = false;
@@ -279,12 +309,13 @@ StepMetrics Trainer::step() {
       if (config_.clip > 0 && std::isfinite(norm) && norm > config_.clip) {
         clip_factor = static_cast<float>(config_.clip / (norm + 1e-6));
       }
-      apply_update(m.lr, clip_factor / loss_scale);
+      comm_ms += apply_update(m.lr, clip_factor / loss_scale);
     }
   }
   m.data_ms = data_ms;
   m.data_wait_ms = wait_ms;
   m.data_preprocess_ms = pre_ms;
+  m.comm_ms = comm_ms;
   m.step_ms = ms_since(t0);
   const double tokens = static_cast<double>(B) * T * K * dp.world_size();
   m.tokens_per_s = tokens / (m.step_ms / 1000.0);
@@ -299,8 +330,12 @@ StepMetrics Trainer::step() {
   return m;
 }
 
-void Trainer::apply_update(float lr, float grad_scale) {
+double Trainer::apply_update(float lr, float grad_scale) {
   ++adam_t_;
+  if (zero_) {
+    const AdamWSettings s{config_.beta1, config_.beta2, config_.eps, config_.weight_decay};
+    return zero_->update(lr, s, grad_scale, adam_t_);
+  }
   const ParamLayout& L = model_->layout();
   // Chunks of 1 MiB of parameters: the low-precision copy of each chunk is made
   // right after its update, while it is still in cache.
@@ -315,6 +350,7 @@ void Trainer::apply_update(float lr, float grad_scale) {
       model_->refresh_low_precision(off, n);
     }
   }
+  return 0;
 }
 
 double Trainer::evaluate() {
@@ -326,99 +362,21 @@ double Trainer::evaluate() {
   o.finite = true;
   o.prefetch = std::min(o.prefetch, config_.val_batches);
   o.timing_capacity = 0;
+  // DP ranks share the val_batches batches (batch i on rank i % d) and sum the losses.
+  Communicator& dp = *groups_.dp;
+  const int d = dp.world_size();
+  o.shard_period = d;
+  o.shard_first = groups_.dp_rank;
+  o.shard_count = 1;
   data::PrefetchLoader loader(split_.val, o);
   data::Batch b;
-  double sum = 0;
-  int nb = 0;
-  while (nb < config_.val_batches && loader.next(b)) {
-    sum += model_->forward_loss(b.inputs(), b.targets(), B, T);
-    ++nb;
+  double acc[2] = {0, 0};  // loss sum, batches
+  for (int i = groups_.dp_rank; i < config_.val_batches && loader.next(b); i += d) {
+    acc[0] += model_->forward_loss(b.inputs(), b.targets(), B, T);
+    acc[1] += 1;
   }
-  return nb > 0 ? sum / nb : -1;
-}
-
-void Trainer::save(const std::string& dir) {
-  FT_RANGE("checkpoint.save", RangeKind::kHost);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw IoError(fmt::format("cannot create checkpoint directory '{}': {}", dir, ec.message()));
-  const auto rs = rng_.state();
-  nlohmann::json meta = {
-      {"format", "ft-checkpoint"},
-      {"version", kCheckpointVersion},
-      {"next_step", step_},
-      {"adam_t", adam_t_},
-      {"config", config_.to_json()},
-      {"loss_scale", scaler_.scale},
-      {"loss_scale_clean_steps", scaler_.clean_steps},
-      {"loss_scale_overflows", scaler_.overflows},
-      {"data_position", train_loader_->state().batches},
-      {"data_epoch", train_loader_->epoch()},
-      {"data_chunk", train_loader_->state().chunk},
-      {"data_row", train_loader_->state().row},
-      {"rng", {rs[0], rs[1], rs[2], rs[3]}},
-      {"num_params", model_->num_params()}};
-  CheckpointWriter w;
-  w.set_meta(meta);
-  const size_t bytes = model_->num_params() * sizeof(float);
-  w.add_section("params", model_->params(), bytes);
-  w.add_section("adam_m", adam_m_.data(), bytes);
-  w.add_section("adam_v", adam_v_.data(), bytes);
-  w.commit(std::filesystem::path(dir) / kCheckpointFile);
-}
-
-void Trainer::load(const std::string& dir) {
-  const auto path = std::filesystem::path(dir) / kCheckpointFile;
-  if (!std::filesystem::exists(path)) {
-    throw IoError(fmt::format("no checkpoint at '{}'", path.string()));
-  }
-  CheckpointReader r(path);
-  const nlohmann::json& meta = r.meta();
-  try {
-    if (meta.at("format") != "ft-checkpoint" || meta.at("version").get<int>() != kCheckpointVersion) {
-      throw FormatError(fmt::format("'{}' is not a version-{} ft checkpoint", path.string(),
-                                    kCheckpointVersion));
-    }
-    const nlohmann::json& c = meta.at("config");
-    const GptConfig& g = config_.model;
-    if (c.at("layers") != g.num_layers || c.at("heads") != g.num_heads ||
-        c.at("channels") != g.channels || c.at("vocab") != g.vocab_size ||
-        c.at("padded_vocab") != g.padded_vocab || c.at("max_seq_len") != g.max_seq_len) {
-      throw ConfigError(fmt::format(
-          "checkpoint '{}' holds a model L{} NH{} C{} V{} Tmax{}, but the run is configured as {}",
-          path.string(), c.at("layers").get<int>(), c.at("heads").get<int>(),
-          c.at("channels").get<int>(), c.at("vocab").get<int>(), c.at("max_seq_len").get<int>(),
-          g.describe()));
-    }
-    if (meta.at("num_params").get<size_t>() != model_->num_params()) {
-      throw FormatError(fmt::format("checkpoint '{}' has {} parameters, expected {}", path.string(),
-                                    meta.at("num_params").get<size_t>(), model_->num_params()));
-    }
-    const size_t bytes = model_->num_params() * sizeof(float);
-    r.read("params", model_->params(), bytes);
-    r.read("adam_m", adam_m_.data(), bytes);
-    r.read("adam_v", adam_v_.data(), bytes);
-    step_ = meta.at("next_step").get<int>();
-    adam_t_ = meta.at("adam_t").get<int>();
-    scaler_.scale = meta.at("loss_scale").get<float>();
-    scaler_.clean_steps = meta.at("loss_scale_clean_steps").get<int>();
-    scaler_.overflows = meta.at("loss_scale_overflows").get<uint64_t>();
-    if (!meta.contains("data_chunk")) {
-      throw FormatError(fmt::format(
-          "checkpoint '{}' predates the chunked data loader (no data_chunk): its data position "
-          "cannot be restored",
-          path.string()));
-    }
-    restart_loader(data::LoaderState{meta.at("data_chunk").get<uint64_t>(),
-                                     meta.at("data_row").get<uint64_t>(),
-                                     meta.at("data_position").get<uint64_t>()});
-    const auto& rs = meta.at("rng");
-    rng_.set_state({rs.at(0).get<uint64_t>(), rs.at(1).get<uint64_t>(), rs.at(2).get<uint64_t>(),
-                    rs.at(3).get<uint64_t>()});
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(fmt::format("checkpoint '{}' metadata is malformed: {}", path.string(), e.what()));
-  }
-  model_->refresh_low_precision();
+  if (d > 1) dp.all_reduce_sum(acc, 2);
+  return acc[1] > 0 ? acc[0] / acc[1] : -1;
 }
 
 }  // namespace ft::trainer

@@ -34,6 +34,11 @@ struct StepMetrics {
   double data_ms = 0;       // time spent in the loader's next() (training thread)
   double data_wait_ms = 0;  // of which blocked waiting for a batch (in-line: all of it)
   double data_preprocess_ms = 0;  // preprocessing of this step's batches (worker side)
+  // Training thread blocked on data-parallel communication: waiting for the gradient buckets
+  // (without overlap: all of their synchronisation), the loss and norm reductions and ZeRO's
+  // parameter all-gather. 0 on one process.
+  double comm_ms = 0;
+  double comm_exposed_share() const { return step_ms > 0 ? comm_ms / step_ms : 0; }
   nlohmann::json to_json() const;
 };
 
@@ -46,6 +51,8 @@ struct TrainSummary {
   double mean_data_wait_ms = 0;        // loader wait per step (same steps as the means above)
   double mean_data_preprocess_ms = 0;  // loader preprocessing per step
   double data_wait_share() const { return mean_step_ms > 0 ? mean_data_wait_ms / mean_step_ms : 0; }
+  double mean_comm_ms = 0;  // StepMetrics::comm_ms per step (same steps as the means above)
+  double comm_exposed_share() const { return mean_step_ms > 0 ? mean_comm_ms / mean_step_ms : 0; }
   double val_loss = -1;          // < 0 when not measured
   uint64_t skipped_steps = 0;
   AllocatorStats memory;
@@ -66,6 +73,9 @@ class StepObserver {
   virtual void on_step_end(const StepMetrics& metrics) noexcept = 0;
 };
 
+class GradSync;
+class ZeroOptimizer;
+
 class Trainer {
  public:
   // Loads the data and builds the model (initialised, or restored from
@@ -81,9 +91,12 @@ class Trainer {
   StepMetrics step();
   // Mean validation loss over config.val_batches micro-batches from the start of the split.
   double evaluate();
-  // Writes DIR/checkpoint.ft atomically.
+  // Writes DIR/checkpoint.ft atomically. With several ranks (collective: every rank calls it):
+  // DIR/rank{r}/checkpoint.ft per rank, then, once all are written, DIR/parallel.json (the
+  // layout and step) from rank 0, which marks the checkpoint complete.
   void save(const std::string& dir);
-  // Restores model, optimizer, loss scaler, data position and RNG from DIR.
+  // Restores model, optimizer (this rank's shard under ZeRO), loss scaler, data position and
+  // RNG from DIR; a multi-rank checkpoint must match this run's layout (ConfigError otherwise).
   void load(const std::string& dir);
 
   int next_step() const { return step_; }
@@ -96,15 +109,17 @@ class Trainer {
   std::string peak_source() const { return peak_source_; }
   const LossScaler& loss_scaler() const { return scaler_; }
   const ParallelGroups& groups() const { return groups_; }
+  const GradSync* grad_sync() const { return sync_.get(); }  // null on one process without ZeRO
   // Installs (or, with nullptr, removes) the step observer; not owned.
   void set_observer(StepObserver* observer) { observer_ = observer; }
-  uint64_t data_position() const;  // training batches delivered so far
+  uint64_t data_position() const;  // batch sequence position after this rank's last batch
   data::LoaderState loader_state() const;
   // Per-batch loader timings since the last call (for the profiler).
   std::vector<data::BatchTiming> take_loader_timings();
 
  private:
-  void apply_update(float lr, float grad_scale);
+  // Returns the milliseconds spent in communication (ZeRO's parameter all-gather).
+  double apply_update(float lr, float grad_scale);
   void restart_loader(const data::LoaderState& start);
   data::LoaderOptions loader_options() const;
 
@@ -116,7 +131,9 @@ class Trainer {
   std::unique_ptr<data::PrefetchLoader> train_loader_;
   data::Batch batch_;  // the micro-batch in use (its staging buffer)
   std::unique_ptr<GptModel> model_;
-  Buffer<float> adam_m_, adam_v_;  // (num_params)
+  Buffer<float> adam_m_, adam_v_;  // (num_params); unused under ZeRO
+  std::unique_ptr<GradSync> sync_;        // data parallelism (dp > 1) or ZeRO
+  std::unique_ptr<ZeroOptimizer> zero_;   // ZeRO-1/2: AdamW state of this rank's shard
   LossScaler scaler_;
   Rng rng_;
   int step_ = 0;
