@@ -18,18 +18,15 @@ namespace {
 constexpr const char* kCheckpointFile = "checkpoint.ft";
 constexpr const char* kParallelFile = "parallel.json";
 constexpr int kCheckpointVersion = 1;
-}  // namespace
-
-namespace {
 
 nlohmann::json layout_json(const ParallelConfig& p, int world_size) {
   return {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"zero", p.zero}, {"world_size", world_size}};
 }
 
 std::string describe_layout(const nlohmann::json& j) {
-  return fmt::format("dp {} x tp {} x pp {}, zero {} ({} ranks)", j.value("dp", 1),
-                     j.value("tp", 1), j.value("pp", 1), j.value("zero", 0),
-                     j.value("world_size", 1));
+  const int n = j.value("world_size", 1);
+  return fmt::format("dp {} x tp {} x pp {}, zero {} ({} rank{})", j.value("dp", 1),
+                     j.value("tp", 1), j.value("pp", 1), j.value("zero", 0), n, n == 1 ? "" : "s");
 }
 
 std::string resume_command(const nlohmann::json& j) {
