@@ -14,10 +14,12 @@
 #include "ft/core/env_info.h"
 #include "ft/core/error.h"
 #include "ft/trainer/checkpoint_io.h"
+#include "ft/trainer/grad_sync.h"
 #include "ft/trainer/ops.h"
 #include "ft/trainer/pipeline.h"
 #include "ft/trainer/tensor_parallel.h"
 #include "ft/trainer/tokenizer_gpt2.h"
+#include "ft/trainer/zero_optimizer.h"
 
 namespace ft::trainer {
 
@@ -25,14 +27,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-constexpr const char* kCheckpointFile = "checkpoint.ft";
-constexpr int kCheckpointVersion = 1;
-// A multi-process run keeps one checkpoint per rank: DIR/rank{r}/checkpoint.ft.
-std::filesystem::path checkpoint_path(const std::string& dir, const Communicator& world) {
-  std::filesystem::path d(dir);
-  if (world.world_size() > 1) d /= fmt::format("rank{}", world.rank());
-  return d / kCheckpointFile;
 }
 }  // namespace
 
@@ -65,6 +59,8 @@ nlohmann::json StepMetrics::to_json() const {
                       {"data_ms", data_ms},
                       {"data_wait_ms", data_wait_ms},
                       {"data_preprocess_ms", data_preprocess_ms},
+                      {"comm_ms", comm_ms},
+                      {"comm_exposed_share", comm_exposed_share()},
                       {"tokens_per_s", tokens_per_s},
                       {"mfu", mfu},
                       {"skipped", skipped},
@@ -88,6 +84,8 @@ nlohmann::json TrainSummary::to_json() const {
                       {"mean_data_wait_ms", mean_data_wait_ms},
                       {"mean_data_preprocess_ms", mean_data_preprocess_ms},
                       {"data_wait_share", data_wait_share()},
+                      {"mean_comm_ms", mean_comm_ms},
+                      {"comm_exposed_share", comm_exposed_share()},
                       {"skipped_steps", skipped_steps},
                       {"mem_peak", memory.peak_allocated},
                       {"mem_reserved_peak", memory.peak_reserved},
@@ -131,6 +129,12 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
         "--export-llmc is not supported with --pp > 1 (each stage holds part of the model)");
   }
   check_tp_degree(config_.model, config_.parallel.tp);
+  if (config_.parallel.zero > 0 && (config_.parallel.tp > 1 || pp > 1)) {
+    throw ConfigError(fmt::format(
+        "--zero {} with --tp {} / --pp {}: ZeRO is implemented for pure data parallelism only "
+        "(its shards and global norm do not yet account for tensor or pipeline sharding)",
+        config_.parallel.zero, config_.parallel.tp, pp));
+  }
   const int threads = config_.threads > 0 ? config_.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
   config_.threads = threads;
@@ -186,10 +190,23 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
   model_->init_weights(config_.seed);
   rng_.reseed(config_.seed ^ 0x5eedull);
   const size_t n = model_->num_params();
-  adam_m_ = Buffer<float>(*alloc_, n, "adam.m");
-  adam_v_ = Buffer<float>(*alloc_, n, "adam.v");
-  std::memset(adam_m_.data(), 0, n * sizeof(float));
-  std::memset(adam_v_.data(), 0, n * sizeof(float));
+  const ParallelConfig& par = config_.parallel;
+  if (groups_.dp->world_size() > 1 || par.zero > 0) {
+    GradSyncOptions so;
+    so.overlap = par.overlap;
+    so.reduce_scatter = par.zero == 2;
+    so.bucket_bytes = static_cast<size_t>(par.bucket_mb * (1 << 20));
+    sync_ = std::make_unique<GradSync>(*model_, *groups_.dp, *alloc_, so);
+  }
+  if (par.zero > 0) {
+    zero_ = std::make_unique<ZeroOptimizer>(*model_, *groups_.dp, *alloc_, sync_->layout(),
+                                            sync_->staging());
+  } else {
+    adam_m_ = Buffer<float>(*alloc_, n, "adam.m");
+    adam_v_ = Buffer<float>(*alloc_, n, "adam.v");
+    std::memset(adam_m_.data(), 0, n * sizeof(float));
+    std::memset(adam_v_.data(), 0, n * sizeof(float));
+  }
   scaler_.scale = config_.options.precision == Precision::kFp16 ? config_.loss_scale : 1.0f;
   scaler_.growth_interval = config_.loss_scale_window;
 
@@ -236,6 +253,12 @@ data::LoaderOptions Trainer::loader_options() const {
   o.preprocess_cost = config_.preprocess_cost;
   o.shuffle = config_.shuffle;
   o.seed = config_.seed;
+  // DP rank r of d takes micro-batches [r*K, r*K + K) of every d*K of the sequence: the global
+  // batch of a step is what one process with --grad-accum d*K reads.
+  const int d = groups_.dp->world_size(), K = config_.grad_accum;
+  o.shard_period = d * K;
+  o.shard_first = groups_.dp_rank * K;
+  o.shard_count = K;
   return o;
 }
 
@@ -261,7 +284,7 @@ StepMetrics Trainer::step() {
   const float loss_scale = scaler_.scale;
   Communicator& dp = *groups_.dp;
   const float dloss = loss_scale / (static_cast<float>(B) * T * K * dp.world_size());
-  double loss_sum = 0, data_ms = 0, wait_ms = 0, pre_ms = 0;
+  double loss_sum = 0, data_ms = 0, wait_ms = 0, pre_ms = 0, comm_ms = 0;
   auto next_batch = [&](int k) {
     FT_RANGE("data.next", RangeKind::kData, k);
     const auto td = Clock::now();
@@ -277,18 +300,23 @@ StepMetrics Trainer::step() {
       return MicroBatch{batch_.inputs(), batch_.targets()};
     });
     pipeline_->sync_tied_grads();
+    // Data parallel over pipeline replicas: the buckets go after the schedule (arming
+    // earlier would send the first micro-batch's partial gradients).
+    if (sync_) sync_->arm();
   } else {
     for (int k = 0; k < K; ++k) {
       next_batch(k);
+      if (sync_ && k == K - 1) sync_->arm();  // only the last micro-batch communicates
       loss_sum += model_->forward_backward(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
     }
   }
   double loss = loss_sum / K;
-  const size_t n = model_->num_params();
+  if (sync_) comm_ms += sync_->finish();
   if (dp.world_size() > 1) {
-    dp.all_reduce_sum(model_->grads(), n);
+    const auto tc = Clock::now();
     dp.all_reduce_sum(&loss, 1);
     loss /= dp.world_size();
+    comm_ms += ms_since(tc);
   }
   StepMetrics m;
   m.step = step_;
@@ -298,7 +326,11 @@ StepMetrics Trainer::step() {
   {
     FT_RANGE("optimizer", RangeKind::kOptimizer);
     // One pass: a non-finite sum of squares means an fp16 overflow (or a real blow-up).
-    const double sq = grad_sum_squares();
+    // Under ZeRO each rank holds the reduced gradients of its shard only: the global norm is
+    // the shards' sums of squares summed over the DP group.
+    const auto tc = Clock::now();
+    const double sq = zero_ ? zero_->grad_sum_squares() : grad_sum_squares();
+    if (zero_) comm_ms += ms_since(tc);
     const double norm = std::sqrt(sq) / loss_scale;
     m.grad_norm = norm;
     bool skip = false;
@@ -311,7 +343,7 @@ StepMetrics Trainer::step() {
       if (config_.clip > 0 && std::isfinite(norm) && norm > config_.clip) {
         clip_factor = static_cast<float>(config_.clip / (norm + 1e-6));
       }
-      apply_update(m.lr, clip_factor / loss_scale);
+      comm_ms += apply_update(m.lr, clip_factor / loss_scale);
     }
   }
   m.data_ms = data_ms;
@@ -321,6 +353,7 @@ StepMetrics Trainer::step() {
     m.pp_busy_ms = pipeline_->stats().busy_ms;
     m.pp_wait_ms = pipeline_->stats().wait_ms;
   }
+  m.comm_ms = comm_ms;
   m.step_ms = ms_since(t0);
   const double tokens = static_cast<double>(B) * T * K * dp.world_size();
   m.tokens_per_s = tokens / (m.step_ms / 1000.0);
@@ -357,8 +390,12 @@ double Trainer::grad_sum_squares() {
   return sq;
 }
 
-void Trainer::apply_update(float lr, float grad_scale) {
+double Trainer::apply_update(float lr, float grad_scale) {
   ++adam_t_;
+  if (zero_) {
+    const AdamWSettings s{config_.beta1, config_.beta2, config_.eps, config_.weight_decay};
+    return zero_->update(lr, s, grad_scale, adam_t_);
+  }
   const ParamLayout& L = model_->layout();
   // Chunks of 1 MiB of parameters: the low-precision copy of each chunk is made
   // right after its update, while it is still in cache.
@@ -373,6 +410,7 @@ void Trainer::apply_update(float lr, float grad_scale) {
       model_->refresh_low_precision(off, n);
     }
   }
+  return 0;
 }
 
 double Trainer::evaluate() {
@@ -384,159 +422,36 @@ double Trainer::evaluate() {
   o.finite = true;
   o.prefetch = std::min(o.prefetch, config_.val_batches);
   o.timing_capacity = 0;
+  // DP ranks share the val_batches batches (batch i on rank i % d) and sum the losses.
+  Communicator& dp = *groups_.dp;
+  const int d = dp.world_size();
+  o.shard_period = d;
+  o.shard_first = groups_.dp_rank;
+  o.shard_count = 1;
   data::PrefetchLoader loader(split_.val, o);
   data::Batch b;
-  double sum = 0;
-  int nb = 0;
   if (pipeline_) {
-    return pipeline_->evaluate(B, T, [&](MicroBatch* mb) {
+    // Every pipeline replica evaluates the same batches: the result is the same on all ranks.
+    int nb = 0;
+    double v = pipeline_->evaluate(B, T, [&](MicroBatch* mb) {
       if (nb >= config_.val_batches || !loader.next(b)) return false;
       ++nb;
       *mb = MicroBatch{b.inputs(), b.targets()};
       return true;
     });
+    if (d > 1) {  // DP replicas of the pipeline saw different batches
+      dp.all_reduce_sum(&v, 1);
+      v /= d;
+    }
+    return v;
   }
-  while (nb < config_.val_batches && loader.next(b)) {
-    sum += model_->forward_loss(b.inputs(), b.targets(), B, T);
-    ++nb;
+  double acc[2] = {0, 0};  // loss sum, batches
+  for (int i = groups_.dp_rank; i < config_.val_batches && loader.next(b); i += d) {
+    acc[0] += model_->forward_loss(b.inputs(), b.targets(), B, T);
+    acc[1] += 1;
   }
-  return nb > 0 ? sum / nb : -1;
-}
-
-void Trainer::save(const std::string& dir) {
-  FT_RANGE("checkpoint.save", RangeKind::kHost);
-  const std::filesystem::path path = checkpoint_path(dir, *groups_.world);
-  std::error_code ec;
-  std::filesystem::create_directories(path.parent_path(), ec);
-  if (ec) {
-    throw IoError(fmt::format("cannot create checkpoint directory '{}': {}",
-                              path.parent_path().string(), ec.message()));
-  }
-  const auto rs = rng_.state();
-  nlohmann::json meta = {
-      {"format", "ft-checkpoint"},
-      {"version", kCheckpointVersion},
-      {"next_step", step_},
-      {"adam_t", adam_t_},
-      {"config", config_.to_json()},
-      {"loss_scale", scaler_.scale},
-      {"loss_scale_clean_steps", scaler_.clean_steps},
-      {"loss_scale_overflows", scaler_.overflows},
-      {"data_position", train_loader_->state().batches},
-      {"data_epoch", train_loader_->epoch()},
-      {"data_chunk", train_loader_->state().chunk},
-      {"data_row", train_loader_->state().row},
-      {"rng", {rs[0], rs[1], rs[2], rs[3]}},
-      {"num_params", model_->num_params()},
-      {"tp_size", model_->tp_size()},
-      {"tp_rank", model_->tp_rank()}};
-  const ModelSharding& sh = model_->sharding();
-  meta["pipeline"] = {{"stages", groups_.pp->world_size()},
-                      {"stage", groups_.pp_stage},
-                      {"first_layer", sh.first_layer},
-                      {"num_layers", sh.num_layers}};
-  CheckpointWriter w;
-  w.set_meta(meta);
-  const size_t bytes = model_->num_params() * sizeof(float);
-  w.add_section("params", model_->params(), bytes);
-  w.add_section("adam_m", adam_m_.data(), bytes);
-  w.add_section("adam_v", adam_v_.data(), bytes);
-  w.commit(path);
-}
-
-void Trainer::load(const std::string& dir) {
-  const auto path = checkpoint_path(dir, *groups_.world);
-  if (!std::filesystem::exists(path)) {
-    const bool single = std::filesystem::exists(std::filesystem::path(dir) / kCheckpointFile);
-    const bool ranked =
-        std::filesystem::exists(std::filesystem::path(dir) / "rank0" / kCheckpointFile);
-    if (single && groups_.world->world_size() > 1) {
-      throw ConfigError(fmt::format("'{}' holds a one-process checkpoint, but this run has {} ranks",
-                                    dir, groups_.world->world_size()));
-    }
-    if (ranked && groups_.world->world_size() == 1) {
-      throw ConfigError(fmt::format(
-          "'{}' holds per-rank checkpoints of a multi-process run (rank0/, ...), but this run is "
-          "one process",
-          dir));
-    }
-    throw IoError(fmt::format("no checkpoint at '{}'", path.string()));
-  }
-  CheckpointReader r(path);
-  const nlohmann::json& meta = r.meta();
-  try {
-    if (meta.at("format") != "ft-checkpoint" || meta.at("version").get<int>() != kCheckpointVersion) {
-      throw FormatError(fmt::format("'{}' is not a version-{} ft checkpoint", path.string(),
-                                    kCheckpointVersion));
-    }
-    const nlohmann::json& c = meta.at("config");
-    const GptConfig& g = config_.model;
-    if (c.at("layers") != g.num_layers || c.at("heads") != g.num_heads ||
-        c.at("channels") != g.channels || c.at("vocab") != g.vocab_size ||
-        c.at("padded_vocab") != g.padded_vocab || c.at("max_seq_len") != g.max_seq_len) {
-      throw ConfigError(fmt::format(
-          "checkpoint '{}' holds a model L{} NH{} C{} V{} Tmax{}, but the run is configured as {}",
-          path.string(), c.at("layers").get<int>(), c.at("heads").get<int>(),
-          c.at("channels").get<int>(), c.at("vocab").get<int>(), c.at("max_seq_len").get<int>(),
-          g.describe()));
-    }
-    // Checkpoints from before pipeline parallelism hold the whole model.
-    const ModelSharding& sh = model_->sharding();
-    const nlohmann::json whole = {
-        {"stages", 1}, {"stage", 0}, {"first_layer", 0}, {"num_layers", g.num_layers}};
-    const nlohmann::json& pl = meta.contains("pipeline") ? meta.at("pipeline") : whole;
-    if (pl.at("stages").get<int>() != groups_.pp->world_size() ||
-        pl.at("stage").get<int>() != groups_.pp_stage ||
-        pl.at("first_layer").get<int>() != sh.first_layer ||
-        pl.at("num_layers").get<int>() != sh.num_layers) {
-      const int f = pl.at("first_layer").get<int>();
-      throw ConfigError(fmt::format(
-          "checkpoint '{}' holds pipeline stage {} of {} (blocks [{}, {})), but this rank is stage "
-          "{} of {} (blocks [{}, {})): resume with the same --pp",
-          path.string(), pl.at("stage").get<int>(), pl.at("stages").get<int>(), f,
-          f + pl.at("num_layers").get<int>(), groups_.pp_stage, groups_.pp->world_size(),
-          sh.first_layer, sh.first_layer + sh.num_layers));
-    }
-    // Tensor parallel: each rank's file holds its own shard (checkpoints from before
-    // tensor parallelism are one whole model).
-    const int ck_tp = meta.contains("tp_size") ? meta.at("tp_size").get<int>() : 1;
-    const int ck_tp_rank = meta.contains("tp_rank") ? meta.at("tp_rank").get<int>() : 0;
-    if (ck_tp != model_->tp_size() || ck_tp_rank != model_->tp_rank()) {
-      throw ConfigError(fmt::format(
-          "checkpoint '{}' holds tensor-parallel shard {} of {} (--tp {}), but this rank holds "
-          "shard {} of {} (--tp {}): resume with the --tp (and rank layout) it was saved with",
-          path.string(), ck_tp_rank, ck_tp, ck_tp, model_->tp_rank(), model_->tp_size(),
-          model_->tp_size()));
-    }
-    if (meta.at("num_params").get<size_t>() != model_->num_params()) {
-      throw FormatError(fmt::format("checkpoint '{}' has {} parameters, expected {}", path.string(),
-                                    meta.at("num_params").get<size_t>(), model_->num_params()));
-    }
-    const size_t bytes = model_->num_params() * sizeof(float);
-    r.read("params", model_->params(), bytes);
-    r.read("adam_m", adam_m_.data(), bytes);
-    r.read("adam_v", adam_v_.data(), bytes);
-    step_ = meta.at("next_step").get<int>();
-    adam_t_ = meta.at("adam_t").get<int>();
-    scaler_.scale = meta.at("loss_scale").get<float>();
-    scaler_.clean_steps = meta.at("loss_scale_clean_steps").get<int>();
-    scaler_.overflows = meta.at("loss_scale_overflows").get<uint64_t>();
-    if (!meta.contains("data_chunk")) {
-      throw FormatError(fmt::format(
-          "checkpoint '{}' predates the chunked data loader (no data_chunk): its data position "
-          "cannot be restored",
-          path.string()));
-    }
-    restart_loader(data::LoaderState{meta.at("data_chunk").get<uint64_t>(),
-                                     meta.at("data_row").get<uint64_t>(),
-                                     meta.at("data_position").get<uint64_t>()});
-    const auto& rs = meta.at("rng");
-    rng_.set_state({rs.at(0).get<uint64_t>(), rs.at(1).get<uint64_t>(), rs.at(2).get<uint64_t>(),
-                    rs.at(3).get<uint64_t>()});
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(fmt::format("checkpoint '{}' metadata is malformed: {}", path.string(), e.what()));
-  }
-  model_->refresh_low_precision();
+  if (d > 1) dp.all_reduce_sum(acc, 2);
+  return acc[1] > 0 ? acc[0] / acc[1] : -1;
 }
 
 }  // namespace ft::trainer

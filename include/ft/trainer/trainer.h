@@ -39,6 +39,11 @@ struct StepMetrics {
   double data_preprocess_ms = 0;  // preprocessing of this step's batches (worker side)
   double pp_busy_ms = 0;          // pipeline (--pp > 1): this stage's forward/backward compute
   double pp_wait_ms = 0;          // pipeline: blocked on neighbour stages (the bubble)
+  // Training thread blocked on data-parallel communication: waiting for the gradient buckets
+  // (without overlap: all of their synchronisation), the loss and norm reductions and ZeRO's
+  // parameter all-gather. 0 on one process.
+  double comm_ms = 0;
+  double comm_exposed_share() const { return step_ms > 0 ? comm_ms / step_ms : 0; }
   nlohmann::json to_json() const;
 };
 
@@ -51,6 +56,8 @@ struct TrainSummary {
   double mean_data_wait_ms = 0;        // loader wait per step (same steps as the means above)
   double mean_data_preprocess_ms = 0;  // loader preprocessing per step
   double data_wait_share() const { return mean_step_ms > 0 ? mean_data_wait_ms / mean_step_ms : 0; }
+  double mean_comm_ms = 0;  // StepMetrics::comm_ms per step (same steps as the means above)
+  double comm_exposed_share() const { return mean_step_ms > 0 ? mean_comm_ms / mean_step_ms : 0; }
   double val_loss = -1;          // < 0 when not measured
   uint64_t skipped_steps = 0;
   AllocatorStats memory;
@@ -71,6 +78,9 @@ class StepObserver {
   virtual void on_step_end(const StepMetrics& metrics) noexcept = 0;
 };
 
+class GradSync;
+class ZeroOptimizer;
+
 class Trainer {
  public:
   // Loads the data and builds the model (initialised, or restored from
@@ -86,9 +96,12 @@ class Trainer {
   StepMetrics step();
   // Mean validation loss over config.val_batches micro-batches from the start of the split.
   double evaluate();
-  // Writes DIR/checkpoint.ft atomically (several ranks: DIR/rank{r}/checkpoint.ft).
+  // Writes DIR/checkpoint.ft atomically. With several ranks (collective: every rank calls it):
+  // DIR/rank{r}/checkpoint.ft per rank, then, once all are written, DIR/parallel.json (the
+  // layout and step) from rank 0, which marks the checkpoint complete.
   void save(const std::string& dir);
-  // Restores model, optimizer, loss scaler, data position and RNG from DIR.
+  // Restores model, optimizer (this rank's shard under ZeRO), loss scaler, data position and
+  // RNG from DIR; a multi-rank checkpoint must match this run's layout (ConfigError otherwise).
   void load(const std::string& dir);
 
   int next_step() const { return step_; }
@@ -103,16 +116,19 @@ class Trainer {
   const ParallelGroups& groups() const { return groups_; }
   // The pipeline of this stage (--pp > 1), else null.
   Pipeline* pipeline() { return pipeline_.get(); }
+  const GradSync* grad_sync() const { return sync_.get(); }  // null on one process without ZeRO
   // Installs (or, with nullptr, removes) the step observer; not owned.
   void set_observer(StepObserver* observer) { observer_ = observer; }
-  uint64_t data_position() const;  // training batches delivered so far
+  uint64_t data_position() const;  // batch sequence position after this rank's last batch
   data::LoaderState loader_state() const;
   // Per-batch loader timings since the last call (for the profiler).
   std::vector<data::BatchTiming> take_loader_timings();
 
  private:
-  void apply_update(float lr, float grad_scale);
-  // Squared L2 norm of the whole model's gradient (collective over TP when tp > 1).
+  // Returns the milliseconds spent in communication (ZeRO's parameter all-gather).
+  double apply_update(float lr, float grad_scale);
+  // Squared L2 norm of the whole model's gradient (collective over TP when tp > 1, and
+  // over the pipeline stages when pp > 1).
   double grad_sum_squares();
   void restart_loader(const data::LoaderState& start);
   data::LoaderOptions loader_options() const;
@@ -126,7 +142,9 @@ class Trainer {
   data::Batch batch_;  // the micro-batch in use (its staging buffer)
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<Pipeline> pipeline_;  // --pp > 1
-  Buffer<float> adam_m_, adam_v_;  // (num_params)
+  Buffer<float> adam_m_, adam_v_;  // (num_params); unused under ZeRO
+  std::unique_ptr<GradSync> sync_;        // data parallelism (dp > 1) or ZeRO
+  std::unique_ptr<ZeroOptimizer> zero_;   // ZeRO-1/2: AdamW state of this rank's shard
   LossScaler scaler_;
   Rng rng_;
   int step_ = 0;
