@@ -111,6 +111,14 @@ TEST(PipelineMpi, ResumeEqualsUninterrupted) {
   TrainConfig c = pp2(write_corpus(dir), 2, 2);
   c.steps = 6;
   std::vector<double> whole, parts;
+  // A multi-rank checkpoint is one directory shared by the ranks (rank 0's pid names it):
+  // parallel.json, written by rank 0, marks it complete for every rank.
+  auto w = world();
+  const double pid = static_cast<double>(::getpid());
+  std::vector<double> pids(static_cast<size_t>(w->world_size()));
+  w->all_gather(&pid, pids.data(), 1);
+  const fs::path ckpt = fs::temp_directory_path() /
+                        ("ft_pipeline_test_ckpt_" + std::to_string(static_cast<long>(pids[0])));
   {
     Trainer t(c, world());
     whole = train(t).losses;
@@ -118,12 +126,12 @@ TEST(PipelineMpi, ResumeEqualsUninterrupted) {
   {
     Trainer t(c, world());
     parts = train(t, 3).losses;
-    t.save((dir / "ckpt").string());
+    t.save((ckpt).string());
   }
   const int rank = world()->rank();
-  EXPECT_TRUE(fs::exists(dir / "ckpt" / ("rank" + std::to_string(rank)) / "checkpoint.ft"));
+  EXPECT_TRUE(fs::exists(ckpt / ("rank" + std::to_string(rank)) / "checkpoint.ft"));
   TrainConfig r = c;
-  r.resume_dir = (dir / "ckpt").string();
+  r.resume_dir = (ckpt).string();
   {
     Trainer t(r, world());
     EXPECT_EQ(t.next_step(), 3);
@@ -142,6 +150,8 @@ TEST(PipelineMpi, ResumeEqualsUninterrupted) {
     EXPECT_NE(std::string(e.what()).find("--pp"), std::string::npos) << e.what();
   }
   fs::remove_all(dir);
+  w->barrier();
+  if (w->rank() == 0) fs::remove_all(ckpt);
 }
 
 // Records the "pp.*" ranges (any thread; the send threads emit "comm.send").
