@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <vector>
 
 #include "ft/core/env_info.h"
 #include "ft/core/error.h"
@@ -31,6 +33,27 @@ std::string json_scalar(const nlohmann::json& v) {
 
 }  // namespace
 
+ClockOffset estimate_clock_offset(trainer::Communicator& world, int rounds) {
+  ClockOffset c;
+  const int n = world.world_size();
+  if (n < 2 || rounds < 1) return c;
+  std::vector<double> all(static_cast<size_t>(n));
+  std::vector<int64_t> mine;
+  for (int i = 0; i < rounds; ++i) {
+    world.barrier();
+    // ns since boot fit a double exactly (< 2^53 ns = 104 days of uptime; beyond, to 1-2 ns).
+    const double t = static_cast<double>(now_ns());
+    world.all_gather(&t, all.data(), 1);
+    mine.push_back(static_cast<int64_t>(all[static_cast<size_t>(world.rank())] - all[0]));
+  }
+  std::sort(mine.begin(), mine.end());
+  c.measured = true;
+  c.rounds = rounds;
+  c.offset_ns = mine[mine.size() / 2];
+  c.spread_ns = mine.back() - mine.front();
+  return c;
+}
+
 TrainingProfile::TrainingProfile(std::string_view window, bool quiet) : quiet_(quiet) {
   if (!window.empty()) window_ = parse_step_window(window);
 }
@@ -44,6 +67,8 @@ void TrainingProfile::start(trainer::Trainer& t) {
   load_average_ = read_load_average();  // before our own threads add to it
   // Measured before training so that the probe does not disturb the steps.
   page_fault_ns_ = measure_page_fault_ns(size_t{32} << 20, 3, &probe_faults_);
+  // Before the session starts, so the clock exchange is not part of the profile.
+  if (t.groups().world->world_size() > 1) clock_ = estimate_clock_offset(*t.groups().world);
   SessionOptions o;
   o.recorder.window = window_;
   o.quiet = quiet_;
@@ -60,6 +85,11 @@ Trace TrainingProfile::finish(trainer::Trainer& t) {
   md["env.load_average"] = fmt::format("{:.2f}", load_average_);
   md[kMetaPageFaultNs] = fmt::format("{:.1f}", page_fault_ns_);
   md["run.page_fault_probe_faults"] = std::to_string(probe_faults_);
+  if (clock_.measured) {
+    md["run.clock_offset_ns"] = std::to_string(clock_.offset_ns);
+    md["run.clock_sync_spread_ns"] = std::to_string(clock_.spread_ns);
+    md["run.clock_sync_rounds"] = std::to_string(clock_.rounds);
+  }
   return trace;
 }
 
@@ -96,6 +126,16 @@ std::map<std::string, std::string> run_metadata(trainer::Trainer& t) {
   for (const auto& [k, v] : env.variables) md["env.var." + k] = v;
   const AllocatorStats a = t.allocator().stats();
   md["run.warmup_excluded"] = std::to_string(c.warmup_steps_excluded);
+  // Where this rank sits in the parallel layout (multi-rank diagnosis, docs/classification.md).
+  const trainer::ParallelGroups& g = t.groups();
+  md["rank"] = std::to_string(g.world->rank());
+  md["run.rank"] = md["rank"];
+  md["run.world_size"] = std::to_string(g.world->world_size());
+  md["run.dp_rank"] = std::to_string(g.dp_rank);
+  md["run.tp_rank"] = std::to_string(g.tp_rank);
+  md["run.pp_stage"] = std::to_string(g.pp_stage);
+  md["run.straggle_rank"] = std::to_string(c.parallel.straggle_rank);  // fault injection
+  md["run.straggle_work"] = std::to_string(c.parallel.straggle_work);
   md["run.peak_gflops"] = fmt::format("{:.6g}", t.peak_gflops());
   md["run.mem_peak"] = std::to_string(a.peak_allocated);
   md["run.mem_reserved_peak"] = std::to_string(a.peak_reserved);
