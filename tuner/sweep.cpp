@@ -225,8 +225,9 @@ class Sweep {
   }
 
   void grid() {
-    const auto space =
-        o_.space.empty() ? default_space(o_.baseline, o_.train_flags, o_.batch) : o_.space;
+    const auto space = o_.space.empty()
+                           ? default_space(o_.baseline, o_.train_flags, o_.batch, o_.ranks)
+                           : o_.space;
     const std::vector<Config> configs =
         grid_configs(o_.baseline, space, o_.seed, o_.batch, o_.train_defaults);
     planned_left_ = static_cast<int>(configs.size());
@@ -333,6 +334,34 @@ class Sweep {
         const bool stability = f.cls == "loss" && f.severity != "info";
         if (!stability && f.share < o_.min_gain) continue;
         promising = promising || !stability;
+        // A candidate from a patch: the finding's knob (`knob` is its text) or a derived one.
+        auto consider = [&](const Config& patch, const std::string& knob) {
+          if (!stability && (patch.count("lr") || patch.count("warmup") || patch.count("min-lr"))) {
+            decide(round, "skip",
+                   fmt::format("knob '{}': LR/warmup changes only for an unstable "
+                               "loss finding",
+                               knob));
+            return;
+          }
+          std::string why;
+          const auto c = apply_knob(inc, patch, o_.batch, &why);
+          if (!c) {
+            decide(round, "skip", fmt::format("knob '{}': {}", knob, why));
+            return;
+          }
+          if (!tried.insert(effective_key(*c, o_.train_defaults)).second) return;
+          double predicted = 0;
+          const std::string skip = memory_skip(*c, &predicted);
+          if (!skip.empty()) {
+            const JournalEntry& e =
+                trial("trial", with_steps(*c, o_.trial_steps), describe_diff(o_.baseline, *c),
+                      round, 0, nullptr, predicted, skip);
+            decide(round, "skip", fmt::format("{} (from '{}'): {}", e.change, f.title, skip),
+                   {e.id});
+            return;
+          }
+          cands.push_back({*c, stability});
+        };
         for (const std::string& knob : f.knobs) {
           if (static_cast<int>(cands.size()) >= o_.candidates_per_round) break;
           Config patch;
@@ -344,31 +373,14 @@ class Sweep {
                    fmt::format("knob '{}' of finding '{}': {}", knob, f.title, e.what()));
             continue;
           }
-          if (!stability && (patch.count("lr") || patch.count("warmup") || patch.count("min-lr"))) {
-            decide(round, "skip",
-                   fmt::format("knob '{}': LR/warmup changes only for an unstable "
-                               "loss finding",
-                               knob));
-            continue;
-          }
-          std::string why;
-          const auto c = apply_knob(inc, patch, o_.batch, &why);
-          if (!c) {
-            decide(round, "skip", fmt::format("knob '{}': {}", knob, why));
-            continue;
-          }
-          if (!tried.insert(effective_key(*c, o_.train_defaults)).second) continue;
-          double predicted = 0;
-          const std::string skip = memory_skip(*c, &predicted);
-          if (!skip.empty()) {
-            const JournalEntry& e =
-                trial("trial", with_steps(*c, o_.trial_steps), describe_diff(o_.baseline, *c),
-                      round, 0, nullptr, predicted, skip);
-            decide(round, "skip", fmt::format("{} (from '{}'): {}", e.change, f.title, skip),
-                   {e.id});
-            continue;
-          }
-          cands.push_back({*c, stability});
+          consider(patch, knob);
+        }
+        // The parallel knobs the finding's class implies (derived_knobs), after its own.
+        for (const Config& patch : derived_knobs(f, inc)) {
+          if (static_cast<int>(cands.size()) >= o_.candidates_per_round) break;
+          std::string words;
+          for (const auto& w : config_args(patch)) words += (words.empty() ? "" : " ") + w;
+          consider(patch, words + " (derived from the " + f.cls + " finding)");
         }
       }
       if (!promising && cands.empty()) {
