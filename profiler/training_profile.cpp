@@ -4,9 +4,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <algorithm>
+#include <climits>
 #include <fstream>
-#include <vector>
 
 #include "ft/core/env_info.h"
 #include "ft/core/error.h"
@@ -33,24 +32,58 @@ std::string json_scalar(const nlohmann::json& v) {
 
 }  // namespace
 
+namespace {
+
+// Point-to-point messages carry floats: a timestamp travels as three exact 22-bit pieces.
+constexpr int kClockTag = 0x7c10;
+void put_ns(int64_t v, float* out) {
+  const auto u = static_cast<uint64_t>(v);
+  for (int i = 0; i < 3; ++i) out[i] = static_cast<float>((u >> (22 * i)) & 0x3fffff);
+}
+int64_t get_ns(const float* in) {
+  uint64_t u = 0;
+  for (int i = 0; i < 3; ++i) u |= static_cast<uint64_t>(in[i]) << (22 * i);
+  return static_cast<int64_t>(u);
+}
+
+}  // namespace
+
 ClockOffset estimate_clock_offset(trainer::Communicator& world, int rounds) {
   ClockOffset c;
-  const int n = world.world_size();
+  const int n = world.world_size(), me = world.rank();
   if (n < 2 || rounds < 1) return c;
-  std::vector<double> all(static_cast<size_t>(n));
-  std::vector<int64_t> mine;
-  for (int i = 0; i < rounds; ++i) {
-    world.barrier();
-    // ns since boot fit a double exactly (< 2^53 ns = 104 days of uptime; beyond, to 1-2 ns).
-    const double t = static_cast<double>(now_ns());
-    world.all_gather(&t, all.data(), 1);
-    mine.push_back(static_cast<int64_t>(all[static_cast<size_t>(world.rank())] - all[0]));
-  }
-  std::sort(mine.begin(), mine.end());
   c.measured = true;
   c.rounds = rounds;
-  c.offset_ns = mine[mine.size() / 2];
-  c.spread_ns = mine.back() - mine.front();
+  if (me == 0) c.error_ns = 0;  // the reference
+  for (int peer = 1; peer < n; ++peer) {
+    if (me != 0 && me != peer) continue;
+    int64_t best_rtt = INT64_MAX;
+    for (int k = 0; k < rounds; ++k) {
+      float msg[6] = {};
+      if (me == 0) {
+        const int64_t t0 = now_ns();
+        world.send(msg, 1, peer, kClockTag);
+        world.recv(msg, 3, peer, kClockTag);
+        const int64_t t3 = now_ns();
+        put_ns(t0, msg);
+        put_ns(t3, msg + 3);
+        world.send(msg, 6, peer, kClockTag);
+      } else {
+        world.recv(msg, 1, 0, kClockTag);
+        put_ns(now_ns(), msg);
+        const int64_t t1 = get_ns(msg);
+        world.send(msg, 3, 0, kClockTag);
+        world.recv(msg, 6, 0, kClockTag);
+        const int64_t t0 = get_ns(msg), t3 = get_ns(msg + 3);
+        if (t3 - t0 < best_rtt) {
+          best_rtt = t3 - t0;
+          c.offset_ns = t1 - (t0 + (t3 - t0) / 2);
+          c.error_ns = (t3 - t0 + 1) / 2;
+        }
+      }
+    }
+  }
+  world.barrier();
   return c;
 }
 
@@ -87,7 +120,7 @@ Trace TrainingProfile::finish(trainer::Trainer& t) {
   md["run.page_fault_probe_faults"] = std::to_string(probe_faults_);
   if (clock_.measured) {
     md["run.clock_offset_ns"] = std::to_string(clock_.offset_ns);
-    md["run.clock_sync_spread_ns"] = std::to_string(clock_.spread_ns);
+    md["run.clock_offset_error_ns"] = std::to_string(clock_.error_ns);
     md["run.clock_sync_rounds"] = std::to_string(clock_.rounds);
   }
   return trace;

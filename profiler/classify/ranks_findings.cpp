@@ -173,7 +173,7 @@ Diagnosis diagnose_ranks(const std::vector<Trace>& traces, const ClassifyOptions
   if (traces.empty()) throw FormatError("no rank traces to diagnose");
   std::vector<RankData> rs(traces.size());
   const std::string host0 = meta(traces[0], "env.hostname");
-  int64_t spread = 0;
+  int64_t clock_error = 0;
   bool shifted = false;
   for (size_t i = 0; i < traces.size(); ++i) {
     RankData& rd = rs[i];
@@ -183,8 +183,8 @@ Diagnosis diagnose_ranks(const std::vector<Trace>& traces, const ClassifyOptions
     rd.host = meta(traces[i], "env.hostname");
     if (rd.host != host0) {
       rd.offset_ns = static_cast<int64_t>(meta_num(traces[i], "run.clock_offset_ns", 0));
-      spread = std::max(spread,
-                        static_cast<int64_t>(meta_num(traces[i], "run.clock_sync_spread_ns", 0)));
+      clock_error = std::max(
+          clock_error, static_cast<int64_t>(meta_num(traces[i], "run.clock_offset_error_ns", 0)));
       shifted = true;
     }
     rd.d = diagnose(traces[i], options, rules);
@@ -204,8 +204,8 @@ Diagnosis diagnose_ranks(const std::vector<Trace>& traces, const ClassifyOptions
   p.sync_ms = static_cast<double>(x.sync_ns) / rank_steps / 1e6;
   p.clock = shifted ? fmt::format(
                           "ranks on other hosts than rank 0's shifted by their measured "
-                          "clock offset (barrier estimate, spread up to {:.3f} ms)",
-                          spread / 1e6)
+                          "clock offset (ping-pong estimate, within {:.3f} ms)",
+                          clock_error / 1e6)
                     : "one host: every rank reads the same CLOCK_MONOTONIC, no offsets";
   int stages = 0;
   double bubble = 0;

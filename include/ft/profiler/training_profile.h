@@ -19,16 +19,18 @@ namespace ft::profiler {
 // This rank's CLOCK_MONOTONIC minus rank 0's, estimated through the world communicator.
 struct ClockOffset {
   bool measured = false;
-  int64_t offset_ns = 0;  // median over rounds
-  int64_t spread_ns = 0;  // max - min over rounds: the estimate's uncertainty
+  int64_t offset_ns = 0;  // from the round with the shortest round trip
+  int64_t error_ns = 0;   // half that round trip: the estimate's bound
   int rounds = 0;
 };
 
-// Collective over `world` (every rank calls it): `rounds` times barrier, read the clock, all-gather
-// the readings; a rank's offset is its reading minus rank 0's, the median over rounds. Ranks leave
-// a barrier within its exit skew of each other, so the error is about that skew (the spread
-// shows it). On one host every rank reads the same CLOCK_MONOTONIC and the true offset is 0.
-ClockOffset estimate_clock_offset(trainer::Communicator& world, int rounds = 5);
+// Collective over `world` (every rank calls it). Rank 0 exchanges `rounds` ping-pongs with each
+// other rank in turn (NTP-style): t0 = rank 0 sends, t1 = the peer reads its clock and replies,
+// t3 = rank 0 receives; offset = t1 - (t0 + t3) / 2, within +-(t3 - t0) / 2. The round with the
+// shortest round trip is kept (scheduling delays only lengthen a round trip). On one host every
+// rank reads the same CLOCK_MONOTONIC and the true offset is 0; the diagnosis applies offsets only
+// to ranks on other hosts.
+ClockOffset estimate_clock_offset(trainer::Communicator& world, int rounds = 8);
 
 class TrainingProfile {
  public:
