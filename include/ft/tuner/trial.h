@@ -43,8 +43,10 @@ struct TrialOptions {
   std::filesystem::path ft_train;  // executable
   std::filesystem::path work_dir;  // where the trial writes its metrics and log
   double timeout_s = 300;
-  int ranks = 1;                 // > 1: `mpirun -np ranks --oversubscribe ft-train ...`
-  std::filesystem::path mpirun;  // the launcher when ranks > 1
+  int ranks = 1;  // > 1: `mpirun -np ranks --oversubscribe ft-train ...`
+  // The launcher when ranks > 1 (initialised so that {ft_train, dir, timeout} stays valid
+  // under -Wmissing-field-initializers).
+  std::filesystem::path mpirun = {};
 };
 
 // The command line of a trial: ft-train and its flags, under mpirun when options.ranks > 1.
