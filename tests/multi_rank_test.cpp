@@ -164,18 +164,45 @@ TEST(MultiRank, StragglerArrivesLateAndTransferSyncSplit) {
 }
 
 TEST(MultiRank, ClockOffsetOfAnotherHostIsApplied) {
-  // Rank 1 on another host whose clock reads 1 s ahead: its measured offset lines it up.
-  const Diagnosis d = diagnose_ranks(straggler_ranks(1000 * kMs, "node1"));
+  // Rank 1 on another host whose clock reads 1 s behind: its measured offset lines it up.
+  const Diagnosis d = diagnose_ranks(straggler_ranks(-1000 * kMs, "node1"));
   EXPECT_EQ(d.parallel.straggler, 1);
   EXPECT_NEAR(d.parallel.straggler_late_ms, 2.5, 1e-9);
-  EXPECT_NEAR(d.ranks[1].clock_offset_ms, 1000, 1e-9);
+  EXPECT_NEAR(d.ranks[1].clock_offset_ms, -1000, 1e-9);
   EXPECT_NE(d.parallel.clock.find("offset"), std::string::npos);
-  // The same offset on the same host is not applied (one CLOCK_MONOTONIC): rank 1 now seems to
-  // start every collective a second late, and is still the one that is late; with the offset
-  // applied the lateness is the real 2.5 ms.
-  const Diagnosis same = diagnose_ranks(straggler_ranks(1000 * kMs, "node0"));
+  // The same offset on the same host is not applied (one CLOCK_MONOTONIC): rank 1 then seems
+  // to start every collective a second early, rank 0 seems last, but its own work since the
+  // previous collective does not explain that, so nobody is counted late.
+  const Diagnosis same = diagnose_ranks(straggler_ranks(-1000 * kMs, "node0"));
   EXPECT_NEAR(same.ranks[1].clock_offset_ms, 0, 1e-12);
-  EXPECT_GT(same.parallel.straggler_late_ms, 999);
+  EXPECT_EQ(same.parallel.straggler, -1);
+  EXPECT_EQ(same.ranks[0].late + same.ranks[1].late, 0);
+}
+
+// A rank that leaves a collective late (descheduled while it waited) reaches the next one late
+// without having done more work: that is not lateness of its own.
+TEST(MultiRank, LateExitFromTheLastCollectiveIsNotLateArrival) {
+  RankTrace r0(0, 2, 2, 1, 0), r1(1, 2, 2, 1, 0);
+  for (int s = 0; s < 4; ++s) {
+    const double b = 10.0 * s;
+    // Rank 1 computes 3 ms longer; rank 0 waits, and wakes 1.5 ms after the all-reduce is done,
+    // so it starts the loss all-reduce 1.5 ms after rank 1.
+    r0.step(s, b, b + 10);
+    r0.span(r0.main, "fwd.block", Category::kCompute, b, b + 3, s);
+    r0.all_reduce(r0.main, 2 * s, b + 3, b + 7.5, s);
+    r0.all_reduce(r0.main, 2 * s + 1, b + 7.5, b + 7.6, s);
+    r0.span(r0.main, "optimizer", Category::kOptimizer, b + 7.6, b + 10, s);
+    r1.step(s, b, b + 10);
+    r1.span(r1.main, "fwd.block", Category::kCompute, b, b + 6, s);
+    r1.all_reduce(r1.main, 2 * s, b + 6, b + 6.1, s);
+    r1.all_reduce(r1.main, 2 * s + 1, b + 6.1, b + 7.6, s);
+    r1.span(r1.main, "optimizer", Category::kOptimizer, b + 7.6, b + 10, s);
+  }
+  const Diagnosis d = diagnose_ranks({r0.t, r1.t});
+  EXPECT_EQ(d.ranks[1].late, 4);  // the gradient all-reduce: 3 ms more work
+  EXPECT_EQ(d.ranks[0].late, 0);  // the loss all-reduce: 1.4 ms later, no more work
+  EXPECT_EQ(d.parallel.straggler, 1);
+  EXPECT_NEAR(d.parallel.straggler_late_ms, 3.0, 1e-9);  // its 3 ms more work
 }
 
 TEST(MultiRank, SymmetricJitterHasNoStragglerAndCommKeepsTheWaiting) {

@@ -43,12 +43,21 @@ std::vector<MatchedCollective> match_collectives(
         if (m.last < 0 || c->ts_ns > last_start) last_start = c->ts_ns, m.last = r;
       }
       int64_t next_latest = std::numeric_limits<int64_t>::min();
+      int64_t other_gap = std::numeric_limits<int64_t>::min(), last_gap = -1;
+      bool gaps = true;
       for (const auto& [r, c] : m.calls) {
-        if (r == m.last) continue;
+        gaps = gaps && c->gap_ns >= 0;
+        if (r == m.last) {
+          last_gap = c->gap_ns;
+          continue;
+        }
         next_latest = std::max(next_latest, c->ts_ns);
+        other_gap = std::max(other_gap, c->gap_ns);
         m.waited_ns += std::max<int64_t>(0, last_start - c->ts_ns);
       }
       m.margin_ns = last_start - next_latest;
+      m.work_margin_ns =
+          gaps ? std::clamp<int64_t>(last_gap - other_gap, 0, m.margin_ns) : m.margin_ns;
       out.push_back(std::move(m));
     }
   }

@@ -174,30 +174,44 @@ void pipeline_idle(std::vector<RankData>* rs) {
   }
 }
 
-// Each rank's collective calls, keyed so that the same collective has the same key everywhere.
+// Each rank's collective calls, keyed so that the same collective has the same key everywhere,
+// with the work each rank did since its previous collective on that thread (CollectiveCall::gap_ns;
+// the first one's since its step began).
 std::vector<std::vector<CollectiveCall>> collective_calls(const std::vector<RankData>& rs) {
   std::vector<std::vector<CollectiveCall>> calls(rs.size());
   const int world = static_cast<int>(rs.size());
   for (size_t r = 0; r < rs.size(); ++r) {
     const RankData& rd = rs[r];
     const Trace& t = *rd.trace;
+    std::vector<size_t> mine;
     for (size_t i = 0; i < t.events.size(); ++i) {
       const Event& e = t.events[i];
-      if (e.phase != Phase::kSpan || e.track.device || e.category != Category::kComm || e.arg < 0)
-        continue;
-      const std::string& name = t.names.at(e.name);
-      if (!kCollectiveNames.count(name)) continue;
+      if (e.phase == Phase::kSpan && !e.track.device && e.category == Category::kComm &&
+          e.arg >= 0 && kCollectiveNames.count(t.names.at(e.name))) {
+        mine.push_back(i);
+      }
+    }
+    std::stable_sort(mine.begin(), mine.end(), [&](size_t a, size_t b) {
+      const Event &x = t.events[a], &y = t.events[b];
+      return x.track < y.track || (x.track == y.track && x.ts_ns < y.ts_ns);
+    });
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const Event& e = t.events[mine[k]];
       const auto w = std::upper_bound(rd.windows.begin(), rd.windows.end(),
                                       std::make_pair(e.ts_ns, INT64_MAX));
       if (w == rd.windows.begin() || std::prev(w)->second <= e.ts_ns) continue;  // not steady
       const CommGroup g = trainer::comm_range_group(e.arg);
       const int size = group_size(g, rd.lay, world);
       if (size < 2) continue;
+      const Event* prev =
+          k > 0 && t.events[mine[k - 1]].track == e.track ? &t.events[mine[k - 1]] : nullptr;
+      const int64_t since = prev ? prev->end_ns() : std::prev(w)->first;
       const bool on_main = e.track == rd.main;
-      calls[r].push_back(
-          {fmt::format("{}|{}|{}|{}|{}", name, static_cast<int>(g), group_instance(g, rd.lay),
-                       trainer::comm_range_seq(e.arg), on_main ? "main" : "side"),
-           e.ts_ns - rd.offset_ns, e.dur_ns, i, size});
+      calls[r].push_back({fmt::format("{}|{}|{}|{}|{}", t.names.at(e.name), static_cast<int>(g),
+                                      group_instance(g, rd.lay), trainer::comm_range_seq(e.arg),
+                                      on_main ? "main" : "side"),
+                          e.ts_ns - rd.offset_ns, e.dur_ns, mine[k], size,
+                          std::max<int64_t>(0, e.ts_ns - since)});
     }
   }
   return calls;
@@ -242,7 +256,8 @@ CrossRank analyse_ranks(std::vector<RankData>* ranks_in, const FindingRules& rul
     // they do not (the last stage's loss broadcast is late by design).
     const bool comparable =
         g == CommGroup::kDp || g == CommGroup::kTp || (g == CommGroup::kWorld && !pipelined);
-    const bool late = comparable && m.margin_ns >= x.noise_ns;
+    // Late: last by more than the noise, and by its own work since its previous collective.
+    const bool late = comparable && m.work_margin_ns >= x.noise_ns;
     for (size_t i = 0; i < m.calls.size(); ++i) {
       const auto& [r, c] = m.calls[i];
       RankData& rd = rs[static_cast<size_t>(r)];
@@ -261,8 +276,11 @@ CrossRank analyse_ranks(std::vector<RankData>* ranks_in, const FindingRules& rul
     if (late) {
       RankData& late = rs[static_cast<size_t>(m.last)];
       ++late.late;
-      late.margins.push_back(m.margin_ns);
-      late.caused_ns += m.waited_ns;
+      late.margins.push_back(m.work_margin_ns);
+      // The others' wait, the share of it its own work explains.
+      late.caused_ns += m.margin_ns > 0 ? static_cast<int64_t>(static_cast<double>(m.waited_ns) *
+                                                               m.work_margin_ns / m.margin_ns)
+                                        : 0;
     }
   }
   for (size_t r = 0; r < rs.size(); ++r) {
