@@ -229,6 +229,26 @@ TEST(MultiRank, SymmetricJitterHasNoStragglerAndCommKeepsTheWaiting) {
   EXPECT_NEAR(comm->share, 0.225, 1e-9);
 }
 
+TEST(MultiRank, OneLongStallIsNotAStraggler) {
+  // Rank 1 is late in one step of six (a stall, e.g. a page-cache flush), by a lot: the others
+  // waited, but a straggler is late consistently.
+  RankTrace r0(0, 2, 2, 1, 0), r1(1, 2, 2, 1, 0);
+  for (int s = 0; s < 6; ++s) {
+    const double b = 20.0 * s, late = s == 3 ? 8.0 : 0.0;
+    r0.step(s, b, b + 20);
+    r0.span(r0.main, "fwd.block", Category::kCompute, b, b + 4, s);
+    r0.all_reduce(r0.main, s, b + 4, b + 5 + late, s);
+    r0.span(r0.main, "optimizer", Category::kOptimizer, b + 5 + late, b + 20, s);
+    r1.step(s, b, b + 20);
+    r1.span(r1.main, "fwd.block", Category::kCompute, b, b + 4 + late, s);
+    r1.all_reduce(r1.main, s, b + 4 + late, b + 5 + late, s);
+    r1.span(r1.main, "optimizer", Category::kOptimizer, b + 5 + late, b + 20, s);
+  }
+  const Diagnosis d = diagnose_ranks({r0.t, r1.t});
+  EXPECT_EQ(d.ranks[1].late, 1);
+  EXPECT_EQ(d.parallel.straggler, -1);
+}
+
 TEST(MultiRank, CommThreadCollectivesHiddenBehindComputeAreNotExposed) {
   // Overlap: the all-reduce runs on a side thread; the training thread waits ("comm.wait", sync)
   // only for the last 1 ms. Rank 1 arrives 2.5 ms late, but rank 0 computes meanwhile.

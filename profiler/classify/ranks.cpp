@@ -275,8 +275,12 @@ CrossRank analyse_ranks(std::vector<RankData>* ranks_in, const FindingRules& rul
     }
     if (late) {
       RankData& late = rs[static_cast<size_t>(m.last)];
+      const CollectiveCall* last_call = nullptr;
+      for (const auto& [r, c] : m.calls)
+        if (r == m.last) last_call = c;
       ++late.late;
       late.margins.push_back(m.work_margin_ns);
+      late.late_steps.insert(late.trace->events[last_call->ref].step);
       // The others' wait, the share of it its own work explains.
       late.caused_ns += m.margin_ns > 0 ? static_cast<int64_t>(static_cast<double>(m.waited_ns) *
                                                                m.work_margin_ns / m.margin_ns)
@@ -300,8 +304,12 @@ CrossRank analyse_ranks(std::vector<RankData>* ranks_in, const FindingRules& rul
     int64_t runner_up = 0;
     for (size_t r = 0; r < rs.size(); ++r)
       if (static_cast<int>(r) != best) runner_up = std::max(runner_up, rs[r].caused_ns);
-    if (static_cast<double>(rs[static_cast<size_t>(best)].caused_ns) >=
-        rules.straggler_dominance * static_cast<double>(runner_up)) {
+    // Consistently: late in most steps, not in a few long stalls.
+    const RankData& b = rs[static_cast<size_t>(best)];
+    if (static_cast<double>(b.caused_ns) >=
+            rules.straggler_dominance * static_cast<double>(runner_up) &&
+        static_cast<double>(b.late_steps.size()) >=
+            rules.straggler_steps * static_cast<double>(b.steps)) {
       x.straggler = best;
     }
   }

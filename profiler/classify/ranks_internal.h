@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +51,7 @@ struct RankData {
   int64_t comparable = 0, late = 0;       // arrival-comparable collectives; reached late
   int64_t caused_ns = 0;                  // what its late arrivals made the others wait
   std::vector<int64_t> margins;           // how late, at each late arrival
+  std::set<int64_t> late_steps;           // steps with at least one late arrival
 };
 
 struct CrossRank {
