@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "ft/core/atomic_file.h"
+#include "ft/trainer/communicator.h"
+#include "ft/trainer/launch.h"
 #include "ft/tuner/journal.h"
 #include "ft/tuner/search.h"
 #include "ft/tuner/trial.h"
@@ -122,6 +124,37 @@ TEST(TuneCli, GridOnATinySpaceWritesReportsAndALoadableBestCfg) {
   // best.cfg loads in ft-train.
   const Result t = sh(kBin + "/ft-train --config " + (d / "best.cfg").string() + " --steps 2 -q");
   EXPECT_EQ(t.status, 0) << t.out;
+}
+
+// --ranks 2: every trial is `mpirun -np 2 ft-train --dp 2 ...`; the DP communication knobs are
+// a grid dimension.
+TEST(TuneCli, RanksRunTrialsUnderMpirunOverTheParallelKnobs) {
+  if (!trainer::mpi_supported()) GTEST_SKIP() << "ft built without MPI";
+  if (trainer::find_mpirun().empty()) GTEST_SKIP() << "mpirun is not on PATH";
+  const fs::path d = temp_dir("ranks");
+  const Result r = tune("--out " + d.string() +
+                        " --ranks 2 --strategy grid --knobs dp-comm --budget-trials 3 "
+                        "--trial-steps 4 --verify-steps 10 --micro-batch 2" +
+                        tiny());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto entries = journal(d);
+  ASSERT_GE(entries.size(), 3u);
+  std::set<std::string> overlap;
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& e = entries[i];
+    EXPECT_EQ(e.result.status, TrialStatus::kOk) << e.result.reason;
+    EXPECT_EQ(e.config.at("dp"), "2");  // the baseline became data-parallel over the ranks
+    EXPECT_GT(e.result.tokens_per_s, 0);
+    EXPECT_EQ(e.result.losses.size(), 4u);
+    if (e.config.count("overlap")) overlap.insert(e.config.at("overlap"));
+  }
+  EXPECT_FALSE(overlap.empty());
+  // Rank 0's metrics file of each trial is what was read.
+  bool rank0 = false;
+  for (const auto& f : fs::directory_iterator(d / "trials"))
+    rank0 |= f.path().filename().string().find(".rank0.jsonl") != std::string::npos;
+  EXPECT_TRUE(rank0);
+  EXPECT_EQ(tune("--out " + d.string() + "x --ranks 0 --strategy grid").status, 2);
 }
 
 TEST(TuneCli, OomTimeoutAndPredictedSkipAreRecordedAndTheSweepGoesOn) {

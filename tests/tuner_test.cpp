@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -574,6 +575,105 @@ TEST(Sweep, BudgetAndMemorySkipAreJournaled) {
   EXPECT_NEAR(skipped.predicted_mem, large, 1);
   EXPECT_EQ(out.trials_run, 3);
   EXPECT_NE(out.stop_reason.find("budget"), std::string::npos) << out.stop_reason;
+}
+
+TEST(Space, ParallelSplitAndCommDimensionsForRanks) {
+  const std::set<std::string> flags = {"precision", "checkpoint", "micro-batch", "grad-accum",
+                                       "dp",        "tp",         "pp",          "zero",
+                                       "bucket-mb", "overlap"};
+  const Config base{{"layers", "2"}, {"heads", "2"}, {"channels", "64"}, {"bucket-mb", "8"}};
+  for (const auto& d : default_space(base, flags, BatchRule{})) {
+    EXPECT_NE(d.name, "parallel split");  // one rank: no parallel dimensions
+  }
+  const auto dims = default_space(base, flags, BatchRule{}, 4);
+  const Dimension* split = nullptr;
+  const Dimension* comm = nullptr;
+  for (const auto& d : dims) {
+    if (d.name == "parallel split") split = &d;
+    if (d.name == "dp communication") comm = &d;
+  }
+  ASSERT_NE(split, nullptr);
+  ASSERT_NE(comm, nullptr);
+  std::multiset<std::string> seen;
+  for (const Config& c : split->settings) {
+    const int dp = std::stoi(c.at("dp")), tp = std::stoi(c.at("tp")), pp = std::stoi(c.at("pp"));
+    EXPECT_EQ(dp * tp * pp, 4);
+    EXPECT_LE(tp, 2);  // 2 heads
+    EXPECT_LE(pp, 2);  // 2 layers
+    if (dp == 1) {
+      EXPECT_EQ(c.at("zero"), "0");
+    }
+    seen.insert(c.at("dp") + "x" + c.at("tp") + "x" + c.at("pp"));
+  }
+  // (4,1,1), (2,2,1), (2,1,2) with ZeRO 0/1/2 each; (1,2,2) once; tp 4 and pp 4 do not fit.
+  EXPECT_EQ(split->settings.size(), 10u);
+  EXPECT_EQ(seen.count("1x2x2"), 1u);
+  EXPECT_EQ(seen.count("4x1x1"), 3u);
+  ASSERT_EQ(comm->settings.size(), 3u);
+  EXPECT_EQ(comm->settings[1].at("bucket-mb"), "2");
+  EXPECT_EQ(comm->settings[2].at("overlap"), "false");
+}
+
+TEST(Space, DerivedKnobsForCommunicationAndTheBubble) {
+  const Config inc{
+      {"micro-batch", "4"}, {"grad-accum", "2"}, {"overlap", "false"}, {"bucket-mb", "10"}};
+  const auto comm =
+      derived_knobs({"comm", 0.3, "warning", "Communication is exposed", "", {}}, inc);
+  ASSERT_EQ(comm.size(), 3u);
+  EXPECT_EQ(comm[0], (Config{{"overlap", "true"}}));
+  EXPECT_EQ(comm[1], (Config{{"bucket-mb", "20"}}));
+  EXPECT_EQ(comm[2], (Config{{"grad-accum", "4"}}));
+  Config on = inc;
+  on["overlap"] = "true";
+  EXPECT_EQ(derived_knobs({"comm", 0.3, "warning", "x", "", {}}, on).size(), 2u);
+  const auto bubble = derived_knobs(
+      {"parallel", 0.4, "critical", "Pipeline bubble 100% (theory (p-1)/m = 100%)", "", {}}, inc);
+  ASSERT_EQ(bubble.size(), 2u);
+  EXPECT_EQ(bubble[0], (Config{{"micro-batch", "2"}, {"grad-accum", "4"}}));  // same global batch
+  EXPECT_EQ(bubble[1], (Config{{"grad-accum", "8"}}));
+  EXPECT_TRUE(
+      derived_knobs({"parallel", 0.3, "warning", "Straggler: rank 1 ...", "", {}}, inc).empty());
+}
+
+TEST(Sweep, GuidedTriesTheOverlapACommFindingImplies) {
+  const fs::path d = temp_dir("guided_comm");
+  SweepOptions o = guided_options();
+  o.baseline["overlap"] = "false";
+  o.baseline["dp"] = "2";
+  o.ranks = 2;
+  // ft-diagnose's communication finding, its knob strings left out: the sweep derives them.
+  const DiagnoseFn diag = [](int round, const Config& c) {
+    if (round == 1 && c.at("overlap") == "false")
+      return std::vector<Finding>{{"comm", 0.4, "critical", "Communication is exposed", "", {}}};
+    return std::vector<Finding>{};
+  };
+  Synthetic syn;
+  const TrialFn run = [&](const std::string& id, const Config& c) {
+    TrialResult r = syn(id, c);
+    if (c.count("overlap") && c.at("overlap") == "true") r.tokens_per_s *= 1.3;
+    return r;
+  };
+  Journal j(d / "journal.jsonl", false);
+  const SweepOutcome out = run_sweep(o, j, run, diag);
+  EXPECT_EQ(out.best.at("overlap"), "true");
+  bool derived = false;
+  for (const auto& dc : out.decisions) derived |= dc.text.find("overlap true") != std::string::npos;
+  EXPECT_TRUE(derived);
+  bool bucket_tried = false;
+  for (const auto& e : j.entries()) bucket_tried |= e.config.count("bucket-mb") > 0;
+  EXPECT_TRUE(bucket_tried);  // the second candidate of the round: a bigger bucket
+}
+
+TEST(Trial, RanksRunUnderMpirun) {
+  TrialOptions t{"/opt/ft/ft-train", "/tmp", 10, 1, ""};
+  const Config c{{"dp", "2"}, {"quiet", ""}};
+  EXPECT_EQ(trial_command(c, t),
+            (std::vector<std::string>{"/opt/ft/ft-train", "--dp", "2", "--quiet"}));
+  t.ranks = 2;
+  t.mpirun = "/usr/bin/mpirun";
+  EXPECT_EQ(trial_command(c, t),
+            (std::vector<std::string>{"/usr/bin/mpirun", "-np", "2", "--oversubscribe",
+                                      "/opt/ft/ft-train", "--dp", "2", "--quiet"}));
 }
 
 TEST(Report, ParetoFrontAndEscaping) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "fault_injection.h"
 #include "ft/core/annotate.h"
 #include "ft/core/env_info.h"
 #include "ft/core/error.h"
@@ -284,6 +285,8 @@ StepMetrics Trainer::step() {
   const float loss_scale = scaler_.scale;
   Communicator& dp = *groups_.dp;
   const float dloss = loss_scale / (static_cast<float>(B) * T * K * dp.world_size());
+  // Fault injection (--straggle-rank/--straggle-work): extra real compute on one rank.
+  run_straggle_work(config_.parallel, groups_.world->rank(), *model_, B, T);
   double loss_sum = 0, data_ms = 0, wait_ms = 0, pre_ms = 0, comm_ms = 0;
   auto next_batch = [&](int k) {
     FT_RANGE("data.next", RangeKind::kData, k);

@@ -55,6 +55,23 @@ std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Findin
     const bool stability = f.cls == "loss" && f.severity != "info";
     if (!stability && f.share < o_.min_gain) continue;
     *promising = *promising || !stability;
+    // A candidate from a patch: the finding's knob (`knob` is its text) or a derived one.
+    const auto consider = [&](const Config& patch, const std::string& knob) {
+      if (!stability && (patch.count("lr") || patch.count("warmup") || patch.count("min-lr"))) {
+        decide(round, "skip",
+               fmt::format("knob '{}': LR/warmup changes only for an unstable loss finding", knob));
+        return;
+      }
+      std::string why;
+      const auto c = apply_knob(g_.inc, patch, o_.batch, &why);
+      if (!c) {
+        decide(round, "skip", fmt::format("knob '{}': {}", knob, why));
+        return;
+      }
+      if (admit(*c, stability, fmt::format("knob '{}' of finding '{}'", knob, f.title), round)) {
+        cands.push_back({*c, stability});
+      }
+    };
     for (const std::string& knob : f.knobs) {
       if (static_cast<int>(cands.size()) >= o_.candidates_per_round) break;
       Config patch;
@@ -66,20 +83,14 @@ std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Findin
                fmt::format("knob '{}' of finding '{}': {}", knob, f.title, e.what()));
         continue;
       }
-      if (!stability && (patch.count("lr") || patch.count("warmup") || patch.count("min-lr"))) {
-        decide(round, "skip",
-               fmt::format("knob '{}': LR/warmup changes only for an unstable loss finding", knob));
-        continue;
-      }
-      std::string why;
-      const auto c = apply_knob(g_.inc, patch, o_.batch, &why);
-      if (!c) {
-        decide(round, "skip", fmt::format("knob '{}': {}", knob, why));
-        continue;
-      }
-      if (admit(*c, stability, fmt::format("knob '{}' of finding '{}'", knob, f.title), round)) {
-        cands.push_back({*c, stability});
-      }
+      consider(patch, knob);
+    }
+    // The parallel knobs the finding's class implies (derived_knobs), after its own.
+    for (const Config& patch : derived_knobs(f, g_.inc)) {
+      if (static_cast<int>(cands.size()) >= o_.candidates_per_round) break;
+      std::string words;
+      for (const auto& w : config_args(patch)) words += (words.empty() ? "" : " ") + w;
+      consider(patch, words + " (derived from the " + f.cls + " finding)");
     }
   }
   return cands;

@@ -249,7 +249,7 @@ std::optional<std::vector<size_t>> Sweep::confirm(const std::vector<Config>& can
 
 void Sweep::grid() {
   const auto space =
-      o_.space.empty() ? default_space(o_.baseline, o_.train_flags, o_.batch) : o_.space;
+      o_.space.empty() ? default_space(o_.baseline, o_.train_flags, o_.batch, o_.ranks) : o_.space;
   const std::vector<Config> configs =
       grid_configs(o_.baseline, space, o_.seed, o_.batch, o_.train_defaults);
   planned_left_ = static_cast<int>(configs.size());

@@ -16,6 +16,8 @@
 #include <thread>
 
 #include "ft/core/error.h"
+#include "ft/trainer/launch.h"
+#include "ft/trainer/parallel.h"
 
 namespace ft::tuner {
 namespace fs = std::filesystem;
@@ -257,6 +259,16 @@ ChildResult run_child(const std::vector<std::string>& command, const fs::path& l
   return r;
 }
 
+std::vector<std::string> trial_command(const Config& config, const TrialOptions& options) {
+  std::vector<std::string> args = config_args(config);
+  if (options.ranks > 1) {
+    return trainer::mpirun_command(options.mpirun.string(), options.ranks,
+                                   options.ft_train.string(), args);
+  }
+  args.insert(args.begin(), options.ft_train.string());
+  return args;
+}
+
 TrialResult run_trial(const std::string& id, const Config& config, const TrialOptions& options) {
   fs::create_directories(options.work_dir);
   // The pid in the names keeps a trial orphaned by a killed sweep from writing into the file of
@@ -275,16 +287,18 @@ TrialResult run_trial(const std::string& id, const Config& config, const TrialOp
       // ft-train rejects the value itself; the trial fails with its message
     }
   }
-  std::vector<std::string> args = config_args(c);
-  args.insert(args.begin(), options.ft_train.string());
-  const ChildResult child = run_child(args, log, options.timeout_s);
+  // Under mpirun every rank writes its own FILE.rankN.jsonl; rank 0's speaks for the job.
+  const fs::path read_from =
+      options.ranks > 1 ? fs::path(trainer::rank_path(metrics.string(), 0)) : metrics;
+  fs::remove(read_from);
+  const ChildResult child = run_child(trial_command(c, options), log, options.timeout_s);
   TrialResult r;
   const bool timed_out = child.timed_out;
   const int status_signal = child.signal;
   r.wall_s = child.wall_s;
   if (timed_out) {
     r.status = TrialStatus::kTimeout;
-    read_metrics(metrics, &r, warmup);  // the steps it finished, if any
+    read_metrics(read_from, &r, warmup);  // the steps it finished, if any
     r.reason = fmt::format("killed after the {:.0f} s time limit", options.timeout_s);
     return r;
   }
@@ -308,7 +322,7 @@ TrialResult run_trial(const std::string& id, const Config& config, const TrialOp
         r.exit_code == 127 ? "cannot execute " + options.ft_train.string() : last_error_line(log));
     return r;
   }
-  if (!read_metrics(metrics, &r, warmup)) {
+  if (!read_metrics(read_from, &r, warmup)) {
     r.status = TrialStatus::kCrash;
     return r;
   }

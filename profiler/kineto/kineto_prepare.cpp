@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "ft/profiler/classifier.h"
+#include "ft/profiler/collectives.h"
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/load_trace.h"
 #include "kineto_steps.h"
@@ -22,13 +23,14 @@ constexpr int kWarmupExcluded = 1;
 
 using Waits = std::vector<std::unordered_map<size_t, int64_t>>;  // per rank: event index -> ns
 
-CollectiveSplit match_collectives(const std::vector<KinetoTrace>& ranks, Waits* waits) {
+// The k-th device kernel of a given collective name on each rank is one collective (the shared
+// matcher, collectives.h, with the kernel name as the key).
+CollectiveSplit match_kineto_collectives(const std::vector<KinetoTrace>& ranks, Waits* waits) {
   CollectiveSplit out;
   out.ranks = static_cast<int>(ranks.size());
   waits->assign(ranks.size(), {});
   if (ranks.size() < 2) return out;
-  // Per rank: name -> event indices in time order.
-  std::vector<std::map<std::string, std::vector<size_t>>> by_name(ranks.size());
+  std::vector<std::vector<CollectiveCall>> calls(ranks.size());
   for (size_t r = 0; r < ranks.size(); ++r) {
     const KinetoTrace& t = ranks[r];
     for (size_t i = 0; i < t.size(); ++i) {
@@ -37,41 +39,21 @@ CollectiveSplit match_collectives(const std::vector<KinetoTrace>& ranks, Waits* 
           static_cast<Category>(rec.kind & 15) != Category::kComm || !t.track_of(i).device) {
         continue;
       }
-      by_name[r][t.names.at(t.name_of(i))].push_back(i);
-    }
-    for (auto& [name, v] : by_name[r]) {
-      std::stable_sort(v.begin(), v.end(),
-                       [&](size_t a, size_t b) { return t.record(a).ts_ns < t.record(b).ts_ns; });
+      const Event e = t.event(i);
+      calls[r].push_back({t.names.at(e.name), e.ts_ns, e.dur_ns, i, 0});
     }
   }
   std::vector<int64_t> late_wait(ranks.size(), 0), late_count(ranks.size(), 0);
-  for (const auto& [name, first] : by_name[0]) {
-    size_t groups = first.size();
-    for (size_t r = 1; r < ranks.size(); ++r) {
-      const auto it = by_name[r].find(name);
-      groups = std::min(groups, it == by_name[r].end() ? size_t{0} : it->second.size());
+  for (const MatchedCollective& m : match_collectives(calls)) {
+    for (size_t i = 0; i < m.calls.size(); ++i) {
+      const auto& [r, c] = m.calls[i];
+      out.transfer_ns += m.transfer_ns;
+      out.sync_ns += m.sync_ns(i);
+      if (m.sync_ns(i) > 0) (*waits)[static_cast<size_t>(r)][c->ref] = m.sync_ns(i);
     }
-    for (size_t k = 0; k < groups; ++k) {
-      int64_t min_dur = std::numeric_limits<int64_t>::max(), last_start = 0;
-      size_t last = 0;
-      for (size_t r = 0; r < ranks.size(); ++r) {
-        const Event e = ranks[r].event(by_name[r].at(name)[k]);
-        min_dur = std::min(min_dur, e.dur_ns);
-        if (r == 0 || e.ts_ns > last_start) last_start = e.ts_ns, last = r;
-      }
-      int64_t waited = 0;
-      for (size_t r = 0; r < ranks.size(); ++r) {
-        const size_t idx = by_name[r].at(name)[k];
-        const Event e = ranks[r].event(idx);
-        out.transfer_ns += min_dur;
-        out.sync_ns += e.dur_ns - min_dur;
-        if (e.dur_ns > min_dur) (*waits)[r][idx] = e.dur_ns - min_dur;
-        if (r != last) waited += std::max<int64_t>(0, last_start - e.ts_ns);
-      }
-      late_wait[last] += waited;
-      ++late_count[last];
-      ++out.collectives;
-    }
+    late_wait[static_cast<size_t>(m.last)] += m.waited_ns;
+    ++late_count[static_cast<size_t>(m.last)];
+    ++out.collectives;
   }
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (late_wait[r] > out.straggler_wait_ns) {
@@ -317,12 +299,12 @@ struct MemorySamples {
 
 CollectiveSplit split_collectives(const std::vector<KinetoTrace>& ranks) {
   Waits waits;
-  return match_collectives(ranks, &waits);
+  return match_kineto_collectives(ranks, &waits);
 }
 
 Trace prepare_kineto_trace(std::vector<KinetoTrace> ranks) {
   Waits waits;
-  const CollectiveSplit split = match_collectives(ranks, &waits);
+  const CollectiveSplit split = match_kineto_collectives(ranks, &waits);
   std::vector<NameFacts> facts;
   std::vector<Copies> copies;
   // Collectives with a synchronizing part become "comm sync: NAME" (the wait for late ranks,

@@ -17,12 +17,14 @@ enum class TraceFormat : uint8_t {
 };
 
 // Detects the format of a file (gzip, or no ft header: Kineto), or of a directory: one holding
-// trace.json is an ft run directory, else a directory of Kineto ranks (*.json / *.json.gz).
+// trace.json or ft's per-rank traces (NAME.rankN.json, multi_rank.h) is an ft run directory,
+// else a directory of Kineto ranks (*.json / *.json.gz).
 // Throws IoError when there is no trace.
 TraceFormat detect_trace_format(const std::filesystem::path& path);
 
-// Loads ft's trace.json (a file, or DIR/trace.json) or a Kineto trace (a file, or a directory of
-// per-rank files) into a Trace the classifier understands. Kineto traces go through
+// Loads ft's trace.json (a file, or DIR/trace.json; a directory of ft rank traces merged by
+// merge_rank_traces: use diagnose_ranks to analyse them across ranks) or a Kineto trace (a file, or
+// a directory of per-rank files) into a Trace the classifier understands. Kineto traces go through
 // read_kineto_rank_records + prepare_kineto_trace. Throws IoError / FormatError.
 Trace load_trace(const std::filesystem::path& path);
 

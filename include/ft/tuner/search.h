@@ -59,9 +59,19 @@ std::string effective_key(const Config& c, const std::map<std::string, std::stri
 
 // precision x checkpoint x (micro-batch, grad-accum) x loader workers/prefetch (when `flags`
 // has them) x allocator caching x attention. The split keeps B*K fixed unless the rule allows a
-// change (then B in {B/2, B, 2B, 4B} with K = 1 as well).
+// change (then B in {B/2, B, 2B, 4B} with K = 1 as well). With `ranks` > 1 (and ft-train's
+// parallel flags) also: the parallel split, every (dp, tp, pp) with dp*tp*pp = ranks that the
+// model allows (tp divides heads and channels, pp <= layers), each with ZeRO 0/1/2 when dp > 1;
+// and the DP communication: overlap on (bucket as the baseline, or a quarter of it) or off.
 std::vector<Dimension> default_space(const Config& baseline, const std::set<std::string>& flags,
-                                     const BatchRule& rule);
+                                     const BatchRule& rule, int ranks = 1);
+
+// Patches a finding implies beyond its knob strings, from its class and the incumbent: exposed
+// communication -> overlap on (when off), a bigger gradient bucket, more accumulation per
+// all-reduce; a pipeline bubble -> more micro-batches (at the same global batch when the
+// micro-batch halves evenly, and with a larger one). The guided sweep tries them after the
+// finding's own knobs.
+std::vector<Config> derived_knobs(const Finding& finding, const Config& incumbent);
 // Every combination, the baseline first, the rest in a seeded shuffle (so a budget-truncated
 // grid is an unbiased sample); duplicates removed.
 std::vector<Config> grid_configs(const Config& baseline, const std::vector<Dimension>& space,
@@ -98,6 +108,7 @@ struct SweepOptions {
   std::map<std::string, std::string> train_defaults;  // from ft-train --help
   double memory_limit = 0;                            // bytes for the skip rule; 0: no limit
   bool memory_skip = true;  // skip configs predicted to exceed memory_limit
+  int ranks = 1;            // processes per trial (mpirun -np); adds the parallel dimensions
 };
 
 // One configuration of a side-by-side measurement: a confirmation round (row 0 the baseline,
@@ -168,8 +179,9 @@ SweepOutcome run_sweep(const SweepOptions& options, Journal& journal, const Tria
 // Runs `ft-diagnose run --out DIR <config flags>` as a child process with a time limit and
 // reads DIR/report.json. An existing DIR/report.json (a resumed sweep) is read, not rerun.
 // Throws IoError (with the log's last line) when ft-diagnose fails or writes no report.
+// With `ranks` > 1 it runs `ft-diagnose run --ranks N`, which launches ft-train under mpirun.
 Diagnosis run_diagnosis(const std::filesystem::path& ft_diagnose, const std::filesystem::path& dir,
-                        const Config& config, double timeout_s);
+                        const Config& config, double timeout_s, int ranks = 1);
 
 // Throws ConfigError when `c` has a flag that ft-train (`train_flags`, from its --help) does not
 // list, or when ft_trainer rejects the values (flags it does not know are left to ft-train).

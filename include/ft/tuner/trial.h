@@ -52,7 +52,14 @@ struct TrialOptions {
   std::filesystem::path ft_train;  // executable
   std::filesystem::path work_dir;  // where the trial writes its metrics and log
   double timeout_s = 300;
+  int ranks = 1;  // > 1: `mpirun -np ranks --oversubscribe ft-train ...`
+  // The launcher when ranks > 1 (initialised so that {ft_train, dir, timeout} stays valid
+  // under -Wmissing-field-initializers).
+  std::filesystem::path mpirun = {};
 };
+
+// The command line of a trial: ft-train and its flags, under mpirun when options.ranks > 1.
+std::vector<std::string> trial_command(const Config& config, const TrialOptions& options);
 
 // A child process run to completion or killed (with its process group) after `timeout_s`;
 // stdout and stderr go to `log`. Exit 127: the program could not be executed.
@@ -68,9 +75,11 @@ ChildResult run_child(const std::vector<std::string>& command, const std::filesy
 std::string last_error_line(const std::filesystem::path& log);
 
 // Runs ft-train with `config` as a child process in its own process group; kills the group
-// after the time limit. Exit 3 (ft-train's out-of-memory status) is kOom, a signal or other
-// nonzero exit is kCrash with the log's last error line, a killed run is kTimeout. Never
-// throws for a failing trial; throws IoError if the child cannot be started at all.
+// after the time limit. Under mpirun (ranks > 1) rank 0's metrics (FILE.rank0.jsonl) are read:
+// its loss and throughput are the job's (ft-train reduces them over the ranks). Exit 3 (ft-train's
+// out-of-memory status) is kOom, a signal or other nonzero exit is kCrash with the log's last error
+// line, a killed run is kTimeout. Never throws for a failing trial; throws IoError if the child
+// cannot be started at all.
 TrialResult run_trial(const std::string& id, const Config& config, const TrialOptions& options);
 
 // Reads an ft-train metrics JSONL (per-step lines plus a final {"summary": ...}); fills
