@@ -458,6 +458,20 @@ TEST(Confirm, OrderAlternatesAndEveryRoundMustFavourTheCandidate) {
   EXPECT_FALSE(rows[4].beats_baseline);  // two rounds are too few when three are required
   EXPECT_FALSE(rows[0].beats_baseline);
   EXPECT_NEAR(rows[0].median_ratio, 1, 1e-12);
+  // More rounds tolerate a losing round at the same chance level (<= 1/8).
+  EXPECT_EQ(sign_test_wins(3), 3);
+  EXPECT_EQ(sign_test_wins(5), 5);
+  EXPECT_EQ(sign_test_wins(6), 5);
+  EXPECT_EQ(sign_test_wins(7), 6);
+  EXPECT_EQ(sign_test_wins(9), 7);
+  EXPECT_EQ(sign_test_wins(12), 9);
+  std::vector<ConfirmRow> seven(3);
+  seven[0].tokens_per_s = {100, 100, 100, 100, 100, 100, 100};
+  seven[1].tokens_per_s = {120, 90, 115, 130, 110, 125, 118};  // 6 of 7 rounds faster
+  seven[2].tokens_per_s = {120, 90, 115, 95, 110, 125, 118};   // 5 of 7
+  score_confirmation(&seven, 0.02, 2);
+  EXPECT_TRUE(seven[1].beats_baseline);
+  EXPECT_FALSE(seven[2].beats_baseline);
 }
 
 SweepOptions small_grid() {
