@@ -46,8 +46,9 @@ constexpr const char* kUsage =
   --min-gain F            guided: stop when no finding's share exceeds F (default 0.05)
   --compute-bound F       guided: at compute >= F of step time also try attention and the
                           micro-batch split (default 0.5; 0: never)
-  --knobs LIST            grid dimensions, comma-separated from precision,checkpoint,batch,
-                          loader,allocator,attention (default: all available)
+  --knobs LIST            the search space's dimensions, comma-separated from precision,
+                          checkpoint,batch,loader,allocator,attention (default: all available);
+                          guided then skips any knob outside it
   --allow-batch-change    the global batch may change; LR scaled by --lr-scaling
   --lr-scaling R          sqrt (default) or linear
   --seed S                sweep order and every trial's ft-train --seed (default 1337)
