@@ -355,7 +355,7 @@ TEST(Sweep, GuidedRejectsAFastButBrokenChangeAndKeepsTheVerifiedOne) {
 
 TEST(Sweep, GuidedNeedsEveryRoundToFavourTheCandidate) {
   // bf16 no faster than fp32, but its first measurement caught the machine idle (x1.5): the
-  // two later rounds disagree, so it is not accepted. A real 1.5x is.
+  // two later rounds disagree (a tie is not a win), so it is not accepted. A real 1.5x is.
   const DiagnoseFn diag = [](int round, const Config&) {
     return round == 1
                ? std::vector<Finding>{{"compute", 0.4, "warning", "fp32", "", {"--precision bf16"}}}
@@ -378,6 +378,22 @@ TEST(Sweep, GuidedNeedsEveryRoundToFavourTheCandidate) {
       EXPECT_NEAR(out.confirmed_ratio, 1.5, 1e-9);
     }
   }
+  // A real 1.5x whose first trial caught a busy machine (x0.6: 10% slower than fp32) loses one
+  // of 3 rounds: undecided, so both run 3 more rounds; 5 of 6 passes the sign test.
+  const fs::path d = temp_dir("extended");
+  Journal j(d / "journal.jsonl", false);
+  Synthetic syn;
+  syn.noise = 0;
+  syn.unlucky = 0.6;
+  const SweepOutcome out = run_sweep(guided_options(), j, std::ref(syn), diag);
+  ASSERT_EQ(out.best.count("precision"), 1u);
+  EXPECT_EQ(out.best.at("precision"), "bf16");
+  int round1 = 0;
+  for (const auto& e : j.entries()) round1 += e.phase == "trial" && e.round == 1;
+  EXPECT_EQ(round1, 12);  // 2 configurations x (3 + 3) rounds
+  bool undecided = false;
+  for (const auto& dcs : out.decisions) undecided |= dcs.text.rfind("undecided: round", 0) == 0;
+  EXPECT_TRUE(undecided);
 }
 
 TEST(Sweep, AComputeBoundStepAlsoTriesAttentionAndTheMicroBatchSplit) {
