@@ -115,11 +115,13 @@ for name in names:
         open(paths[k], "w").write(cfg_text(flags))
     order = ["default", "grid", "guided"]
     tps = {k: [] for k in order}
+    load_before = open("/proc/loadavg").read().split()[0]
     for r in range(rounds):
         for k in (order if r % 2 == 0 else order[::-1]):
             tps[k].append(run(paths[k], f"r{r}"))
     ratio = lambda a, b: [x / y for x, y in zip(tps[a], tps[b])]
     row = {"scenario": name, "rounds": rounds, "steps": steps,
+           "loadavg": f"{load_before} -> {open('/proc/loadavg').read().split()[0]}",
            "median_tps": {k: med(v) for k, v in tps.items()}, "tps": tps,
            "grid_vs_default": med(ratio("grid", "default")),
            "guided_vs_default": med(ratio("guided", "default")),
@@ -156,8 +158,8 @@ for row in rows:
               f"{loss} |")
 print()
 print("| scenario | guided / grid trials | guided / grid throughput: median of per-round ratios "
-      "[interval, coverage] | per-round ratios | 5% / 25% target |")
-print("|---|---:|---:|---|---|")
+      "[interval, coverage] | per-round ratios | load average | 5% / 25% target |")
+print("|---|---:|---:|---|---|---|")
 for row in rows:
     if "error" in row:
         continue
@@ -175,7 +177,7 @@ for row in rows:
     else:
         met = "undecided at this noise"
     if row["same_config"]:
-        met += " (both chose the same configuration)"
+        met += " (both chose the same configuration, so this row measures the noise)"
     print(f"| {row['scenario']} | {gt} / {row['grid']['trials']} ({100 * share:.0f}%) | "
-          f"{q:.3f} [{lo:.3f}, {hi:.3f}, {100 * cover:.0f}%] | {per} | {met} |")
+          f"{q:.3f} [{lo:.3f}, {hi:.3f}, {100 * cover:.0f}%] | {per} | {row['loadavg']} | {met} |")
 PY

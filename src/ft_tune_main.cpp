@@ -48,8 +48,9 @@ constexpr const char* kUsage =
   --min-gain F            guided: stop when no finding's share exceeds F (default 0.05)
   --compute-bound F       guided: at compute >= F of step time also try attention and the
                           micro-batch split (default 0.5; 0: never)
-  --knobs LIST            grid dimensions, comma-separated from precision,checkpoint,batch,
-                          loader,allocator,attention,parallel,dp-comm (default: all available)
+  --knobs LIST            the search space's dimensions, comma-separated from precision,
+                          checkpoint,batch,loader,allocator,attention,parallel,dp-comm (default:
+                          all available); guided then skips any knob outside it
   --ranks N               every trial runs `mpirun -np N ft-train ...` (mpirun on PATH, or
                           FT_MPIRUN); adds the parallel split (dp x tp x pp = N, ZeRO stage) and
                           DP communication (overlap, bucket size) to the space; without

@@ -1,10 +1,26 @@
 // confirm.cpp: scoring of the confirmation round (alternating side-by-side re-measurement).
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "ft/tuner/search.h"
 
 namespace ft::tuner {
+
+int sign_test_wins(int n) {
+  if (n <= 3) return n;
+  // P(Binomial(n, 1/2) >= k) for decreasing k while it stays within kSignTestLevel.
+  double tail = 0, choose = 1;  // C(n, i) for i = n, n-1, ...
+  int k = n + 1;
+  for (int i = n; i >= 0; --i) {
+    if (i < n) choose = choose * (i + 1) / (n - i);
+    const double next = tail + choose / std::ldexp(1.0, n);
+    if (next > kSignTestLevel) break;
+    tail = next;
+    k = i;
+  }
+  return k;
+}
 
 std::vector<size_t> confirm_order(size_t n, int round) {
   std::vector<size_t> order(n);
@@ -36,10 +52,11 @@ std::vector<size_t> score_confirmation(std::vector<ConfirmRow>* rows, double min
       const auto [lo, hi] = std::minmax_element(row.ratios.begin(), row.ratios.end());
       row.ratio_spread = (*hi - *lo) / row.median_ratio;
     }
-    const bool every =
-        !row.ratios.empty() && *std::min_element(row.ratios.begin(), row.ratios.end()) > 1.0;
-    row.beats_baseline = i > 0 && static_cast<int>(row.ratios.size()) >= std::max(1, min_rounds) &&
-                         every && row.median_ratio > 1 + min_improvement;
+    const int n = static_cast<int>(row.ratios.size());
+    const int wins = static_cast<int>(
+        std::count_if(row.ratios.begin(), row.ratios.end(), [](double x) { return x > 1.0; }));
+    row.beats_baseline = i > 0 && n >= std::max(1, min_rounds) && wins >= sign_test_wins(n) &&
+                         row.median_ratio > 1 + min_improvement;
     if (i > 0) ranked.push_back(i);
   }
   std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {

@@ -215,9 +215,9 @@ void Sweep::guided() {
     // The incumbent and the candidates side by side, alternating, --repeats rounds: a candidate
     // is faster only if every round favours it and its median ratio exceeds 1 + the floor.
     int complete = 0;
-    std::vector<ConfirmRow> rows =
-        side_by_side(g_.inc, "incumbent", fast, "trial", round, o_.repeats, &complete);
-    const auto ranked = score_block(&rows, "round", round, o_.repeats, complete);
+    std::vector<size_t> ranked;
+    std::vector<ConfirmRow> rows = side_by_side(g_.inc, "incumbent", fast, "trial", "round", round,
+                                                o_.repeats, &ranked, &complete);
     if (complete < std::min(2, o_.repeats)) return stop(round, budget_text());
     for (size_t i : ranked) {
       if (!rows[i].beats_baseline) continue;

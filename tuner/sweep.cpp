@@ -177,9 +177,33 @@ bool Sweep::verify(const Config& knobs, int round, bool* failed_to_run) {
   return true;
 }
 
+int Sweep::run_rounds(std::vector<ConfirmRow>* rows, const std::vector<size_t>& which,
+                      const std::string& phase, int round, int first, int count) {
+  int complete = 0;
+  for (int r = first; r < first + count; ++r) {
+    bool all_ran = true;
+    for (size_t j : confirm_order(which.size(), r)) {
+      ConfirmRow& row = (*rows)[which[j]];
+      if (!budget_left()) {
+        all_ran = false;
+        row.trials.push_back(-1);
+        row.tokens_per_s.push_back(0);
+        continue;
+      }
+      const JournalEntry& e = short_trial(phase, row.knobs, round, r);
+      row.trials.push_back(e.id);
+      row.tokens_per_s.push_back(e.result.status == TrialStatus::kOk ? e.result.tokens_per_s : 0);
+    }
+    if (!all_ran) break;
+    ++complete;
+  }
+  return complete;
+}
+
 std::vector<ConfirmRow> Sweep::side_by_side(const Config& reference, const std::string& ref_name,
                                             const std::vector<Config>& cands,
-                                            const std::string& phase, int round, int rounds,
+                                            const std::string& phase, const std::string& what,
+                                            int round, int rounds, std::vector<size_t>* ranked,
                                             int* complete) {
   std::vector<ConfirmRow> rows;
   const auto add_row = [&](const Config& c, const std::string& change) {
@@ -190,24 +214,35 @@ std::vector<ConfirmRow> Sweep::side_by_side(const Config& reference, const std::
   };
   add_row(reference, ref_name);
   for (const Config& c : cands) add_row(c, describe_diff(o_.baseline, c));
-  *complete = 0;
-  for (int r = 0; r < rounds; ++r) {
-    bool all_ran = true;
-    for (size_t i : confirm_order(rows.size(), r)) {
-      if (!budget_left()) {
-        all_ran = false;
-        rows[i].trials.push_back(-1);
-        rows[i].tokens_per_s.push_back(0);
-        continue;
-      }
-      const JournalEntry& e = short_trial(phase, rows[i].knobs, round, r);
-      rows[i].trials.push_back(e.id);
-      rows[i].tokens_per_s.push_back(e.result.status == TrialStatus::kOk ? e.result.tokens_per_s
-                                                                         : 0);
+  std::vector<size_t> all(rows.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  *complete = run_rounds(&rows, all, phase, round, 0, rounds);
+  *ranked = score_block(&rows, what, round, rounds, *complete);
+  if (*complete < rounds) return rows;
+  // Undecided: nothing beats the reference, but a candidate is faster by the median and lost
+  // one round. It and the reference run as many rounds again, and all rounds are re-scored
+  // (the sign test then asks e.g. 5 of 6), once.
+  std::vector<size_t> promising{0};
+  std::string names;
+  for (size_t i : *ranked) {
+    const ConfirmRow& row = rows[i];
+    if (row.beats_baseline) return rows;
+    const int wins = static_cast<int>(
+        std::count_if(row.ratios.begin(), row.ratios.end(), [](double x) { return x > 1.0; }));
+    if (row.median_ratio > 1 + o_.min_improvement &&
+        wins + 1 >= static_cast<int>(row.ratios.size())) {
+      promising.push_back(i);
+      names += (names.empty() ? "" : "; ") + row.change;
     }
-    if (!all_ran) break;
-    ++*complete;
   }
+  if (promising.size() == 1) return rows;
+  decide(round, "trial",
+         fmt::format("undecided: {} faster by the median but slower in one round; {} more rounds "
+                     "for {} and the {}",
+                     what, rounds, names, ref_name));
+  const int more = run_rounds(&rows, promising, phase, round, rounds, rounds);
+  *ranked = score_block(&rows, what + ", extended", round, rounds + more, *complete + more);
+  *complete += more;
   return rows;
 }
 
@@ -239,10 +274,9 @@ std::vector<size_t> Sweep::score_block(std::vector<ConfirmRow>* rows, const std:
 
 std::optional<std::vector<size_t>> Sweep::confirm(const std::vector<Config>& cands, int round) {
   int complete = 0;
-  out_.confirmation =
-      side_by_side(o_.baseline, "baseline", cands, "confirm", round, o_.confirm_rounds, &complete);
-  const auto ranked =
-      score_block(&out_.confirmation, "confirmation round", round, o_.confirm_rounds, complete);
+  std::vector<size_t> ranked;
+  out_.confirmation = side_by_side(o_.baseline, "baseline", cands, "confirm", "confirmation round",
+                                   round, o_.confirm_rounds, &ranked, &complete);
   if (complete < min_rounds()) return std::nullopt;
   return ranked;
 }

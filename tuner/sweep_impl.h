@@ -98,12 +98,20 @@ class Sweep {
   const JournalEntry* baseline_verify(int round);
   // Runs the candidate for the verify length and compares its curve with the baseline's.
   bool verify(const Config& knobs, int round, bool* failed_to_run);
-  // Measures `reference` (row 0, named `ref_name`) and `cands` side by side: `rounds` rounds,
-  // each running every configuration once as a short trial of journal phase `phase`, in
-  // confirm_order. Stops early when the budget is spent; *complete counts the full rounds.
+  // Runs rounds first..first+count-1 of a side-by-side measurement over rows[which]: each round
+  // one short trial (journal phase `phase`) per row in confirm_order. Stops early when the
+  // budget is spent (the rest of that round is recorded as not run); returns the full rounds.
+  int run_rounds(std::vector<ConfirmRow>* rows, const std::vector<size_t>& which,
+                 const std::string& phase, int round, int first, int count);
+  // Measures `reference` (row 0, named `ref_name`) and `cands` side by side for `rounds` rounds
+  // and scores them (*ranked: score_confirmation's order). When no candidate beats the
+  // reference but some are faster by the median and lost only one round, those and the
+  // reference run `rounds` more rounds and everything is re-scored, once. *complete counts the
+  // full rounds of the first measurement plus the extension's.
   std::vector<ConfirmRow> side_by_side(const Config& reference, const std::string& ref_name,
                                        const std::vector<Config>& cands, const std::string& phase,
-                                       int round, int rounds, int* complete);
+                                       const std::string& what, int round, int rounds,
+                                       std::vector<size_t>* ranked, int* complete);
   // score_confirmation over the rows (at least min(2, rounds) rounds to beat row 0), and a
   // "measure" decision listing every row's median ratio and per-round ratios.
   std::vector<size_t> score_block(std::vector<ConfirmRow>* rows, const std::string& what, int round,

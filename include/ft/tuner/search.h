@@ -130,9 +130,17 @@ struct ConfirmRow {
 // odd ones (A B C, C B A, A B C), so a linear drift in machine load hits every row alike.
 std::vector<size_t> confirm_order(size_t n, int round);
 
+// The sign test: a candidate that is no faster wins a round with probability 1/2, so winning at
+// least sign_test_wins(n) of n rounds happens by chance with probability <= kSignTestLevel:
+// every round for n <= 3 (n = 3: 1/8), then the smallest k with P(Binomial(n, 1/2) >= k) <= 1/8
+// (n = 4, 5: all; 6: 5; 7: 6; 9: 7; 12: 9), so more rounds buy power under noise.
+constexpr double kSignTestLevel = 0.125;
+int sign_test_wins(int n);
+
 // Fills every row's ratios, medians and spread (rows[0] is the baseline, measured in the same
-// rounds) and sets beats_baseline for a row with at least `min_rounds` ratios, every ratio > 1
-// (each round favours it) and a median ratio > 1 + min_improvement. Returns the indices of
+// rounds) and sets beats_baseline for a row with at least `min_rounds` ratios, that wins the
+// sign test (ratio > 1 in at least sign_test_wins(n) of its n rounds) and has a median ratio
+// > 1 + min_improvement. Returns the indices of
 // rows[1..] by median ratio, best first (ties keep the row order).
 std::vector<size_t> score_confirmation(std::vector<ConfirmRow>* rows, double min_improvement,
                                        int min_rounds);
