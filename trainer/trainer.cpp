@@ -435,18 +435,19 @@ double Trainer::evaluate() {
   data::Batch b;
   if (pipeline_) {
     // Every pipeline replica evaluates the same batches: the result is the same on all ranks.
+    // This replica's share of the val_batches batches: batch i on replica i % d.
+    const int mine = (config_.val_batches - groups_.dp_rank + d - 1) / d;
     int nb = 0;
-    double v = pipeline_->evaluate(B, T, [&](MicroBatch* mb) {
-      if (nb >= config_.val_batches || !loader.next(b)) return false;
+    const double v = pipeline_->evaluate(B, T, [&](MicroBatch* mb) {
+      if (nb >= mine || !loader.next(b)) return false;
       ++nb;
       *mb = MicroBatch{b.inputs(), b.targets()};
       return true;
     });
-    if (d > 1) {  // DP replicas of the pipeline saw different batches
-      dp.all_reduce_sum(&v, 1);
-      v /= d;
-    }
-    return v;
+    if (d == 1) return v;
+    double acc[2] = {nb > 0 ? v * nb : 0.0, static_cast<double>(nb)};  // loss sum, batches
+    dp.all_reduce_sum(acc, 2);
+    return acc[1] > 0 ? acc[0] / acc[1] : -1;
   }
   double acc[2] = {0, 0};  // loss sum, batches
   for (int i = groups_.dp_rank; i < config_.val_batches && loader.next(b); i += d) {

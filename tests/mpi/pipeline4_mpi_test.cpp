@@ -69,5 +69,28 @@ TEST(Pipeline4Mpi, DataParallelTimesPipelineEqualsDataParallel) {
   fs::remove_all(dir);
 }
 
+// TP=2 x PP=2 on the 4 ranks (stage slices of the model, each sharded over its TP pair)
+// against one process with the same micro-batches: losses, grad norms and validation.
+TEST(Pipeline4Mpi, TensorTimesPipelineEqualsOneProcess) {
+  const fs::path dir = temp_dir("tp2pp2");
+  TrainConfig c = pp4(write_corpus(dir), 2, 2);
+  c.parallel.pp = 2;
+  c.parallel.tp = 2;
+  auto w = make_world_communicator(60.0);
+  const int rank = w->rank();
+  RunResult both;
+  {
+    Trainer t(c, std::move(w));
+    EXPECT_EQ(t.groups().tp->world_size(), 2);
+    EXPECT_EQ(t.groups().pp->world_size(), 2);
+    EXPECT_EQ(t.model().tp_size(), 2);
+    both = train(t);
+  }
+  const RunResult ref = one_process(c);
+  EXPECT_LE(max_loss_diff(both, ref, "TP=2 x PP=2 m=2 vs 1 process K=2", rank), kLossTol);
+  EXPECT_NEAR(both.val, ref.val, kLossTol);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ft::trainer
