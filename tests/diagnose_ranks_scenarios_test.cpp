@@ -152,9 +152,6 @@ TEST(DiagnoseRanksScenario, PipelineBubbleSuggestsMoreMicroBatches) {
       diagnose_ranks("bubble",
                      "--pp 2 --micro-batches 1 --layers 4 --heads 4 --channels 128 --seq-len 64 "
                      "--micro-batch 4 --steps 8 --loader-workers 0");
-  if (r.status != 0 && r.out.find("not implemented") != std::string::npos) {
-    GTEST_SKIP() << "pipeline parallelism not merged yet";
-  }
   const json j = report(r);
   ASSERT_FALSE(j.at("findings").empty()) << r.out;
   const json& top = j["findings"][0];

@@ -377,6 +377,20 @@ TEST(MultiRank, PipelineBubbleMatchesTheOneFOneBTheory) {
   }
 }
 
+TEST(MultiRank, UnannotatedPipelineWaitsAreBubbleNotOther) {
+  std::vector<Trace> ranks = pipeline(2, 1, 2.0, 4.0, 3);
+  // Stage 0 waits for stage 1 outside any range (no comm.recv around it).
+  Trace& t = ranks[0];
+  const uint32_t recv = t.names.intern("comm.recv");
+  std::erase_if(t.events, [&](const Event& e) { return e.name == recv; });
+  const Diagnosis alone = diagnose(t);
+  ASSERT_NE(find_cls(alone, "other"), nullptr);  // rank 0 classified alone: 6 of 13 ms
+  const Diagnosis d = diagnose_ranks(ranks);
+  EXPECT_NEAR(d.parallel.bubble, 1.0, 1e-9);
+  EXPECT_EQ(find_cls(d, "other"), nullptr);
+  EXPECT_EQ(d.findings.at(0).title, "Pipeline bubble 100% (theory (p-1)/m = 100%)");
+}
+
 struct TempDir {
   fs::path path;
   TempDir() {

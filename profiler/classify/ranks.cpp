@@ -119,9 +119,10 @@ void steady_windows(RankData* rd) {
 // Exposed communication and the pipeline's idle stretches on the training thread.
 void training_thread(RankData* rd) {
   const Trace& t = *rd->trace;
-  Ivs comm, pp;
+  Ivs comm, pp, any;
   for (const Event& e : t.events) {
     if (e.phase != Phase::kSpan || !(e.track == rd->main) || e.dur_ns <= 0) continue;
+    if (!is_step_span(t, e)) any.emplace_back(e.ts_ns, e.end_ns());
     if (e.category == Category::kComm || e.category == Category::kSync) {
       comm.emplace_back(e.ts_ns, e.end_ns());
     }
@@ -129,6 +130,7 @@ void training_thread(RankData* rd) {
     if (n == "pp.forward" || n == "pp.backward") pp.emplace_back(e.ts_ns, e.end_ns());
   }
   rd->exposed = intersect(normalized(comm), rd->windows);
+  rd->covered = intersect(normalized(any), rd->windows);
   if (pp.empty()) return;
   rd->has_pipeline = true;
   const Ivs busy = normalized(pp);
@@ -292,6 +294,7 @@ CrossRank analyse_ranks(std::vector<RankData>* ranks_in, const FindingRules& rul
     rd.sync = normalized(std::move(sync[r]));
     rd.exposed_wait_ns = length(intersect(rd.exposed, rd.sync));
     rd.exposed_idle_ns = length(intersect(rd.exposed, rd.idle));
+    rd.uncovered_idle_ns = length(rd.idle) - length(intersect(rd.covered, rd.idle));
   }
   // The straggler: its late arrivals cost the others clearly more than anyone else's.
   int best = -1;

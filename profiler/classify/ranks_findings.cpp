@@ -245,6 +245,26 @@ Diagnosis diagnose_ranks(const std::vector<Trace>& traces, const ClassifyOptions
     p.straggler_late_ms = median_ms(s.margins);
     p.straggler_late_frac = s.comparable > 0 ? static_cast<double>(s.late) / s.comparable : 0;
   }
+  // Rank 0's "other" finding: unannotated time inside the pipeline's idle stretches is the
+  // bubble's (e.g. a stage blocked handing an activation to its send thread).
+  const RankData& r0 = rs[0];
+  if (r0.uncovered_idle_ns > 0 && r0.wall_ns > 0) {
+    for (auto it = d.findings.begin(); it != d.findings.end(); ++it) {
+      if (it->cls != "other") continue;
+      const double left = it->share - share_of(r0.uncovered_idle_ns, r0);
+      if (left <= rules.other_share) {
+        d.findings.erase(it);
+      } else {
+        it->share = it->evidence.share = left;
+        it->title =
+            fmt::format("Time outside any annotated phase ({:.1f}% of step time)", 100 * left);
+        it->evidence.detail +=
+            fmt::format("; {:.2f} ms/step inside pipeline idle counted as bubble",
+                        per_step_ms(r0.uncovered_idle_ns, r0));
+      }
+      break;
+    }
+  }
   // Rank 0's own comm finding saw one rank; the cross-rank ones replace it.
   std::erase_if(d.findings,
                 [](const Finding& f) { return f.cls == "comm" || f.cls == "parallel"; });

@@ -38,12 +38,14 @@ struct RankData {
   std::vector<int64_t> window_steps;  // their step numbers
   int64_t wall_ns = 0, steps = 0;
   Ivs exposed;  // training thread inside comm / sync ranges, within the windows
+  Ivs covered;  // training thread inside any range but the step's, within the windows
   Ivs sync;     // synchronizing stretches of its matched collectives (any thread)
   Ivs idle;     // pipeline idle: inside the step's pipeline span, outside its pp ranges
   bool has_pipeline = false;
   std::vector<Ivs> pp_busy;  // per window: union of its pp.forward / pp.backward ranges
   int64_t pp_busy_ns = 0;
   int64_t exposed_wait_ns = 0, exposed_idle_ns = 0;
+  int64_t uncovered_idle_ns = 0;  // training thread in no range during pipeline idle
   // Exposed waiting at collectives the straggler reached late (beyond the noise margin),
   // outside pipeline idle: what the straggler costs this rank.
   int64_t exposed_straggler_wait_ns = 0;
