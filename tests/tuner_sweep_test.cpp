@@ -37,6 +37,7 @@ struct Synthetic {
   double lucky = 1;     // the first fp32 + naive-attention trial measures this much faster
   bool lucky_seen = false;
   double bf16 = 1.5;   // bf16's speed-up
+  double naive = 1;    // naive attention's speed-up
   double unlucky = 1;  // the first bf16 trial measures this factor of its speed
   bool unlucky_seen = false;
   std::vector<Config> seen;  // every config run, in order
@@ -52,6 +53,7 @@ struct Synthetic {
     const std::string p = get("precision", "fp32");
     if (p == "bf16") tps *= bf16;
     if (p == "fp16") tps *= 1.8;
+    if (get("attention", "flash") == "naive") tps *= naive;
     if (get("checkpoint", "none") == "block") tps *= 0.8;
     tps *= 1 + 0.1 * std::log2(std::stod(get("micro-batch", "8")));
     tps *= 1 + noise * ((calls * 7) % 3);  // measurement noise, deterministic
@@ -231,6 +233,35 @@ TEST(Sweep, AComputeBoundStepAlsoTriesAttentionAndTheMicroBatchSplit) {
   const SweepOutcome off = run_sweep(o, j2, std::ref(syn2), diag);
   EXPECT_EQ(off.best, o.baseline);
   EXPECT_NE(off.stop_reason.find("no finding promises"), std::string::npos) << off.stop_reason;
+}
+
+TEST(Sweep, ComputeKnobsNeverGoBackToASettingAnAcceptedChangeLeft) {
+  // Naive attention is 1.1x here: accepted first, then the micro-batch 2 -> 4 -> 8. Flash with
+  // micro-batch 8 is a configuration never measured, but flash is what the first change left,
+  // so it is not proposed again (without the rule the search oscillates between settings).
+  const DiagnoseFn diag = [](int, const Config&) {
+    Diagnosis d;
+    d.compute_share = 0.9;
+    return d;
+  };
+  const fs::path d = temp_dir("no_back");
+  Journal j(d / "journal.jsonl", false);
+  Synthetic syn;
+  syn.noise = 0;
+  syn.naive = 1.1;
+  const SweepOutcome out = run_sweep(guided_options(), j, std::ref(syn), diag);
+  EXPECT_EQ(out.best.at("attention"), "naive");
+  EXPECT_EQ(out.best.at("micro-batch"), "8");
+  std::vector<std::string> accepted;
+  for (const auto& e : j.entries()) {
+    if (e.phase == "verify") accepted.push_back(e.change);
+    if (e.phase != "trial") continue;
+    const bool flash = !e.config.count("attention") || e.config.at("attention") == "flash";
+    EXPECT_FALSE(flash && e.config.at("micro-batch") == "8") << e.change;
+  }
+  EXPECT_EQ(accepted, (std::vector<std::string>{"attention naive",
+                                                "attention naive, grad-accum 2, micro-batch 4",
+                                                "attention naive, grad-accum 1, micro-batch 8"}));
 }
 
 TEST(Sweep, GuidedWithKnobsStaysInsideTheGridSpace) {

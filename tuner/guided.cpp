@@ -85,15 +85,18 @@ std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Findin
   return cands;
 }
 
+std::string Sweep::compute_knob(const Config& c, const std::string& k) const {
+  if (const auto it = c.find(k); it != c.end()) return it->second;
+  if (const auto it = o_.train_defaults.find(k); it != o_.train_defaults.end()) return it->second;
+  return k == "attention" ? "flash" : k == "micro-batch" ? "8" : "1";  // ft-train's defaults
+}
+
 std::vector<Sweep::Candidate> Sweep::compute_candidates(int round) {
-  const auto value = [&](const char* k, const char* fallback) {
-    if (const auto it = g_.inc.find(k); it != g_.inc.end()) return it->second;
-    if (const auto it = o_.train_defaults.find(k); it != o_.train_defaults.end()) return it->second;
-    return std::string(fallback);
-  };
   std::vector<Config> patches;
-  patches.push_back({{"attention", value("attention", "flash") == "naive" ? "flash" : "naive"}});
-  const int b = std::stoi(value("micro-batch", "8")), k = std::stoi(value("grad-accum", "1"));
+  patches.push_back(
+      {{"attention", compute_knob(g_.inc, "attention") == "naive" ? "flash" : "naive"}});
+  const int b = std::stoi(compute_knob(g_.inc, "micro-batch"));
+  const int k = std::stoi(compute_knob(g_.inc, "grad-accum"));
   if (b % 2 == 0) {
     patches.push_back(
         {{"micro-batch", std::to_string(b / 2)}, {"grad-accum", std::to_string(2 * k)}});
@@ -104,6 +107,10 @@ std::vector<Sweep::Candidate> Sweep::compute_candidates(int round) {
   }
   std::vector<Candidate> cands;
   for (const Config& patch : patches) {
+    const bool back = std::any_of(patch.begin(), patch.end(), [&](const auto& kv) {
+      return g_.left.count(kv.first + "=" + kv.second) > 0;
+    });
+    if (back) continue;  // no going back to a setting an accepted change left
     std::string why;
     const auto c = apply_knob(g_.inc, patch, o_.batch, &why);
     if (c && admit(*c, false, "compute-bound step", round)) cands.push_back({*c, false});
@@ -112,6 +119,11 @@ std::vector<Sweep::Candidate> Sweep::compute_candidates(int round) {
 }
 
 void Sweep::accept(const Config& knobs, int trial_id) {
+  // The settings this change moved away from are not proposed again as compute knobs.
+  for (const char* k : {"attention", "micro-batch", "grad-accum"}) {
+    const std::string before = compute_knob(g_.inc, k);
+    if (before != compute_knob(knobs, k)) g_.left.insert(std::string(k) + "=" + before);
+  }
   g_.inc = knobs;
   out_.best = knobs;
   out_.best_trial = trial_id;

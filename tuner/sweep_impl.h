@@ -136,8 +136,11 @@ class Sweep {
   std::vector<Candidate> finding_candidates(const std::vector<Finding>& findings, int round,
                                             bool* promising);
   // The other attention implementation and the micro-batch halved / doubled within the global
-  // batch, applied to the incumbent and admitted.
+  // batch, applied to the incumbent and admitted; a setting an accepted change moved away from
+  // is not proposed again (no oscillation).
   std::vector<Candidate> compute_candidates(int round);
+  // `c`'s setting of a compute knob (attention, micro-batch, grad-accum), defaults filled in.
+  std::string compute_knob(const Config& c, const std::string& k) const;
   // `knobs` (verified) becomes the incumbent and the best so far.
   void accept(const Config& knobs, int trial_id);
   // Guided: the baseline and the latest accepted changes (each verified) in a confirmation
@@ -161,6 +164,7 @@ class Sweep {
     Config inc;                        // the incumbent
     std::set<std::string> tried;       // effective keys of every configuration admitted
     std::set<std::string> space_keys;  // with --knobs: the grid's configurations
+    std::set<std::string> left;        // "knob=value" settings accepted changes moved away from
   } g_;
   int last_round_ = 0;
   int next_id_ = 0;
