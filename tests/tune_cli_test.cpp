@@ -107,7 +107,9 @@ TEST(TuneCli, GridOnATinySpaceWritesReportsAndALoadableBestCfg) {
       EXPECT_GT(e.result.step_tps_median, 0);
     }
   }
-  ASSERT_EQ(order.size(), 12u);
+  // 12, or more when the round was undecided and extended by 3 rounds for the promising rows.
+  ASSERT_GE(order.size(), 12u);
+  EXPECT_EQ((order.size() - 12) % 3, 0u);
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(order[i], order[7 - i]);  // round 1 runs round 0's order backwards
     EXPECT_EQ(order[i], order[8 + i]);
