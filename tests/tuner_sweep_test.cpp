@@ -38,6 +38,7 @@ struct Synthetic {
   double lucky = 1;     // the first fp32 + naive-attention trial measures this much faster
   bool lucky_seen = false;
   double bf16 = 1.5;   // bf16's speed-up
+  double naive = 1;    // naive attention's speed-up
   double unlucky = 1;  // the first bf16 trial measures this factor of its speed
   bool unlucky_seen = false;
   std::vector<Config> seen;  // every config run, in order
@@ -53,6 +54,7 @@ struct Synthetic {
     const std::string p = get("precision", "fp32");
     if (p == "bf16") tps *= bf16;
     if (p == "fp16") tps *= 1.8;
+    if (get("attention", "flash") == "naive") tps *= naive;
     if (get("checkpoint", "none") == "block") tps *= 0.8;
     tps *= 1 + 0.1 * std::log2(std::stod(get("micro-batch", "8")));
     tps *= 1 + noise * ((calls * 7) % 3);  // measurement noise, deterministic
@@ -223,6 +225,21 @@ TEST(Sweep, AComputeBoundStepAlsoTriesAttentionAndTheMicroBatchSplit) {
     rounds_trying += dcs.text.find("compute is 90% of step time") != std::string::npos;
   }
   EXPECT_EQ(rounds_trying, 3);
+  // With --candidates 1 a round holds at most 2 candidates: the micro-batch halved and doubled
+  // come first, attention waits.
+  SweepOptions one = guided_options();
+  one.candidates_per_round = 1;
+  const fs::path d1 = temp_dir("compute_one");
+  Journal j1(d1 / "journal.jsonl", false);
+  Synthetic syn1;
+  syn1.noise = 0;
+  run_sweep(one, j1, std::ref(syn1), diag);
+  std::set<std::string> round1;
+  for (const auto& e : j1.entries()) {
+    if (e.phase == "trial" && e.round == 1) round1.insert(e.change);
+  }
+  EXPECT_EQ(round1, (std::set<std::string>{"baseline", "grad-accum 8, micro-batch 1",
+                                           "grad-accum 2, micro-batch 4"}));
   // Off: nothing to try.
   SweepOptions o = guided_options();
   o.compute_bound = 0;
@@ -232,6 +249,66 @@ TEST(Sweep, AComputeBoundStepAlsoTriesAttentionAndTheMicroBatchSplit) {
   const SweepOutcome off = run_sweep(o, j2, std::ref(syn2), diag);
   EXPECT_EQ(off.best, o.baseline);
   EXPECT_NE(off.stop_reason.find("no finding promises"), std::string::npos) << off.stop_reason;
+}
+
+TEST(Sweep, ComputeKnobsNeverGoBackToASettingAnAcceptedChangeLeft) {
+  // Naive attention is 1.1x here: accepted first, then the micro-batch 2 -> 4 -> 8. Flash with
+  // micro-batch 8 is a configuration never measured, but flash is what the first change left,
+  // so it is not proposed again (without the rule the search oscillates between settings).
+  const DiagnoseFn diag = [](int, const Config&) {
+    Diagnosis d;
+    d.compute_share = 0.9;
+    return d;
+  };
+  const fs::path d = temp_dir("no_back");
+  Journal j(d / "journal.jsonl", false);
+  Synthetic syn;
+  syn.noise = 0;
+  syn.naive = 1.1;
+  const SweepOutcome out = run_sweep(guided_options(), j, std::ref(syn), diag);
+  EXPECT_EQ(out.best.at("attention"), "naive");
+  EXPECT_EQ(out.best.at("micro-batch"), "8");
+  std::vector<std::string> accepted;
+  for (const auto& e : j.entries()) {
+    if (e.phase == "verify") accepted.push_back(e.change);
+    if (e.phase != "trial") continue;
+    const bool flash = !e.config.count("attention") || e.config.at("attention") == "flash";
+    EXPECT_FALSE(flash && e.config.at("micro-batch") == "8") << e.change;
+  }
+  EXPECT_EQ(accepted, (std::vector<std::string>{"attention naive",
+                                                "attention naive, grad-accum 2, micro-batch 4",
+                                                "attention naive, grad-accum 1, micro-batch 8"}));
+}
+
+TEST(Sweep, AKnobNotTakenIsRetriedOnlyWhenItsFindingGrows) {
+  // Round 1: bf16 is taken, --loader-workers 2 (no effect here) is not. Round 2 names the
+  // workers again: at a data share of 20% (as before) it is skipped; at 35% (>= 1.5 x 20%) it
+  // is measured again.
+  for (double share2 : {0.2, 0.35}) {
+    const DiagnoseFn diag = [share2](int round, const Config&) {
+      std::vector<Finding> f{
+          {"data", round == 1 ? 0.2 : share2, "warning", "data waits", "", {"--loader-workers 2"}}};
+      if (round == 1) f.push_back({"compute", 0.4, "warning", "fp32", "", {"--precision bf16"}});
+      return f;
+    };
+    const fs::path d = temp_dir("retry" + std::to_string(share2 > 0.3));
+    Journal j(d / "journal.jsonl", false);
+    Synthetic syn;
+    syn.noise = 0;
+    const SweepOutcome out = run_sweep(guided_options(), j, std::ref(syn), diag);
+    EXPECT_EQ(out.best.at("precision"), "bf16");
+    int workers_round2 = 0;
+    for (const auto& e : j.entries()) {
+      workers_round2 += e.round == 2 && e.config.count("loader-workers") > 0;
+    }
+    bool skipped = false;
+    for (const auto& dcs : out.decisions) {
+      skipped |= dcs.kind == "skip" &&
+                 dcs.text.find("retried once the finding reaches 1.5x") != std::string::npos;
+    }
+    EXPECT_EQ(skipped, share2 < 0.3);
+    EXPECT_EQ(workers_round2 > 0, share2 > 0.3);
+  }
 }
 
 TEST(Sweep, GuidedWithKnobsStaysInsideTheGridSpace) {

@@ -57,6 +57,14 @@ std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Findin
     *promising = *promising || !stability;
     // A candidate from a patch: the finding's knob (`knob` is its text) or a derived one.
     const auto consider = [&](const Config& patch, const std::string& knob) {
+      if (const auto it = g_.rejected.find(knob);
+          it != g_.rejected.end() && !stability && f.share < 1.5 * it->second) {
+        decide(round, "skip",
+               fmt::format("knob '{}': not faster when its finding stood at {:.0f}% of step time; "
+                           "retried once the finding reaches 1.5x that (now {:.0f}%)",
+                           knob, 100 * it->second, 100 * f.share));
+        return;
+      }
       if (!stability && (patch.count("lr") || patch.count("warmup") || patch.count("min-lr"))) {
         decide(round, "skip",
                fmt::format("knob '{}': LR/warmup changes only for an unstable loss finding", knob));
@@ -69,7 +77,7 @@ std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Findin
         return;
       }
       if (admit(*c, stability, fmt::format("knob '{}' of finding '{}'", knob, f.title), round)) {
-        cands.push_back({*c, stability});
+        cands.push_back({*c, stability, knob, f.share});
       }
     };
     for (const std::string& knob : f.knobs) {
@@ -96,15 +104,16 @@ std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Findin
   return cands;
 }
 
-std::vector<Sweep::Candidate> Sweep::compute_candidates(int round) {
-  const auto value = [&](const char* k, const char* fallback) {
-    if (const auto it = g_.inc.find(k); it != g_.inc.end()) return it->second;
-    if (const auto it = o_.train_defaults.find(k); it != o_.train_defaults.end()) return it->second;
-    return std::string(fallback);
-  };
+std::string Sweep::compute_knob(const Config& c, const std::string& k) const {
+  if (const auto it = c.find(k); it != c.end()) return it->second;
+  if (const auto it = o_.train_defaults.find(k); it != o_.train_defaults.end()) return it->second;
+  return k == "attention" ? "flash" : k == "micro-batch" ? "8" : "1";  // ft-train's defaults
+}
+
+std::vector<Sweep::Candidate> Sweep::compute_candidates(int round, size_t limit) {
   std::vector<Config> patches;
-  patches.push_back({{"attention", value("attention", "flash") == "naive" ? "flash" : "naive"}});
-  const int b = std::stoi(value("micro-batch", "8")), k = std::stoi(value("grad-accum", "1"));
+  const int b = std::stoi(compute_knob(g_.inc, "micro-batch"));
+  const int k = std::stoi(compute_knob(g_.inc, "grad-accum"));
   if (b % 2 == 0) {
     patches.push_back(
         {{"micro-batch", std::to_string(b / 2)}, {"grad-accum", std::to_string(2 * k)}});
@@ -113,16 +122,28 @@ std::vector<Sweep::Candidate> Sweep::compute_candidates(int round) {
     patches.push_back(
         {{"micro-batch", std::to_string(2 * b)}, {"grad-accum", std::to_string(k / 2)}});
   }
+  patches.push_back(
+      {{"attention", compute_knob(g_.inc, "attention") == "naive" ? "flash" : "naive"}});
   std::vector<Candidate> cands;
   for (const Config& patch : patches) {
+    const bool back = std::any_of(patch.begin(), patch.end(), [&](const auto& kv) {
+      return g_.left.count(kv.first + "=" + kv.second) > 0;
+    });
+    if (back) continue;  // no going back to a setting an accepted change left
+    if (cands.size() >= limit) break;
     std::string why;
     const auto c = apply_knob(g_.inc, patch, o_.batch, &why);
-    if (c && admit(*c, false, "compute-bound step", round)) cands.push_back({*c, false});
+    if (c && admit(*c, false, "compute-bound step", round)) cands.push_back({*c, false, "", 0});
   }
   return cands;
 }
 
 void Sweep::accept(const Config& knobs, int trial_id) {
+  // The settings this change moved away from are not proposed again as compute knobs.
+  for (const char* k : {"attention", "micro-batch", "grad-accum"}) {
+    const std::string before = compute_knob(g_.inc, k);
+    if (before != compute_knob(knobs, k)) g_.left.insert(std::string(k) + "=" + before);
+  }
   g_.inc = knobs;
   out_.best = knobs;
   out_.best_trial = trial_id;
@@ -172,10 +193,12 @@ void Sweep::guided() {
     const std::vector<Candidate> from_findings = finding_candidates(findings, round, &promising);
     // A loss-stability change is not about speed: it goes straight to verification.
     std::vector<Config> fast;
+    std::vector<const Candidate*> source;  // the finding candidate behind fast[i], or nullptr
     bool accepted = false;
     for (const Candidate& c : from_findings) {
       if (!c.stability) {
         fast.push_back(c.knobs);
+        source.push_back(&c);
         continue;
       }
       if (accepted) continue;
@@ -189,12 +212,16 @@ void Sweep::guided() {
       }
     }
     if (accepted) continue;
-    // A compute-bound step: the knobs that change how the same math is computed (attention
-    // implementation, the split of the fixed global batch) join the round, each configuration
-    // tried once.
+    // A compute-bound step: the knobs that change how the same math is computed (the split of
+    // the fixed global batch, the attention implementation) fill the round up to --candidates
+    // + 1 configurations, each configuration tried once.
     const size_t from_diagnosis = fast.size();
-    if (o_.compute_bound > 0 && diag.compute_share >= o_.compute_bound) {
-      for (const Candidate& c : compute_candidates(round)) fast.push_back(c.knobs);
+    const size_t slots = static_cast<size_t>(o_.candidates_per_round) + 1;
+    if (o_.compute_bound > 0 && diag.compute_share >= o_.compute_bound && from_diagnosis < slots) {
+      for (const Candidate& c : compute_candidates(round, slots - from_diagnosis)) {
+        fast.push_back(c.knobs);
+        source.push_back(nullptr);
+      }
       if (fast.size() > from_diagnosis) {
         std::string names;
         for (size_t i = from_diagnosis; i < fast.size(); ++i) {
@@ -219,15 +246,21 @@ void Sweep::guided() {
     std::vector<ConfirmRow> rows = side_by_side(g_.inc, "incumbent", fast, "trial", "round", round,
                                                 o_.repeats, &ranked, &complete);
     if (complete < std::min(2, o_.repeats)) return stop(round, budget_text());
+    size_t taken = 0;  // the row accepted
     for (size_t i : ranked) {
       if (!rows[i].beats_baseline) continue;
       bool failed = false;
       if (verify(rows[i].knobs, round, &failed)) {
         accept(rows[i].knobs, rows[i].trials.front());
         accepted = true;
+        taken = i;
         break;
       }
       if (failed) return stop(round, budget_text() + "; verification could not run");
+    }
+    // A finding's knob that was measured and not taken is retried only once its finding grows.
+    for (size_t i = 0; i < source.size(); ++i) {
+      if (source[i] && i + 1 != taken) g_.rejected[source[i]->knob] = source[i]->share;
     }
     if (!accepted && !budget_left()) return stop(round, budget_text());
     if (!accepted) {

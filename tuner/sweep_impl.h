@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -127,6 +128,8 @@ class Sweep {
   struct Candidate {
     Config knobs;
     bool stability = false;
+    std::string knob;  // the finding's knob text ("" for a compute knob)
+    double share = 0;  // the finding's share of step time
   };
   // False (with a decision) when `c` is outside the --knobs space, was tried before, or is
   // predicted to run out of memory (journaled as skipped); `source` names where it came from.
@@ -135,9 +138,12 @@ class Sweep {
   // is set when a finding other than loss stability promises more than --min-gain.
   std::vector<Candidate> finding_candidates(const std::vector<Finding>& findings, int round,
                                             bool* promising);
-  // The other attention implementation and the micro-batch halved / doubled within the global
-  // batch, applied to the incumbent and admitted.
-  std::vector<Candidate> compute_candidates(int round);
+  // The micro-batch halved / doubled within the global batch and the other attention
+  // implementation, applied to the incumbent and admitted (at most `limit`); a setting an accepted
+  // change moved away from is not proposed again (no oscillation).
+  std::vector<Candidate> compute_candidates(int round, size_t limit);
+  // `c`'s setting of a compute knob (attention, micro-batch, grad-accum), defaults filled in.
+  std::string compute_knob(const Config& c, const std::string& k) const;
   // `knobs` (verified) becomes the incumbent and the best so far.
   void accept(const Config& knobs, int trial_id);
   // Guided: the baseline and the latest accepted changes (each verified) in a confirmation
@@ -161,6 +167,8 @@ class Sweep {
     Config inc;                        // the incumbent
     std::set<std::string> tried;       // effective keys of every configuration admitted
     std::set<std::string> space_keys;  // with --knobs: the grid's configurations
+    std::set<std::string> left;        // "knob=value" settings accepted changes moved away from
+    std::map<std::string, double> rejected;  // finding knob -> its finding's share, not taken
   } g_;
   int last_round_ = 0;
   int next_id_ = 0;
