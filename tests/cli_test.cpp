@@ -13,6 +13,7 @@
 #include "ft/core/atomic_file.h"
 
 #include "reference/run_cli.h"
+#include "test_scratch.h"
 
 namespace {
 
@@ -25,6 +26,7 @@ Result run(const std::string& args) { return ft::testing::run_cli("ft-train", ar
 fs::path temp_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("ft_cli_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
+  ft::test::remove_at_exit(d);
   fs::create_directories(d);
   return d;
 }

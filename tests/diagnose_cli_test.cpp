@@ -15,6 +15,7 @@
 #include "ft/reports/report.h"
 
 #include "reference/run_cli.h"
+#include "test_scratch.h"
 
 namespace {
 
@@ -39,6 +40,7 @@ fs::path temp_dir(const std::string& name) {
   fs::path d =
       fs::temp_directory_path() / ("ft_diag_cli_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
+  ft::test::remove_at_exit(d);
   fs::create_directories(d);
   return d;
 }

@@ -13,6 +13,7 @@
 #include "ft/reports/report.h"
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/launch.h"
+#include "test_scratch.h"
 
 namespace {
 
@@ -45,6 +46,7 @@ fs::path scratch(const std::string& name) {
   const fs::path d =
       fs::temp_directory_path() / ("ft_diag_ranks_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
+  ft::test::remove_at_exit(d);
   return d;
 }
 

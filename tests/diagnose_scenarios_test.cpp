@@ -11,6 +11,7 @@
 
 #include "ft/core/atomic_file.h"
 #include "ft/reports/report.h"
+#include "test_scratch.h"
 
 namespace {
 
@@ -42,6 +43,7 @@ json diagnose_run(const std::string& name, const std::string& flags) {
   const fs::path d =
       fs::temp_directory_path() / ("ft_diag_scn_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
+  ft::test::remove_at_exit(d);
   int status = 0;
   const std::string out = run_command(
       std::string(FT_BINARY_DIR) + "/ft-diagnose run --out " + d.string() + " --threads 1 " + flags,

@@ -18,6 +18,7 @@
 
 #include "ft/core/atomic_file.h"
 #include "reference/run_cli.h"
+#include "test_scratch.h"
 
 namespace {
 
@@ -38,6 +39,7 @@ constexpr const char* kMpiexec = "";
 fs::path temp_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("ft_dp_cli_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
+  ft::test::remove_at_exit(d);
   fs::create_directories(d);
   return d;
 }

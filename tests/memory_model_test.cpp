@@ -12,6 +12,7 @@
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
 #include "ft/trainer/trainer.h"
+#include "test_scratch.h"
 
 namespace ft::tuner {
 namespace {
@@ -22,6 +23,7 @@ fs::path corpus() {
   static const fs::path p = [] {
     const fs::path d = fs::temp_directory_path() / ("ft_memory_model_" + std::to_string(::getpid()));
     fs::create_directories(d);
+    ft::test::remove_at_exit(d);
     std::string text;
     for (int i = 0; i < 3000; ++i) text += "And God said, Let there be light: and there was light. " + std::to_string(i) + "\n\n";
     write_file_atomic(d / "c.txt", text);

@@ -17,6 +17,7 @@
 #include "ft/trainer/checkpoint_io.h"
 #include "ft/trainer/communicator.h"
 #include "reference/run_cli.h"
+#include "test_scratch.h"
 
 namespace {
 
@@ -26,6 +27,7 @@ fs::path temp_dir(const std::string& name) {
   fs::path d =
       fs::temp_directory_path() / ("ft_tp_cli_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
+  ft::test::remove_at_exit(d);
   fs::create_directories(d);
   return d;
 }

@@ -21,6 +21,7 @@
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
 #include "ft/profiler/trace_reader.h"
+#include "test_scratch.h"
 
 namespace ft::profiler {
 namespace {
@@ -32,6 +33,7 @@ fs::path temp_dir(const std::string& name) {
   fs::path d =
       fs::temp_directory_path() / ("ft_trace_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
+  ft::test::remove_at_exit(d);
   fs::create_directories(d);
   return d;
 }

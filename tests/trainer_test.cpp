@@ -13,6 +13,7 @@
 #include "ft/core/rng.h"
 #include "ft/trainer/schedule.h"
 #include "ft/trainer/trainer.h"
+#include "test_scratch.h"
 
 namespace ft::trainer {
 namespace {
@@ -22,6 +23,7 @@ namespace fs = std::filesystem;
 fs::path temp_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("ft_trainer_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
+  ft::test::remove_at_exit(d);
   fs::create_directories(d);
   return d;
 }

@@ -21,6 +21,7 @@
 #include "ft/tuner/search.h"
 #include "ft/tuner/trial.h"
 #include "ft/tuner/verify.h"
+#include "test_scratch.h"
 
 namespace ft::tuner {
 namespace {
@@ -34,6 +35,7 @@ fs::path temp_dir(const std::string& name) {
   const fs::path d =
       fs::temp_directory_path() / ("ft_tune_cli_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
+  ft::test::remove_at_exit(d);
   fs::create_directories(d);
   return d;
 }

@@ -15,6 +15,7 @@
 #include "ft/tuner/journal.h"
 #include "ft/tuner/report.h"
 #include "ft/tuner/search.h"
+#include "test_scratch.h"
 
 namespace ft::tuner {
 namespace {
@@ -25,6 +26,7 @@ fs::path temp_dir(const std::string& name) {
   const fs::path d = fs::temp_directory_path() /
                      ("ft_tuner_sweep_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
+  ft::test::remove_at_exit(d);
   fs::create_directories(d);
   return d;
 }

@@ -15,6 +15,7 @@
 #include "ft/core/rng.h"
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/trainer.h"
+#include "../test_scratch.h"
 
 namespace ft::trainer {
 namespace {
@@ -32,6 +33,7 @@ fs::path rank_dir(const std::string& name) {
       fs::temp_directory_path() / ("ft_dp_test_" + name + "_" + std::to_string(::getpid()) +
                                    "_rank" + std::to_string(world().rank()));
   fs::remove_all(d);
+  ft::test::remove_at_exit(d);
   fs::create_directories(d);
   return d;
 }

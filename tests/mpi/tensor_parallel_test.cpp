@@ -19,6 +19,7 @@
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/model.h"
 #include "ft/trainer/trainer.h"
+#include "../test_scratch.h"
 
 namespace ft::trainer {
 namespace {
@@ -198,6 +199,7 @@ fs::path rank_dir(const std::string& name) {
   fs::path d =
       fs::temp_directory_path() / ("ft_tp_test_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(d);
+  ft::test::remove_at_exit(d);
   fs::create_directories(d);
   return d;
 }
