@@ -194,7 +194,10 @@ TEST(DataParallel, ResumeEqualsAnUninterruptedRun) {
       Trainer t(c, world().split(0, world().rank(), CommGroup::kWorld));
       full = train(t, 8);
     }
-    if (world().rank() == 0) fs::remove_all(ckpt);
+    if (world().rank() == 0) {
+      fs::remove_all(ckpt);
+      ft::test::remove_at_exit(ckpt);
+    }
     world().barrier();
     {
       Trainer t(c, world().split(0, world().rank(), CommGroup::kWorld));

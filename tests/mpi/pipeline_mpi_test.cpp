@@ -11,6 +11,7 @@
 #include "ft/core/error.h"
 #include "ft/trainer/pipeline.h"
 #include "mpi/pipeline_test_util.h"
+#include "test_scratch.h"
 
 namespace ft::trainer {
 namespace {
@@ -119,6 +120,7 @@ TEST(PipelineMpi, ResumeEqualsUninterrupted) {
   w->all_gather(&pid, pids.data(), 1);
   const fs::path ckpt = fs::temp_directory_path() /
                         ("ft_pipeline_test_ckpt_" + std::to_string(static_cast<long>(pids[0])));
+  if (w->rank() == 0) ft::test::remove_at_exit(ckpt);
   {
     Trainer t(c, world());
     whole = train(t).losses;

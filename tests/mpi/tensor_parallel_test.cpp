@@ -214,6 +214,7 @@ fs::path shared_dir(const std::string& name) {
   if (world().rank() == 0) {
     fs::remove_all(d);
     fs::create_directories(d);
+    ft::test::remove_at_exit(d);
   }
   world().barrier();
   return d;
