@@ -94,7 +94,7 @@ std::map<std::string, std::string> run_metadata(trainer::Trainer& t) {
   md["env.hostname"] = env.hostname;
   md["env.kernel"] = env.kernel;
   for (const auto& [k, v] : env.variables) md["env.var." + k] = v;
-  const AllocatorStats a = t.allocator().stats();
+  const AllocatorStats a = t.memory_stats();  // the engine's (host or device) allocator
   md["run.warmup_excluded"] = std::to_string(c.warmup_steps_excluded);
   md["run.peak_gflops"] = fmt::format("{:.6g}", t.peak_gflops());
   md["run.mem_peak"] = std::to_string(a.peak_allocated);

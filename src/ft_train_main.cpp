@@ -31,7 +31,7 @@ using ft::trainer::Trainer;
 void print_header(const TrainConfig& c, Trainer& t) {
   const ft::EnvInfo env = ft::collect_env_info();
   const auto& g = c.model;
-  const auto act = t.model().activation_memory(c.micro_batch, c.seq_len);
+  const auto act = t.backend().activation_memory(c.micro_batch, c.seq_len);
   fmt::print("ft-train  model {}  params {:.2f}M  flops/token {:.3g}\n", g.describe(),
              t.model().num_params() / 1e6, ft::trainer::flops_per_token(g, c.seq_len));
   fmt::print("  batch B={} T={} K={} (global {} tokens)  precision {}  checkpoint {}  attention {}\n",
@@ -56,10 +56,10 @@ void print_header(const TrainConfig& c, Trainer& t) {
   fmt::print("  MFU peak {:.0f} GFLOP/s ({})\n", t.peak_gflops(), t.peak_source());
   std::string no_cuda;
   const auto gpus = ft::trainer::cuda_devices(&no_cuda);
-  fmt::print("  backend cpu; CUDA {}\n",
+  fmt::print("  backend {}; CUDA {}\n", t.backend().describe(),
              gpus.empty() ? "unavailable: " + no_cuda
-                          : fmt::format("{} device(s), first {} (sm_{}{}); CUDA training is not built yet",
-                                        gpus.size(), gpus[0].name, gpus[0].sm_major, gpus[0].sm_minor));
+                          : fmt::format("{} device(s), first {} (sm_{}{})", gpus.size(),
+                                        gpus[0].name, gpus[0].sm_major, gpus[0].sm_minor));
   if (c.memory_limit) fmt::print("  memory limit {}\n", ft::format_bytes(c.memory_limit));
   fmt::print("{:>6} {:>8} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>10}\n", "step", "loss",
              "lr", "gnorm", "ms", "tok/s", "MFU%", "mem", "reserved", "peak");
@@ -172,6 +172,7 @@ int run(int argc, char** argv) {
   if (profiler) finish_profiler(*profiler, c, t);
   if (!c.save_dir.empty()) t.save(c.save_dir);
   if (!c.export_llmc.empty()) {
+    t.sync_host_state();
     ft::trainer::write_llmc_model(c.export_llmc, c.model, t.model().params());
   }
   if (counted) {
@@ -182,8 +183,8 @@ int run(int argc, char** argv) {
     sum.mean_data_preprocess_ms = pre_sum / counted;
   }
   sum.val_loss = last_val;
-  sum.memory = t.allocator().stats();
-  sum.activations = t.model().activation_memory(c.micro_batch, c.seq_len);
+  sum.memory = t.memory_stats();
+  sum.activations = t.backend().activation_memory(c.micro_batch, c.seq_len);
   if (metrics) metrics << nlohmann::json{{"summary", sum.to_json()}}.dump() << "\n";
   fmt::print(
         "summary: {} steps, mean {:.0f} tok/s ({:.1f} ms/step, MFU {:.1f}%) after {} warm-up "

@@ -68,7 +68,8 @@ nlohmann::json TrainConfig::to_json() const {
       {"preprocess_cost", preprocess_cost}, {"shuffle", shuffle},
       {"seed", seed}, {"loss_scale", loss_scale}, {"loss_scale_window", loss_scale_window},
       {"dp", parallel.dp}, {"tp", parallel.tp}, {"pp", parallel.pp}, {"zero", parallel.zero},
-      {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}};
+      {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap},
+      {"device", device_name(device)}, {"tf32", tf32}};
 }
 
 std::string TrainConfig::to_config_file() const {
@@ -90,7 +91,8 @@ std::string TrainConfig::to_config_file() const {
     << "\nseed = " << seed << "\ndp = " << parallel.dp << "\ntp = " << parallel.tp
     << "\npp = " << parallel.pp << "\nzero = " << parallel.zero
     << "\nbucket-mb = " << parallel.bucket_mb
-    << "\noverlap = " << (parallel.overlap ? "true" : "false") << "\n";
+    << "\noverlap = " << (parallel.overlap ? "true" : "false")
+    << "\ndevice = " << device_name(device) << "\ntf32 = " << (tf32 ? "true" : "false") << "\n";
   return o.str();
 }
 
@@ -98,6 +100,7 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
                                             const std::string& program) {
   TrainConfig c;
   std::string precision = "fp32", checkpoint = "none", attention = "flash", memory_limit = "0";
+  std::string device = "cpu";
   std::string config_file;
   int max_seq_len = 0, padded_vocab = 0;
   bool caching = true;
@@ -128,6 +131,8 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
     ("clip", po::value(&c.clip)->default_value(1.0f, "1.0"), "global grad-norm clip (<= 0: off)")
     ("beta1", po::value(&c.beta1)->default_value(0.9f, "0.9"), "AdamW beta1")
     ("beta2", po::value(&c.beta2)->default_value(0.95f, "0.95"), "AdamW beta2")
+    ("device", po::value(&device)->default_value("cpu"), "engine: cpu | cuda (first CUDA device)")
+    ("tf32", po::value(&c.tf32)->default_value(false), "cuda, fp32: TF32 tensor-core GEMMs")
     ("precision", po::value(&precision)->default_value("fp32"), "fp32 | bf16 | fp16")
     ("checkpoint", po::value(&checkpoint)->default_value("none"), "activation checkpointing: none | block")
     ("attention", po::value(&attention)->default_value("flash"), "flash (tiled, O(T) memory) | naive")
@@ -192,6 +197,7 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
   } catch (const po::error& e) {
     throw ConfigError(fmt::format("{}: {}", program, e.what()));
   }
+  c.device = parse_device(device);
   c.options.precision = parse_precision(precision);
   c.options.checkpointing = parse_checkpointing(checkpoint);
   c.options.attention = parse_attention(attention);

@@ -114,12 +114,23 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
   if (config_.parallel.tp > 1 || config_.parallel.pp > 1 || config_.parallel.zero > 0) {
     throw ConfigError("tensor parallel, pipeline parallel and ZeRO are not implemented yet");
   }
+  const bool cuda = config_.device == DeviceKind::kCuda;
+  if (cuda) {
+    std::string why;
+    if (cuda_devices(&why).empty()) throw ConfigError("--device cuda: no CUDA device: " + why);
+    if (groups_.world->world_size() > 1) {
+      throw ConfigError("--device cuda runs one process for now (the NCCL data-parallel path is "
+                        "not wired into the trainer)");
+    }
+  }
   const int threads = config_.threads > 0 ? config_.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
   config_.threads = threads;
   if (config_.peak_gflops > 0) {
     peak_gflops_ = config_.peak_gflops;
     peak_source_ = "--peak-gflops";
+  } else if (cuda) {
+    peak_gflops_ = cuda_peak_gflops(config_.options.precision, config_.tf32, 0, &peak_source_);
   } else {
     peak_gflops_ = default_peak_gflops(config_.options.precision, threads);
     const bool amx = cpu_has_amx_bf16();
@@ -196,6 +207,16 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
     groups_.world->broadcast(model_->params(), n, 0);
     model_->refresh_low_precision();
   }
+  if (cuda) {
+    CudaBackendOptions co;
+    co.tf32 = config_.tf32;
+    co.memory_limit = config_.memory_limit;
+    backend_ = make_cuda_backend(config_.model, config_.options, co);
+    // The same initial weights as the CPU engine: the host model's.
+    backend_->upload_state(model_->params(), adam_m_.data(), adam_v_.data());
+  } else {
+    backend_ = make_cpu_backend(*model_, adam_m_.data(), adam_v_.data(), *alloc_);
+  }
   if (!config_.resume_dir.empty()) {
     load(config_.resume_dir);
   } else {
@@ -249,7 +270,7 @@ StepMetrics Trainer::step() {
       wait_ms += batch_.timing.wait_ns / 1e6;
       pre_ms += batch_.timing.preprocess_ns / 1e6;
     }
-    loss_sum += model_->forward_backward(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
+    loss_sum += backend_->forward_backward(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
   }
   double loss = loss_sum / K;
   const size_t n = model_->num_params();
@@ -266,7 +287,7 @@ StepMetrics Trainer::step() {
   {
     FT_RANGE("optimizer", RangeKind::kOptimizer);
     // One pass: a non-finite sum of squares means an fp16 overflow (or a real blow-up).
-    const double sq = ops::sum_squares(model_->grads(), n);
+    const double sq = backend_->grad_sum_squares();
     const double norm = std::sqrt(sq) / loss_scale;
     m.grad_norm = norm;
     bool skip = false;
@@ -288,9 +309,10 @@ StepMetrics Trainer::step() {
   m.step_ms = ms_since(t0);
   const double tokens = static_cast<double>(B) * T * K * dp.world_size();
   m.tokens_per_s = tokens / (m.step_ms / 1000.0);
-  m.mfu = flops_per_token(config_.model, T) * m.tokens_per_s / (peak_gflops_ * 1e9) /
-          groups_.world->world_size();
-  const AllocatorStats s = alloc_->stats();
+  m.mfu = peak_gflops_ > 0 ? flops_per_token(config_.model, T) * m.tokens_per_s /
+                                  (peak_gflops_ * 1e9) / groups_.world->world_size()
+                            : 0.0;
+  const AllocatorStats s = backend_->memory_stats();
   m.mem_allocated = s.allocated;
   m.mem_reserved = s.reserved;
   m.mem_peak = s.peak_allocated;
@@ -301,20 +323,16 @@ StepMetrics Trainer::step() {
 
 void Trainer::apply_update(float lr, float grad_scale) {
   ++adam_t_;
-  const ParamLayout& L = model_->layout();
-  // Chunks of 1 MiB of parameters: the low-precision copy of each chunk is made
-  // right after its update, while it is still in cache.
-  constexpr size_t kChunk = 256 * 1024;
-  for (int i = 0; i < kNumParamTensors; ++i) {
-    const float wd = ParamLayout::decays(i) ? config_.weight_decay : 0.0f;
-    for (size_t off = L.offsets[i], end = off + L.sizes[i]; off < end; off += kChunk) {
-      const size_t n = std::min(kChunk, end - off);
-      ops::adamw_update(model_->params() + off, model_->grads() + off, adam_m_.data() + off,
-                        adam_v_.data() + off, n, lr, config_.beta1, config_.beta2, config_.eps,
-                        wd, grad_scale, adam_t_);
-      model_->refresh_low_precision(off, n);
-    }
-  }
+  AdamWSettings s;
+  s.beta1 = config_.beta1;
+  s.beta2 = config_.beta2;
+  s.eps = config_.eps;
+  s.weight_decay = config_.weight_decay;
+  backend_->adamw_step(s, lr, grad_scale, adam_t_);
+}
+
+void Trainer::sync_host_state() {
+  backend_->download_state(model_->params(), adam_m_.data(), adam_v_.data());
 }
 
 double Trainer::evaluate() {
@@ -331,7 +349,7 @@ double Trainer::evaluate() {
   double sum = 0;
   int nb = 0;
   while (nb < config_.val_batches && loader.next(b)) {
-    sum += model_->forward_loss(b.inputs(), b.targets(), B, T);
+    sum += backend_->forward_loss(b.inputs(), b.targets(), B, T);
     ++nb;
   }
   return nb > 0 ? sum / nb : -1;
@@ -339,6 +357,7 @@ double Trainer::evaluate() {
 
 void Trainer::save(const std::string& dir) {
   FT_RANGE("checkpoint.save", RangeKind::kHost);
+  sync_host_state();
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw IoError(fmt::format("cannot create checkpoint directory '{}': {}", dir, ec.message()));
@@ -419,6 +438,7 @@ void Trainer::load(const std::string& dir) {
     throw FormatError(fmt::format("checkpoint '{}' metadata is malformed: {}", path.string(), e.what()));
   }
   model_->refresh_low_precision();
+  backend_->upload_state(model_->params(), adam_m_.data(), adam_v_.data());
 }
 
 }  // namespace ft::trainer

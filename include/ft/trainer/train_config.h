@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ft/trainer/device.h"
 #include "ft/trainer/gpt_config.h"
 #include "ft/trainer/model.h"
 #include "ft/trainer/parallel.h"
@@ -60,6 +61,8 @@ struct TrainConfig {
   std::string profile_steps;  // "A-B": profile only steps A..B (empty: all, when profiling)
   std::string trace;          // profile the run; write a Chrome/Perfetto trace.json here
   ParallelConfig parallel;    // --dp/--tp/--pp/--zero/--bucket-mb/--no-overlap (mpirun -np dp*tp*pp)
+  DeviceKind device = DeviceKind::kCpu;  // --device cpu|cuda: the engine that runs the model
+  bool tf32 = false;                     // cuda, fp32: TF32 tensor-core GEMMs
 
   void validate() const;  // throws ConfigError
   nlohmann::json to_json() const;

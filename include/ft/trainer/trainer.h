@@ -14,6 +14,7 @@
 #include "ft/trainer/data.h"
 #include "ft/trainer/loader.h"
 #include "ft/trainer/model.h"
+#include "ft/trainer/model_backend.h"
 #include "ft/trainer/parallel.h"
 #include "ft/trainer/schedule.h"
 #include "ft/trainer/train_config.h"
@@ -89,8 +90,17 @@ class Trainer {
   int next_step() const { return step_; }
   bool done() const { return step_ >= config_.steps; }
   const TrainConfig& config() const { return config_; }
+  // The host model: the engine itself on --device cpu, the host mirror of the parameters
+  // (current after sync_host_state()) on --device cuda.
   GptModel& model() { return *model_; }
+  // The engine that runs the model (CPU or CUDA).
+  ModelBackend& backend() { return *backend_; }
+  // Copies the engine's parameters and AdamW moments into the host mirror (no-op on CPU).
+  void sync_host_state();
+  // The host caching allocator (model, loader buffers on the CPU engine).
   CachingAllocator& allocator() { return *alloc_; }
+  // The engine's memory: the host allocator on CPU, the device allocator on CUDA.
+  AllocatorStats memory_stats() const { return backend_->memory_stats(); }
   const data::DataSplit& data_split() const { return split_; }
   double peak_gflops() const { return peak_gflops_; }
   std::string peak_source() const { return peak_source_; }
@@ -116,6 +126,7 @@ class Trainer {
   std::unique_ptr<data::PrefetchLoader> train_loader_;
   data::Batch batch_;  // the micro-batch in use (its staging buffer)
   std::unique_ptr<GptModel> model_;
+  std::unique_ptr<ModelBackend> backend_;  // runs model_ (cpu) or its device copy (cuda)
   Buffer<float> adam_m_, adam_v_;  // (num_params)
   LossScaler scaler_;
   Rng rng_;
