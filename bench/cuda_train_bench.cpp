@@ -1,4 +1,5 @@
-// cuda_train_bench.cpp: GPT-2 124M training throughput on CUDA (largest micro-batch that fits) and MFU against a measured bf16 cuBLASLt GEMM peak.
+// cuda_train_bench.cpp: GPT-2 124M training throughput on CUDA (largest micro-batch that fits) and
+// MFU against a measured bf16 cuBLASLt GEMM peak.
 //
 //   cuda_train_bench [--mode all|gemm-peak|train] [--max-micro-batch 128] [--seq-len 1024]
 //                    [--steps 10] [--warmup 3] [--precision bf16] [--gemm-size 8192]
@@ -6,7 +7,6 @@
 // Prints one line per result and, last, "cuda_train_bench: {json}" (also written to --json).
 // Exit status 2 without a CUDA device (the reason is printed), 1 on any other failure.
 #include <cuda_runtime.h>
-
 #include <fmt/format.h>
 
 #include <chrono>
@@ -50,18 +50,27 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) throw ft::ConfigError(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--mode") o.mode = next();
-    else if (a == "--max-micro-batch") o.max_micro_batch = std::stoi(next());
-    else if (a == "--seq-len") o.seq_len = std::stoi(next());
-    else if (a == "--steps") o.steps = std::stoi(next());
-    else if (a == "--warmup") o.warmup = std::stoi(next());
-    else if (a == "--precision") o.precision = next();
-    else if (a == "--gemm-size") o.gemm_size = std::stoi(next());
-    else if (a == "--json") o.json = next();
+    if (a == "--mode")
+      o.mode = next();
+    else if (a == "--max-micro-batch")
+      o.max_micro_batch = std::stoi(next());
+    else if (a == "--seq-len")
+      o.seq_len = std::stoi(next());
+    else if (a == "--steps")
+      o.steps = std::stoi(next());
+    else if (a == "--warmup")
+      o.warmup = std::stoi(next());
+    else if (a == "--precision")
+      o.precision = next();
+    else if (a == "--gemm-size")
+      o.gemm_size = std::stoi(next());
+    else if (a == "--json")
+      o.json = next();
     else if (a == "--help" || a == "-h") {
-      std::printf("usage: cuda_train_bench [--mode all|gemm-peak|train] [--max-micro-batch B] "
-                  "[--seq-len T] [--steps N] [--warmup N] [--precision bf16|fp16|fp32] "
-                  "[--gemm-size S] [--json FILE]\n");
+      std::printf(
+          "usage: cuda_train_bench [--mode all|gemm-peak|train] [--max-micro-batch B] "
+          "[--seq-len T] [--steps N] [--warmup N] [--precision bf16|fp16|fp32] "
+          "[--gemm-size S] [--json FILE]\n");
       std::exit(0);
     } else {
       throw ft::ConfigError("unknown argument '" + a + "'");
@@ -100,7 +109,8 @@ double gemm_peak_tflops(int S) {
       tg::cast_from_fp32(b.data(), f.data(), n, stream);
     }
     auto call = [&] {
-      gemm.forward(c.data(), tg::DType::kBF16, a.data(), b.data(), tg::DType::kBF16, nullptr, S, S, S);
+      gemm.forward(c.data(), tg::DType::kBF16, a.data(), b.data(), tg::DType::kBF16, nullptr, S, S,
+                   S);
     };
     for (int i = 0; i < 5; ++i) call();
     cudaEvent_t e0, e1;
@@ -250,12 +260,14 @@ int run(const Options& o) {
     j["spec_peak_tflops"] = spec / 1e3;
     j["spec_peak_source"] = spec_source;
     if (spec > 0) j["mfu_vs_spec"] = flops_tok * r.tokens_per_s / (spec * 1e9);
-    if (peak_tflops > 0) j["mfu_vs_measured_gemm_peak"] = flops_tok * r.tokens_per_s / (peak_tflops * 1e12);
-    fmt::print("train: GPT-2 124M {} T={} B={}: {:.1f} ms/step, {:.0f} tokens/s, MFU {:.1f}% of the "
-               "measured bf16 GEMM peak, {:.1f}% of the spec ({})\n",
-               o.precision, o.seq_len, r.micro_batch, r.step_ms, r.tokens_per_s,
-               peak_tflops > 0 ? 100 * j["mfu_vs_measured_gemm_peak"].get<double>() : 0.0,
-               spec > 0 ? 100 * j["mfu_vs_spec"].get<double>() : 0.0, spec_source);
+    if (peak_tflops > 0)
+      j["mfu_vs_measured_gemm_peak"] = flops_tok * r.tokens_per_s / (peak_tflops * 1e12);
+    fmt::print(
+        "train: GPT-2 124M {} T={} B={}: {:.1f} ms/step, {:.0f} tokens/s, MFU {:.1f}% of the "
+        "measured bf16 GEMM peak, {:.1f}% of the spec ({})\n",
+        o.precision, o.seq_len, r.micro_batch, r.step_ms, r.tokens_per_s,
+        peak_tflops > 0 ? 100 * j["mfu_vs_measured_gemm_peak"].get<double>() : 0.0,
+        spec > 0 ? 100 * j["mfu_vs_spec"].get<double>() : 0.0, spec_source);
   }
   const std::string line = j.dump();
   fmt::print("cuda_train_bench: {}\n", line);

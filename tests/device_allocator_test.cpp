@@ -1,4 +1,7 @@
-// device_allocator_test.cpp: the device caching allocator's policy (rounding, reuse, stream ordering, OOM retry, stats) on a fake device.
+// device_allocator_test.cpp: the device caching allocator's policy (rounding, reuse, stream
+// ordering, OOM retry, stats) on a fake device.
+#include "../trainer/cuda/device_allocator.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -7,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "../trainer/cuda/device_allocator.h"
 #include "ft/core/error.h"
 
 namespace ft::trainer::gpu {
@@ -207,7 +209,7 @@ TEST(DeviceAllocatorTest, FlushesTheCacheAndRetriesBeforeOom) {
   log.capacity = 16 * kMiB;
   auto a = make(log);
   void* p = a.allocate(10 * kMiB, kS1);
-  a.deallocate(p);  // cached: 10 MiB reserved, none allocated
+  a.deallocate(p);                       // cached: 10 MiB reserved, none allocated
   void* q = a.allocate(12 * kMiB, kS1);  // needs a new segment: only fits after the flush
   AllocatorStats s = a.stats();
   EXPECT_EQ(s.cache_flush_retries, 1u);
@@ -226,7 +228,7 @@ TEST(DeviceAllocatorTest, FlushFinishesPendingBlocksAndReusesThem) {
   void* p = a.allocate(3 * kMiB, kS1);  // one 4 MiB segment: p (3 MiB) + a 1 MiB tail
   void* k = a.allocate(kMiB, kS1);      // takes the tail: the segment never becomes free
   a.record_stream(p, kS2);
-  a.deallocate(p);  // pending on kS2's event
+  a.deallocate(p);                      // pending on kS2's event
   void* q = a.allocate(3 * kMiB, kS1);  // no room for a new segment: the flush finishes p
   EXPECT_EQ(q, p);
   EXPECT_EQ(a.stats().cache_flush_retries, 1u);

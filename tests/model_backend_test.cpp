@@ -1,4 +1,7 @@
-// model_backend_test.cpp: the backend seam on the CPU (the CPU engine behind ModelBackend) and --device cuda's error without a device.
+// model_backend_test.cpp: the backend seam on the CPU (the CPU engine behind ModelBackend) and
+// --device cuda's error without a device.
+#include "ft/trainer/model_backend.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,7 +10,6 @@
 #include <vector>
 
 #include "ft/core/error.h"
-#include "ft/trainer/model_backend.h"
 #include "ft/trainer/ops.h"
 #include "ft/trainer/train_config.h"
 #include "ft/trainer/trainer.h"

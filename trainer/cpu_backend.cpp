@@ -1,9 +1,9 @@
 // cpu_backend.cpp: the CPU engine behind the ModelBackend seam (GptModel + ops), and the
 // CUDA factory's stand-in when ft is built without CUDA.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "ft/core/error.h"
 #include "ft/trainer/matmul.h"
@@ -42,8 +42,8 @@ class CpuBackend final : public ModelBackend {
       const float wd = ParamLayout::decays(i) ? s.weight_decay : 0.0f;
       for (size_t off = L.offsets[i], end = off + L.sizes[i]; off < end; off += kChunk) {
         const size_t n = std::min(kChunk, end - off);
-        ops::adamw_update(model_.params() + off, model_.grads() + off, adam_m_ + off,
-                          adam_v_ + off, n, lr, s.beta1, s.beta2, s.eps, wd, grad_scale, t);
+        ops::adamw_update(model_.params() + off, model_.grads() + off, adam_m_ + off, adam_v_ + off,
+                          n, lr, s.beta1, s.beta2, s.eps, wd, grad_scale, t);
         model_.refresh_low_precision(off, n);
       }
     }

@@ -1,12 +1,13 @@
-// attention_gpu_test.cpp: the CUDA flash attention (tensor-core and warp-per-row kernels) against the CPU's tiled attention.
+// attention_gpu_test.cpp: the CUDA flash attention (tensor-core and warp-per-row kernels) against
+// the CPU's tiled attention.
 //
 // The CPU twin (ops::attention_flash_*) computes in fp32 on the X-rounded qkv. Tolerances:
 // fp32 rel 1e-4 / abs 1e-5 of the tensor's largest magnitude; fp16 2e-3 / 3e-3 and bf16
 // 2e-2 / 2e-2 (the tensor-core kernels also round P and dS to X before their GEMMs, as
 // FlashAttention-2 does). lse is fp32 on both sides: 1e-4 absolute.
+#include "engine_test_util.h"
 #include "ft/core/error.h"
 #include "ft/trainer/ops.h"
-#include "engine_test_util.h"
 
 namespace ft::test::gpu {
 namespace {
@@ -16,8 +17,12 @@ namespace ops = ft::trainer::ops;
 
 template <typename X>
 struct AttnTol {
-  static constexpr double rel = std::is_same_v<X, float> ? 1e-4 : std::is_same_v<X, bf16> ? 2e-2 : 2e-3;
-  static constexpr double abs = std::is_same_v<X, float> ? 1e-5 : std::is_same_v<X, bf16> ? 2e-2 : 3e-3;
+  static constexpr double rel = std::is_same_v<X, float>  ? 1e-4
+                                : std::is_same_v<X, bf16> ? 2e-2
+                                                          : 2e-3;
+  static constexpr double abs = std::is_same_v<X, float>  ? 1e-5
+                                : std::is_same_v<X, bf16> ? 2e-2
+                                                          : 3e-3;
 };
 
 struct Shape {
@@ -27,11 +32,12 @@ struct Shape {
 template <typename X>
 void check_attention(const Shape& s, uint32_t seed) {
   const int C = s.NH * s.HS;
-  const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * C, n_out = static_cast<size_t>(s.B) * s.T * C;
+  const size_t n_qkv = static_cast<size_t>(s.B) * s.T * 3 * C,
+               n_out = static_cast<size_t>(s.B) * s.T * C;
   const size_t n_lse = static_cast<size_t>(s.B) * s.NH * s.T;
-  SCOPED_TRACE(::testing::Message() << type_name<X>() << " B=" << s.B << " T=" << s.T
-                                    << " NH=" << s.NH << " HS=" << s.HS << " tensor cores "
-                                    << tg::attention_uses_tensor_cores<X>(s.HS));
+  SCOPED_TRACE(::testing::Message()
+               << type_name<X>() << " B=" << s.B << " T=" << s.T << " NH=" << s.NH << " HS=" << s.HS
+               << " tensor cores " << tg::attention_uses_tensor_cores<X>(s.HS));
   const auto qkv = round_to<X>(random_vec(n_qkv, seed, -2.0f, 2.0f));
   const auto dout = round_to<X>(random_vec(n_out, seed + 1));
   DeviceArray<X> d_qkv(n_qkv), d_out(n_out), d_dout(n_out), d_dqkv(n_qkv);
@@ -59,7 +65,8 @@ void check_attention(const Shape& s, uint32_t seed) {
         w.push_back(dqkv[bt * 3 * C + part * C + c]);
       }
     }
-    EXPECT_TRUE(close(g, w, AttnTol<X>::rel, AttnTol<X>::abs)) << "d" << "qkv"[part];
+    EXPECT_TRUE(close(g, w, AttnTol<X>::rel, AttnTol<X>::abs)) << "d"
+                                                               << "qkv"[part];
   }
 }
 

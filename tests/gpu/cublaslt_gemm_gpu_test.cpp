@@ -1,12 +1,13 @@
-// cublaslt_gemm_gpu_test.cpp: the cuBLASLt linear-layer GEMMs (fp32, TF32, bf16, fp16; bias epilogue; accumulate) against the CPU Gemm.
+// cublaslt_gemm_gpu_test.cpp: the cuBLASLt linear-layer GEMMs (fp32, TF32, bf16, fp16; bias
+// epilogue; accumulate) against the CPU Gemm.
 //
 // The CPU twin is ft's CPU Gemm in fp32 on the X-rounded operands, so products are exact on
 // both sides and only the fp32 summation order differs. Tolerances: outputs stored in X get
 // Tol<X> (one rounding); fp32 weight gradients rel 1e-4; TF32 rel 5e-3 (10-bit mantissas).
 #include "../../trainer/cuda/cublaslt_gemm.h"
+#include "engine_test_util.h"
 #include "ft/core/allocator.h"
 #include "ft/trainer/matmul.h"
-#include "engine_test_util.h"
 
 namespace ft::test::gpu {
 namespace {
@@ -28,8 +29,8 @@ struct GemmShape {
 
 template <typename X>
 void check_gemm(const GemmShape& s, tg::GemmMath math, uint32_t seed) {
-  SCOPED_TRACE(::testing::Message() << type_name<X>() << " N=" << s.N << " IC=" << s.IC
-                                    << " OC=" << s.OC << (math == tg::GemmMath::kTf32 ? " tf32" : ""));
+  SCOPED_TRACE(::testing::Message() << type_name<X>() << " N=" << s.N << " IC=" << s.IC << " OC="
+                                    << s.OC << (math == tg::GemmMath::kTf32 ? " tf32" : ""));
   const bool tf32 = math == tg::GemmMath::kTf32;
   const double rel_x = tf32 ? 5e-3 : Tol<X>::rel, abs_x = tf32 ? 5e-3 : Tol<X>::abs;
   const double rel_w = tf32 ? 5e-3 : 1e-4, abs_w = tf32 ? 5e-3 : 1e-5;
@@ -59,7 +60,8 @@ void check_gemm(const GemmShape& s, tg::GemmMath math, uint32_t seed) {
     gemm.forward(d_out.get(), dt, d_in.get(), d_w.get(), dt, b ? d_bias.get() : nullptr, s.N, s.IC,
                  s.OC);
     cpu.forward(want.data(), inp.data(), w.data(), nullptr, b, s.N, s.IC, s.OC, Precision::kFp32);
-    EXPECT_TRUE(close(download(d_out.get(), n_out), want, rel_x, abs_x)) << (b ? "bias" : "no bias");
+    EXPECT_TRUE(close(download(d_out.get(), n_out), want, rel_x, abs_x))
+        << (b ? "bias" : "no bias");
   }
   EXPECT_EQ(gemm.bias_epilogue_calls() + gemm.bias_kernel_calls(), 1u);
 

@@ -1,4 +1,5 @@
-// cuda_model_gpu_test.cpp: the CUDA GPT against the CPU model: one step's loss and gradients, accumulation, block recompute, AdamW, and ten Trainer steps.
+// cuda_model_gpu_test.cpp: the CUDA GPT against the CPU model: one step's loss and gradients,
+// accumulation, block recompute, AdamW, and ten Trainer steps.
 //
 // Tolerances (the CUDA model keeps activations in X; the CPU model keeps them in fp32 and
 // rounds only GEMM operands, so bf16/fp16 differ by more than one rounding):
@@ -8,13 +9,13 @@
 //   cuBLASLt reduction order)
 #include <filesystem>
 
+#include "engine_test_util.h"
 #include "ft/core/atomic_file.h"
 #include "ft/core/rng.h"
 #include "ft/trainer/model.h"
 #include "ft/trainer/model_backend.h"
 #include "ft/trainer/ops.h"
 #include "ft/trainer/trainer.h"
-#include "engine_test_util.h"
 
 namespace ft::test::gpu {
 namespace {
@@ -208,7 +209,7 @@ TEST(CudaModelTest, AdamWStepMatchesTheCpuOptimizer) {
 
 // The Trainer end to end: ten steps of --device cuda against --device cpu.
 fs::path write_corpus(const fs::path& dir) {
-  const char* words[] = {"the", "lord", "said", "unto", "moses", "and", "in", "beginning",
+  const char* words[] = {"the", "lord",    "said",   "unto",  "moses", "and", "in",  "beginning",
                          "god", "created", "heaven", "earth", "light", "was", "good"};
   Rng rng(42);
   std::string text;
@@ -231,7 +232,8 @@ fs::path write_corpus(const fs::path& dir) {
 
 TEST(CudaModelTest, TenTrainerStepsMatchTheCpuEngine) {
   FT_REQUIRE_GPU();
-  const fs::path dir = fs::temp_directory_path() / ("ft_cuda_model_test_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("ft_cuda_model_test_" + std::to_string(::getpid()));
   const fs::path corpus = write_corpus(dir);
   for (const PrecisionTol& pt : kTols) {
     SCOPED_TRACE(precision_name(pt.p));
@@ -276,7 +278,8 @@ TEST(CudaModelTest, TenTrainerStepsMatchTheCpuEngine) {
     EXPECT_TRUE(std::isfinite(val));
     ASSERT_EQ(cpu_loss.size(), gpu_loss.size());
     for (size_t i = 0; i < cpu_loss.size(); ++i) {
-      std::printf("%s step %zu: cpu %.5f cuda %.5f\n", precision_name(pt.p), i, cpu_loss[i], gpu_loss[i]);
+      std::printf("%s step %zu: cpu %.5f cuda %.5f\n", precision_name(pt.p), i, cpu_loss[i],
+                  gpu_loss[i]);
       // Differences grow a little as the runs diverge; allow 2x the one-step tolerance.
       EXPECT_NEAR(gpu_loss[i], cpu_loss[i], 2 * pt.loss) << "step " << i;
     }

@@ -1,4 +1,5 @@
-// cuda_ops_gpu_test.cpp: every CUDA kernel against its CPU twin (trainer/ops) on random data, in fp32, bf16 and fp16.
+// cuda_ops_gpu_test.cpp: every CUDA kernel against its CPU twin (trainer/ops) on random data, in
+// fp32, bf16 and fp16.
 //
 // Inputs are rounded to X on the host first, so both sides see the same values; the CPU twin
 // computes in fp32. Tolerances (Tol<X>): one rounding of the output to X, i.e. rel 1e-4 (fp32),
@@ -6,8 +7,8 @@
 // magnitude. Outputs start as NaN, so an unwritten element fails.
 #include <numeric>
 
-#include "ft/trainer/ops.h"
 #include "engine_test_util.h"
+#include "ft/trainer/ops.h"
 
 namespace ft::test::gpu {
 namespace {
@@ -32,12 +33,34 @@ void put(T* dst, const std::vector<T>& v) {
   cudaMemcpy(dst, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
 }
 
+// Host code: runs without a device.
+TEST(TokenBucketsTest, GroupsPositionsByTokenInAscendingOrder) {
+  const std::vector<int32_t> inp = {5, 0, 5, 2, 0, 5, 9};
+  tg::TokenBuckets b;
+  b.build(inp.data(), static_cast<int>(inp.size()));
+  EXPECT_EQ(b.token, (std::vector<int32_t>{0, 2, 5, 9}));
+  EXPECT_EQ(b.start, (std::vector<int32_t>{0, 2, 3, 6, 7}));
+  EXPECT_EQ(b.order, (std::vector<int32_t>{1, 4, 3, 0, 2, 5, 6}));
+  const auto many = random_tokens(5000, 300, 9);
+  b.build(many.data(), 5000);
+  ASSERT_EQ(b.start.size(), b.token.size() + 1);
+  for (size_t u = 0; u < b.token.size(); ++u) {
+    for (int32_t k = b.start[u]; k < b.start[u + 1]; ++k) {
+      ASSERT_EQ(many[b.order[k]], b.token[u]);
+      if (k > b.start[u]) {
+        ASSERT_LT(b.order[k - 1], b.order[k]);
+      }
+    }
+  }
+}
+
 TYPED_TEST(CudaOpsTest, EncoderForwardAndBackward) {
   FT_REQUIRE_GPU();
   using X = TypeParam;
   const int B = 3, T = 37, C = 96, V = 20;  // few tokens: many repeats per bucket
   const size_t N = static_cast<size_t>(B) * T;
-  const auto wte = random_vec(static_cast<size_t>(V) * C, 1), wpe = random_vec(static_cast<size_t>(T) * C, 2);
+  const auto wte = random_vec(static_cast<size_t>(V) * C, 1),
+             wpe = random_vec(static_cast<size_t>(T) * C, 2);
   const auto tokens = random_tokens(N, V, 3);
   DeviceArray<float> d_wte(wte.size()), d_wpe(wpe.size());
   DeviceArray<int32_t> d_tok(N);
@@ -84,10 +107,11 @@ TYPED_TEST(CudaOpsTest, LayerNormForwardAndBackward) {
   upload(d_inp.get(), inp);
   upload(d_w.get(), w);
   upload(d_b.get(), b);
-  tg::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_inp.get(), d_w.get(), d_b.get(), N,
-                        C, nullptr);
+  tg::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_inp.get(), d_w.get(), d_b.get(),
+                        N, C, nullptr);
   std::vector<float> out(NC), mean(N), rstd(N);
-  ops::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+  ops::layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N,
+                         C);
   EXPECT_TRUE(close(download(d_out.get(), NC), out, Tol<X>::rel, Tol<X>::abs));
   EXPECT_TRUE(close(download(d_mean.get(), N), mean, 1e-5, 1e-6));
   EXPECT_TRUE(close(download(d_rstd.get(), N), rstd, 1e-5, 1e-6));
@@ -184,8 +208,8 @@ TYPED_TEST(CudaOpsTest, FusedCrossEntropyWithPaddedVocab) {
   EXPECT_TRUE(close(download(d_losses.get(), N), losses, 1e-5, 1e-6));
   EXPECT_TRUE(close(download(d_logits.get(), n), round_to<X>(logits), 0, 0));
   cudaMemset(d_losses.get(), 0xFF, N * sizeof(float));
-  tg::crossentropy_forward_backward(d_logits.get(), d_losses.get(), d_targets.get(), N, V, Vp, dloss,
-                                    nullptr);
+  tg::crossentropy_forward_backward(d_logits.get(), d_losses.get(), d_targets.get(), N, V, Vp,
+                                    dloss, nullptr);
   std::vector<float> want = logits;
   ops::crossentropy_forward_backward(want.data(), losses.data(), targets.data(), N, V, Vp, dloss);
   EXPECT_TRUE(close(download(d_losses.get(), N), losses, 1e-5, 1e-6));
@@ -200,7 +224,8 @@ TYPED_TEST(CudaOpsTest, AdamWMatchesCpuAndWritesTheLowPrecisionCopy) {
   FT_REQUIRE_GPU();
   using X = TypeParam;
   const size_t n = 70001;
-  auto p = random_vec(n, 50), m = random_vec(n, 51, -0.1f, 0.1f), v = random_vec(n, 52, 0.0f, 0.01f);
+  auto p = random_vec(n, 50), m = random_vec(n, 51, -0.1f, 0.1f),
+       v = random_vec(n, 52, 0.0f, 0.01f);
   const auto g = random_vec(n, 53);
   DeviceArray<float> d_p(n), d_g(n), d_m(n), d_v(n);
   DeviceArray<X> d_lp(n);
@@ -210,8 +235,8 @@ TYPED_TEST(CudaOpsTest, AdamWMatchesCpuAndWritesTheLowPrecisionCopy) {
   upload(d_v.get(), v);
   const float lr = 3e-4f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
   const int t = 7;
-  tg::adamw_update(d_p.get(), d_lp.get(), d_g.get(), d_m.get(), d_v.get(), n, lr, b1, b2, eps, wd, gs,
-                   t, nullptr);
+  tg::adamw_update(d_p.get(), d_lp.get(), d_g.get(), d_m.get(), d_v.get(), n, lr, b1, b2, eps, wd,
+                   gs, t, nullptr);
   ops::adamw_update(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, gs, t);
   EXPECT_TRUE(close(download(d_p.get(), n), p, 1e-6, 1e-7));
   EXPECT_TRUE(close(download(d_m.get(), n), m, 1e-6, 1e-7));
@@ -238,7 +263,8 @@ TYPED_TEST(CudaOpsTest, CastsRoundToNearestEvenLikeTheCpu) {
     uint32_t a, b;
     std::memcpy(&a, &got[i], 4);
     std::memcpy(&b, &want[i], 4);
-    ASSERT_EQ(a, b) << "element " << i << " = " << v[i] << ": got " << got[i] << " want " << want[i];
+    ASSERT_EQ(a, b) << "element " << i << " = " << v[i] << ": got " << got[i] << " want "
+                    << want[i];
   }
 }
 

@@ -1,7 +1,8 @@
-// device_allocator_gpu_test.cpp: the device caching allocator on cudaMalloc with real streams: stream-ordered reuse, record_stream, OOM.
+// device_allocator_gpu_test.cpp: the device caching allocator on cudaMalloc with real streams:
+// stream-ordered reuse, record_stream, OOM.
 #include "../../trainer/cuda/device_allocator.h"
-#include "ft/core/error.h"
 #include "engine_test_util.h"
+#include "ft/core/error.h"
 
 namespace ft::test::gpu {
 namespace {
@@ -49,7 +50,7 @@ TEST(DeviceAllocatorGpuTest, CrossStreamReuseWaitsForTheOldStreamsWork) {
   const size_t n = 1 << 20;
   auto* p = static_cast<float*>(alloc.allocate(n * sizeof(float), id(s.a), "slow writer"));
   tg::spin_then_fill(p, n, 1.0f, kSpinCycles, s.a);  // writes 1.0 after ~20 ms
-  alloc.deallocate(p);                              // reusable at once on a, after an event on b
+  alloc.deallocate(p);                               // reusable at once on a, after an event on b
   auto* q = static_cast<float*>(alloc.allocate(n * sizeof(float), id(s.b), "fast writer"));
   ASSERT_EQ(q, p);
   EXPECT_EQ(alloc.cross_stream_reuses(), 1u);

@@ -1,4 +1,5 @@
-// engine_test_util.h: helpers of the GPU tests: skip without a device, NaN-filled device buffers, X <-> fp32 copies, tolerance checks.
+// engine_test_util.h: helpers of the GPU tests: skip without a device, NaN-filled device buffers, X
+// <-> fp32 copies, tolerance checks.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,18 +19,18 @@
 #include "ft/trainer/precision.h"
 
 // Skips the test (reported by ctest as skipped) when no CUDA device is usable.
-#define FT_REQUIRE_GPU()                                                  \
-  do {                                                                    \
-    std::string ft_why_;                                                  \
-    if (ft::trainer::cuda_devices(&ft_why_).empty()) {                    \
-      GTEST_SKIP() << "no CUDA device: " << ft_why_;                      \
-    }                                                                     \
+#define FT_REQUIRE_GPU()                               \
+  do {                                                 \
+    std::string ft_why_;                               \
+    if (ft::trainer::cuda_devices(&ft_why_).empty()) { \
+      GTEST_SKIP() << "no CUDA device: " << ft_why_;   \
+    }                                                  \
   } while (0)
 
-#define FT_TEST_CUDA(expr)                                                           \
-  do {                                                                               \
-    const cudaError_t ft_e_ = (expr);                                                \
-    ASSERT_EQ(ft_e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(ft_e_);      \
+#define FT_TEST_CUDA(expr)                                                       \
+  do {                                                                           \
+    const cudaError_t ft_e_ = (expr);                                            \
+    ASSERT_EQ(ft_e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(ft_e_); \
   } while (0)
 
 namespace ft::test::gpu {
@@ -48,8 +49,12 @@ const char* type_name() {
 // fraction of the reference tensor's largest magnitude.
 template <typename X>
 struct Tol {
-  static constexpr double rel = std::is_same_v<X, float> ? 1e-4 : std::is_same_v<X, bf16> ? 1.6e-2 : 2e-3;
-  static constexpr double abs = std::is_same_v<X, float> ? 1e-5 : std::is_same_v<X, bf16> ? 8e-3 : 1e-3;
+  static constexpr double rel = std::is_same_v<X, float>  ? 1e-4
+                                : std::is_same_v<X, bf16> ? 1.6e-2
+                                                          : 2e-3;
+  static constexpr double abs = std::is_same_v<X, float>  ? 1e-5
+                                : std::is_same_v<X, bf16> ? 8e-3
+                                                          : 1e-3;
 };
 
 // Device memory of n X, filled with NaN bit patterns (0xFF bytes are NaN in fp32, bf16 and
@@ -136,8 +141,9 @@ inline std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.0f, 
 }
 
 // Every element finite (NaN = unwritten) and |got - want| <= abs_frac * max|want| + rel * |want|.
-inline ::testing::AssertionResult close(const std::vector<float>& got, const std::vector<float>& want,
-                                        double rel, double abs_frac) {
+inline ::testing::AssertionResult close(const std::vector<float>& got,
+                                        const std::vector<float>& want, double rel,
+                                        double abs_frac) {
   if (got.size() != want.size()) {
     return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
   }

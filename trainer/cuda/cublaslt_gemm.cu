@@ -1,16 +1,15 @@
 // cublaslt_gemm.cu: every cuBLASLt call of ft: plans cached per shape (descriptors, layouts, the
-// heuristic's algorithm), bias epilogue with a kernel fallback, workspace from the device allocator.
-#include "cublaslt_gemm.h"
-
+// heuristic's algorithm), bias epilogue with a kernel fallback, workspace from the device
+// allocator.
 #include <cublasLt.h>
 #include <dlfcn.h>
-
 #include <fmt/format.h>
 
 #include <string>
 #include <type_traits>
 #include <unordered_map>
 
+#include "cublaslt_gemm.h"
 #include "cuda_check.h"
 #include "cuda_ops.h"
 #include "ft/core/annotate.h"
@@ -46,7 +45,8 @@ const LtApi& lt() {
   static const LtApi api = [] {
     const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
     void* h = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (h == nullptr) h = dlopen((std::string(FT_CUDA_LIBRARY_DIR) + "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr)
+      h = dlopen((std::string(FT_CUDA_LIBRARY_DIR) + "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
     if (h == nullptr) {
       throw Error("cannot load cuBLASLt (" + soname + " or " FT_CUDA_LIBRARY_DIR "/" + soname +
                   "): " + dlerror());
@@ -81,14 +81,14 @@ const LtApi& lt() {
 }  // namespace
 }  // namespace ft::trainer::gpu
 
-#define FT_CUBLAS_CHECK(expr)                                                                 \
-  do {                                                                                        \
-    cublasStatus_t ft_cublas_st_ = (expr);                                                    \
-    if (ft_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                             \
-      throw ::ft::Error(std::string(#expr) + ": " + lt().cublasLtGetStatusName(ft_cublas_st_) + \
-                        " (" + lt().cublasLtGetStatusString(ft_cublas_st_) + ") at " +        \
-                        __FILE__ + ":" + std::to_string(__LINE__));                           \
-    }                                                                                         \
+#define FT_CUBLAS_CHECK(expr)                                                                     \
+  do {                                                                                            \
+    cublasStatus_t ft_cublas_st_ = (expr);                                                        \
+    if (ft_cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                                 \
+      throw ::ft::Error(std::string(#expr) + ": " + lt().cublasLtGetStatusName(ft_cublas_st_) +   \
+                        " (" + lt().cublasLtGetStatusString(ft_cublas_st_) + ") at " + __FILE__ + \
+                        ":" + std::to_string(__LINE__));                                          \
+    }                                                                                             \
   } while (0)
 
 namespace ft::trainer::gpu {
@@ -96,9 +96,12 @@ namespace {
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
-    case DType::kF32: return CUDA_R_32F;
-    case DType::kBF16: return CUDA_R_16BF;
-    case DType::kF16: return CUDA_R_16F;
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
   }
   return CUDA_R_32F;
 }
@@ -121,17 +124,30 @@ struct PlanKey {
   bool operator==(const PlanKey& o) const {
     return ta == o.ta && tb == o.tb && m == o.m && n == o.n && k == o.k && lda == o.lda &&
            ldb == o.ldb && ldd == o.ldd && at == o.at && bt == o.bt && dt == o.dt &&
-           math == o.math && bias == o.bias && al_a == o.al_a && al_b == o.al_b &&
-           al_d == o.al_d && al_bias == o.al_bias;
+           math == o.math && bias == o.bias && al_a == o.al_a && al_b == o.al_b && al_d == o.al_d &&
+           al_bias == o.al_bias;
   }
 };
 
 struct PlanKeyHash {
   size_t operator()(const PlanKey& k) const {
-    const int64_t v[] = {k.ta, k.tb, k.m, k.n, k.k, k.lda, k.ldb, k.ldd,
-                         static_cast<int64_t>(k.at), static_cast<int64_t>(k.bt),
-                         static_cast<int64_t>(k.dt), static_cast<int64_t>(k.math), k.bias,
-                         k.al_a, k.al_b, k.al_d, k.al_bias};
+    const int64_t v[] = {k.ta,
+                         k.tb,
+                         k.m,
+                         k.n,
+                         k.k,
+                         k.lda,
+                         k.ldb,
+                         k.ldd,
+                         static_cast<int64_t>(k.at),
+                         static_cast<int64_t>(k.bt),
+                         static_cast<int64_t>(k.dt),
+                         static_cast<int64_t>(k.math),
+                         k.bias,
+                         k.al_a,
+                         k.al_b,
+                         k.al_d,
+                         k.al_bias};
     size_t h = 1469598103934665603ull;
     for (int64_t x : v) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
     return h;
@@ -142,9 +158,12 @@ struct PlanKeyHash {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "fp32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "fp16";
+    case DType::kF32:
+      return "fp32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "fp16";
   }
   return "?";
 }
@@ -194,8 +213,23 @@ void LtGemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                     DType d_t, int64_t ldd, float beta, const float* bias, int bias_rows) {
   const bool fp32_in = a_t == DType::kF32;
   const GemmMath math = fp32_in ? math_ : GemmMath::kFp32;
-  PlanKey key{trans_a, trans_b, m, n, k, lda, ldb, ldd, a_t, b_t, d_t, math, bias != nullptr,
-              alignment(a), alignment(b), alignment(d), bias ? alignment(bias) : 0u};
+  PlanKey key{trans_a,
+              trans_b,
+              m,
+              n,
+              k,
+              lda,
+              ldb,
+              ldd,
+              a_t,
+              b_t,
+              d_t,
+              math,
+              bias != nullptr,
+              alignment(a),
+              alignment(b),
+              alignment(d),
+              bias ? alignment(bias) : 0u};
   auto it = impl_->plans.find(key);
   if (it == impl_->plans.end()) {
     FT_RANGE("gemm.plan", RangeKind::kHost);
@@ -205,15 +239,15 @@ void LtGemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
     FT_CUBLAS_CHECK(lt().cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
-                                                   sizeof(op_a)));
-    FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
-                                                   sizeof(op_b)));
+    FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                        &op_a, sizeof(op_a)));
+    FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                        &op_b, sizeof(op_b)));
     // Stored shapes: op(A) is (m,k), op(B) is (k,n); D (m,n); all column-major.
     FT_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&plan->a, cuda_type(a_t), trans_a ? k : m,
-                                               trans_a ? m : k, lda));
+                                                    trans_a ? m : k, lda));
     FT_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&plan->b, cuda_type(b_t), trans_b ? n : k,
-                                               trans_b ? k : n, ldb));
+                                                    trans_b ? k : n, ldb));
     FT_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&plan->d, cuda_type(d_t), m, n, ldd));
     cublasLtMatmulPreference_t pref = nullptr;
     FT_CUBLAS_CHECK(lt().cublasLtMatmulPreferenceCreate(&pref));
@@ -240,18 +274,18 @@ void LtGemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
       const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
       const cudaDataType_t bias_t = CUDA_R_32F;
       if (lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                         sizeof(epi)) == CUBLAS_STATUS_SUCCESS &&
-          lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t,
-                                         sizeof(bias_t)) == CUBLAS_STATUS_SUCCESS &&
+                                              sizeof(epi)) == CUBLAS_STATUS_SUCCESS &&
+          lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                              &bias_t, sizeof(bias_t)) == CUBLAS_STATUS_SUCCESS &&
           lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                         sizeof(bias)) == CUBLAS_STATUS_SUCCESS) {
+                                              sizeof(bias)) == CUBLAS_STATUS_SUCCESS) {
         ok = heuristic(&result);
       }
       plan->bias_epilogue = ok;
       if (!ok) {  // no epilogue for this shape/type: plain GEMM, then the add kernel
         const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
-        FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                       &none, sizeof(none)));
+        FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(
+            plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none, sizeof(none)));
       }
     }
     if (!ok && st == CUBLAS_STATUS_SUCCESS) ok = heuristic(&result);
@@ -270,13 +304,13 @@ void LtGemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
   }
   Plan& plan = *it->second;
   if (plan.bias_epilogue) {
-    FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                   &bias, sizeof(bias)));
+    FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(
+        plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
   const float alpha = 1.0f;
-  FT_CUBLAS_CHECK(lt().cublasLtMatmul(impl_->handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d,
-                                 plan.d, d, plan.d, &plan.algo, workspace_.data(),
-                                 workspace_.bytes(), stream_));
+  FT_CUBLAS_CHECK(lt().cublasLtMatmul(impl_->handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta,
+                                      d, plan.d, d, plan.d, &plan.algo, workspace_.data(),
+                                      workspace_.bytes(), stream_));
   ++stats_.calls;
   stats_.flops += 2.0 * static_cast<double>(m) * n * k;
   if (bias != nullptr) {
@@ -316,7 +350,8 @@ void LtGemm::backward_input(void* dinp, DType out_t, const void* dout, const voi
 
 void LtGemm::backward_weight(float* dweight, const void* dout, const void* inp, DType in_t, int N,
                              int IC, int OC, bool accumulate) {
-  // dW^T (IC,OC) = inp^T (IC,N) dout (N,OC): A = inp stored (IC,N); B = dout stored (OC,N), transposed.
+  // dW^T (IC,OC) = inp^T (IC,N) dout (N,OC): A = inp stored (IC,N); B = dout stored (OC,N),
+  // transposed.
   matmul(false, true, IC, OC, N, inp, in_t, IC, dout, in_t, OC, dweight, DType::kF32, IC,
          accumulate ? 1.0f : 0.0f, nullptr, 0);
 }

@@ -1,4 +1,5 @@
-// cublaslt_gemm.h: the linear-layer GEMMs on cuBLASLt (internal header; cublaslt_gemm.cu is the one place cuBLASLt is called).
+// cublaslt_gemm.h: the linear-layer GEMMs on cuBLASLt (internal header; cublaslt_gemm.cu is the one
+// place cuBLASLt is called).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -58,9 +59,9 @@ class LtGemm {
   struct Plan;
   struct Impl;
   // Column-major D (m,n) = alpha op(A) op(B) + beta D (cuBLASLt's convention).
-  void matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a,
-              DType a_t, int64_t lda, const void* b, DType b_t, int64_t ldb, void* d, DType d_t,
-              int64_t ldd, float beta, const float* bias, int bias_rows);
+  void matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, DType a_t,
+              int64_t lda, const void* b, DType b_t, int64_t ldb, void* d, DType d_t, int64_t ldd,
+              float beta, const float* bias, int bias_rows);
 
   DeviceCachingAllocator& alloc_;
   cudaStream_t stream_;

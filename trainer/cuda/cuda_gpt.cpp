@@ -2,7 +2,6 @@
 // fp32 master weights + bf16/fp16 activations and GEMM operands, cuBLASLt GEMMs, flash attention,
 // block recompute, grad accumulation and AdamW on the device, memory from the device allocator.
 #include <cuda_runtime.h>
-
 #include <fmt/format.h>
 
 #include <cmath>
@@ -58,7 +57,7 @@ class CudaGpt final : public ModelBackend {
  private:
   // Activations one block keeps for its backward pass.
   struct LayerActs {
-    DeviceBuffer<X> ln1, qkv, atty, res2, ln2, fch, fch_gelu;  // (B,T,C|3C|C|C|C|4C|4C)
+    DeviceBuffer<X> ln1, qkv, atty, res2, ln2, fch, fch_gelu;    // (B,T,C|3C|C|C|C|4C|4C)
     DeviceBuffer<float> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // (B,T)
     DeviceBuffer<float> lse;                                     // (B,NH,T)
   };
@@ -96,9 +95,9 @@ class CudaGpt final : public ModelBackend {
   DeviceBuffer<int32_t> inputs_, targets_, order_, bucket_start_, bucket_token_;
   DeviceBuffer<double> reduce_;  // (1 + kReducePartials): result, then partials
   TokenBuckets buckets_;
-  const int32_t* next_inputs_ = nullptr;   // use_device_tokens(), for the next forward
+  const int32_t* next_inputs_ = nullptr;  // use_device_tokens(), for the next forward
   const int32_t* next_targets_ = nullptr;
-  const int32_t* cur_inputs_ = nullptr;    // (B,T) this forward's tokens on the device
+  const int32_t* cur_inputs_ = nullptr;  // (B,T) this forward's tokens on the device
   const int32_t* cur_targets_ = nullptr;
 };
 
@@ -208,7 +207,8 @@ void CudaGpt<X>::upload_tokens(const int32_t* inputs, const int32_t* targets, in
     // From pageable host memory: each copy returns once the runtime has staged the data, so
     // the loader may reuse its buffer at once. (The pinned, overlapped path: use_device_tokens.)
     FT_CUDA_CHECK(cudaMemcpyAsync(inputs_.data(), inputs, bytes, cudaMemcpyHostToDevice, stream_));
-    FT_CUDA_CHECK(cudaMemcpyAsync(targets_.data(), targets, bytes, cudaMemcpyHostToDevice, stream_));
+    FT_CUDA_CHECK(
+        cudaMemcpyAsync(targets_.data(), targets, bytes, cudaMemcpyHostToDevice, stream_));
     cur_inputs_ = inputs_.data();
     cur_targets_ = targets_.data();
   }
@@ -233,8 +233,8 @@ void CudaGpt<X>::layer_forward(int l, const X* x, X* x_out, LayerActs& a, int B,
   constexpr DType dt = dtype_of<X>();
   layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, param(kLn1w) + l * C_,
                     param(kLn1b) + l * C_, N, C, stream_);
-  gemm_->forward(a.qkv.data(), dt, a.ln1.data(), weight(kQkvw, l), dt, param(kQkvb) + l * 3 * C_,
-                 N, C, 3 * C);
+  gemm_->forward(a.qkv.data(), dt, a.ln1.data(), weight(kQkvw, l), dt, param(kQkvb) + l * 3 * C_, N,
+                 C, 3 * C);
   attention_forward(a.atty.data(), a.lse.data(), a.qkv.data(), B, T, C, NH, stream_);
   gemm_->forward(a.res2.data(), dt, a.atty.data(), weight(kAttprojw, l), dt,
                  param(kAttprojb) + l * C_, N, C, C);
@@ -244,8 +244,8 @@ void CudaGpt<X>::layer_forward(int l, const X* x, X* x_out, LayerActs& a, int B,
   gemm_->forward(a.fch.data(), dt, a.ln2.data(), weight(kFcw, l), dt, param(kFcb) + l * 4 * C_, N,
                  C, 4 * C);
   gelu_forward(a.fch_gelu.data(), a.fch.data(), NC * 4, stream_);
-  gemm_->forward(x_out, dt, a.fch_gelu.data(), weight(kFcprojw, l), dt, param(kFcprojb) + l * C_,
-                 N, 4 * C, C);
+  gemm_->forward(x_out, dt, a.fch_gelu.data(), weight(kFcprojw, l), dt, param(kFcprojb) + l * C_, N,
+                 4 * C, C);
   residual_forward(x_out, x_out, a.res2.data(), NC, stream_);
 }
 
@@ -291,8 +291,8 @@ template <typename X>
 void CudaGpt<X>::run_forward(int B, int T, Workspace& w, bool keep) {
   const int C = config_.channels, L = config_.num_layers, N = B * T;
   if (T > config_.max_seq_len) {
-    throw ConfigError(fmt::format("sequence length {} exceeds the model's maximum {}", T,
-                                  config_.max_seq_len));
+    throw ConfigError(
+        fmt::format("sequence length {} exceeds the model's maximum {}", T, config_.max_seq_len));
   }
   const size_t NC = static_cast<size_t>(N) * C;
   const bool per_layer = keep && options_.checkpointing == Checkpointing::kNone;
@@ -330,7 +330,8 @@ double CudaGpt<X>::loss_sum(const float* losses, int N) {
   FT_RANGE("loss.d2h", RangeKind::kD2H);
   sum_to_double(reduce_.data(), reduce_.data() + 1, losses, N, stream_);
   double sum = 0;
-  FT_CUDA_CHECK(cudaMemcpyAsync(&sum, reduce_.data(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  FT_CUDA_CHECK(
+      cudaMemcpyAsync(&sum, reduce_.data(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
   sync();
   return sum;
 }
@@ -347,12 +348,14 @@ double CudaGpt<X>::forward_backward(const int32_t* inputs, const int32_t* target
   if (first_micro) {
     // Gradients that are only ever accumulated start from zero; the matmul weight
     // gradients are overwritten by their first GEMM instead (as the CPU model).
-    for (int i : {kWpe, kLn1w, kLn1b, kQkvb, kAttprojb, kLn2w, kLn2b, kFcb, kFcprojb, kLnfw, kLnfb}) {
+    for (int i :
+         {kWpe, kLn1w, kLn1b, kQkvb, kAttprojb, kLn2w, kLn2b, kFcb, kFcprojb, kLnfw, kLnfb}) {
       FT_CUDA_CHECK(cudaMemsetAsync(grad(i), 0, layout_.sizes[i] * sizeof(float), stream_));
     }
   }
   constexpr DType dt = dtype_of<X>();
-  const size_t scratch_n = std::max(layernorm_backward_scratch(N, C), bias_backward_scratch(N, 4 * C));
+  const size_t scratch_n =
+      std::max(layernorm_backward_scratch(N, C), bias_backward_scratch(N, 4 * C));
   DeviceBuffer<float> scratch(*alloc_, scratch_n, sid(), "grad.reduce_scratch");
   DeviceBuffer<X> dres(*alloc_, NC, sid(), "grad.dres");  // (B,T,C) gradient of the residual stream
   {
@@ -407,7 +410,8 @@ double CudaGpt<X>::grad_sum_squares() {
   FT_RANGE("grad_norm", RangeKind::kOptimizer);
   sum_squares(reduce_.data(), reduce_.data() + 1, grads_.data(), layout_.total, stream_);
   double sq = 0;
-  FT_CUDA_CHECK(cudaMemcpyAsync(&sq, reduce_.data(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  FT_CUDA_CHECK(
+      cudaMemcpyAsync(&sq, reduce_.data(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
   sync();
   return sq;
 }
@@ -454,8 +458,8 @@ void CudaGpt<X>::upload_state(const float* params, const float* m, const float* 
 template <typename X>
 void CudaGpt<X>::download_grads(float* grads) {
   sync();
-  FT_CUDA_CHECK(cudaMemcpy(grads, grads_.data(), layout_.total * sizeof(float),
-                           cudaMemcpyDeviceToHost));
+  FT_CUDA_CHECK(
+      cudaMemcpy(grads, grads_.data(), layout_.total * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
 template <typename X>
@@ -464,7 +468,8 @@ ActivationMemory CudaGpt<X>::activation_memory(int B, int T) const {
   const size_t x = sizeof(X), f = sizeof(float);
   const size_t layer = BT * C * 15 * x + BT * 4 * f + BT * config_.num_heads * f;
   const size_t stream = (L + 1) * BT * C * x;
-  const size_t head = BT * C * x + 3 * BT * f + BT * config_.padded_vocab * x;  // lnf, stats, logits
+  const size_t head =
+      BT * C * x + 3 * BT * f + BT * config_.padded_vocab * x;  // lnf, stats, logits
   ActivationMemory m;
   m.no_checkpoint_bytes = stream + L * layer + head;
   if (options_.checkpointing == Checkpointing::kBlock) {
@@ -479,7 +484,8 @@ ActivationMemory CudaGpt<X>::activation_memory(int B, int T) const {
 }  // namespace
 }  // namespace gpu
 
-std::unique_ptr<ModelBackend> make_cuda_backend(const GptConfig& config, const ModelOptions& options,
+std::unique_ptr<ModelBackend> make_cuda_backend(const GptConfig& config,
+                                                const ModelOptions& options,
                                                 const CudaBackendOptions& cuda) {
   std::string reason;
   const auto devices = cuda_devices(&reason);
@@ -490,9 +496,12 @@ std::unique_ptr<ModelBackend> make_cuda_backend(const GptConfig& config, const M
   }
   const CudaDeviceInfo& info = devices[cuda.device];
   switch (options.precision) {
-    case Precision::kFp32: return std::make_unique<gpu::CudaGpt<float>>(config, options, cuda, info);
-    case Precision::kBf16: return std::make_unique<gpu::CudaGpt<gpu::bf16>>(config, options, cuda, info);
-    case Precision::kFp16: return std::make_unique<gpu::CudaGpt<gpu::fp16>>(config, options, cuda, info);
+    case Precision::kFp32:
+      return std::make_unique<gpu::CudaGpt<float>>(config, options, cuda, info);
+    case Precision::kBf16:
+      return std::make_unique<gpu::CudaGpt<gpu::bf16>>(config, options, cuda, info);
+    case Precision::kFp16:
+      return std::make_unique<gpu::CudaGpt<gpu::fp16>>(config, options, cuda, info);
   }
   throw ConfigError("--device cuda: unknown precision");
 }

@@ -1,4 +1,5 @@
-// cuda_ops.h: launchers of the CUDA kernels under trainer/cuda/ops/ (internal header; one op per .cu file).
+// cuda_ops.h: launchers of the CUDA kernels under trainer/cuda/ops/ (internal header; one op per
+// .cu file).
 //
 // Conventions (as include/ft/trainer/ops.h, whose CPU kernels are the reference twins):
 // raw device pointers, a shape comment on every tensor, row-major, N = B*T rows.
@@ -32,6 +33,7 @@ void encoder_forward(X* out, const int32_t* inp, const float* wte, const float* 
 // bucket u, token (U) is bucket u's token id. Built on the host from the host inputs.
 struct TokenBuckets {
   std::vector<int32_t> order, start, token;
+  std::vector<int32_t> count;  // scratch (V+1)
   void build(const int32_t* inp, int n);  // inp (n) host
 };
 // dwte (V,C) += dout scattered by token; dwpe (maxT,C) += sum over b. Accumulates.
@@ -70,8 +72,7 @@ void residual_forward(X* out, const X* a, const X* b, size_t n, cudaStream_t str
 // ---- linear-layer bias (ops/bias.cu) ------------------------------------------------
 // dbias (OC) += column sums of dout (N,OC). scratch: bias_backward_scratch(N, OC) floats.
 template <typename X>
-void bias_backward(float* dbias, float* scratch, const X* dout, int N, int OC,
-                   cudaStream_t stream);
+void bias_backward(float* dbias, float* scratch, const X* dout, int N, int OC, cudaStream_t stream);
 size_t bias_backward_scratch(int N, int OC);
 // out (N,OC) += bias (OC): the fallback when cuBLASLt has no bias epilogue for a shape.
 template <typename X>
@@ -100,8 +101,8 @@ template <typename X>
 void attention_forward_tc(X* out, float* lse, const X* qkv, int B, int T, int C, int NH,
                           cudaStream_t stream);
 template <typename X>
-void attention_backward_tc(X* dqkv, const float* d, const X* dout, const X* qkv,
-                           const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
+void attention_backward_tc(X* dqkv, const float* d, const X* dout, const X* qkv, const float* lse,
+                           int B, int T, int C, int NH, cudaStream_t stream);
 
 // ---- fused softmax cross-entropy (ops/crossentropy.cu) ----------------------------
 // logits (N,Vp), of which the first V columns are real. losses (N) = -log softmax[target];

@@ -2,12 +2,12 @@
 // reuse per stream, split/coalesce, cross-stream reuse through events, OOM retry, statistics.
 #include "device_allocator.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <set>
 #include <unordered_map>
-
-#include <fmt/format.h>
 
 #include "ft/core/annotate.h"
 #include "ft/core/error.h"
@@ -39,7 +39,7 @@ struct DeviceCachingAllocator::Block {
   bool pending = false;
   std::vector<StreamId> extra_streams;  // record_stream() while live
   std::vector<EventId> events;          // while pending
-  Block* prev = nullptr;  // address-ordered neighbours within the segment
+  Block* prev = nullptr;                // address-ordered neighbours within the segment
   Block* next = nullptr;
 };
 
@@ -80,8 +80,8 @@ DeviceCachingAllocator::DeviceCachingAllocator(std::unique_ptr<DeviceMemory> mem
     : memory_(std::move(memory)), options_(options), impl_(std::make_unique<Impl>()) {
   if (!memory_) throw ConfigError("device allocator: no backing memory");
   if (!is_pow2(options_.round_to) || options_.round_to < 256) {
-    throw ConfigError(fmt::format(
-        "device allocator round_to must be a power of two >= 256, got {}", options_.round_to));
+    throw ConfigError(fmt::format("device allocator round_to must be a power of two >= 256, got {}",
+                                  options_.round_to));
   }
   if (options_.min_segment == 0) throw ConfigError("device allocator min_segment must be > 0");
 }

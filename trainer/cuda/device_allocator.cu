@@ -1,6 +1,6 @@
-// device_allocator.cu: the CUDA backend of the device caching allocator: cudaMalloc/cudaFree and events.
+// device_allocator.cu: the CUDA backend of the device caching allocator: cudaMalloc/cudaFree and
+// events.
 #include <cuda_runtime.h>
-
 #include <fmt/format.h>
 
 #include "cuda_check.h"

@@ -1,4 +1,5 @@
-// device_allocator.h: stream-ordered caching allocator for device memory (host-side policy; memory from an injectable backend).
+// device_allocator.h: stream-ordered caching allocator for device memory (host-side policy; memory
+// from an injectable backend).
 //
 // Internal header (no CUDA types): the policy (rounding, best-fit reuse, split/coalesce,
 // stream ordering, OOM retry, statistics) is plain C++ compiled into ft_trainer, so the

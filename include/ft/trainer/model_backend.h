@@ -1,4 +1,5 @@
-// model_backend.h: the seam between the training loop and the engine that runs the model (CPU GptModel or the CUDA model).
+// model_backend.h: the seam between the training loop and the engine that runs the model (CPU
+// GptModel or the CUDA model).
 #pragma once
 
 #include <cstddef>
@@ -80,7 +81,8 @@ struct CudaBackendOptions {
 // The CUDA engine (trainer/cuda/cuda_gpt.cpp): same parameter layout, initialised by
 // upload_state() from the CPU model so both start identical. Throws ConfigError naming the
 // reason when ft was built without CUDA or no device is usable.
-std::unique_ptr<ModelBackend> make_cuda_backend(const GptConfig& config, const ModelOptions& options,
+std::unique_ptr<ModelBackend> make_cuda_backend(const GptConfig& config,
+                                                const ModelOptions& options,
                                                 const CudaBackendOptions& cuda);
 
 // ft's stated peak for MFU on CUDA device `device`, in GFLOP/s, and where it comes from

@@ -43,7 +43,7 @@ void adamw_update(float* params, X* params_lp, const float* grads, float* m, flo
   FT_CUDA_LAUNCH_CHECK();
 }
 
-#define FT_INSTANTIATE(X)                                                                     \
+#define FT_INSTANTIATE(X)                                                                       \
   template void adamw_update<X>(float*, X*, const float*, float*, float*, size_t, float, float, \
                                 float, float, float, float, int, cudaStream_t);
 FT_INSTANTIATE(float)

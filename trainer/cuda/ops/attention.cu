@@ -38,8 +38,8 @@ __device__ __forceinline__ float dot_row(const float* a, const X* b, int HS) {
 }
 
 template <typename X>
-__global__ void attention_forward_rows_kernel(X* out, float* lse, const X* qkv, int B, int T,
-                                              int C, int NH, float scale) {
+__global__ void attention_forward_rows_kernel(X* out, float* lse, const X* qkv, int B, int T, int C,
+                                              int NH, float scale) {
   // out (B,T,C), lse (B,NH,T), qkv (B,T,3C); one warp per (b, h, query t)
   __shared__ float sq[kWarps][kMaxHS];
   RowIndex ri;
@@ -83,8 +83,8 @@ __global__ void attention_forward_rows_kernel(X* out, float* lse, const X* qkv, 
 }
 
 template <typename X>
-__global__ void attention_row_dot_kernel(float* d, const X* dout, const X* out, int B, int T,
-                                         int C, int NH) {
+__global__ void attention_row_dot_kernel(float* d, const X* dout, const X* out, int B, int T, int C,
+                                         int NH) {
   // d (B,NH,T) = rowsum(dout * out) per head; dout, out (B,T,C)
   RowIndex ri;
   if (!row_index(B, NH, T, &ri)) return;
@@ -186,7 +186,7 @@ __global__ void attention_backward_dkdv_rows_kernel(X* dqkv, const float* dd, co
     }
   }
   X* dkrow = dqkv + (static_cast<size_t>(ri.b) * T + j) * C3 + C + ri.h * HS;  // (HS)
-  X* dvrow = dkrow + C;                                                           // (HS)
+  X* dvrow = dkrow + C;                                                        // (HS)
 #pragma unroll
   for (int k = 0; k < kPerLane; ++k) {
     if (k * 32 + lane < HS) {
@@ -226,8 +226,8 @@ void attention_forward(X* out, float* lse, const X* qkv, int B, int T, int C, in
     }
   }
   const float scale = 1.0f / sqrtf(static_cast<float>(C / NH));
-  attention_forward_rows_kernel<X><<<row_blocks(B, T, NH), 32 * kWarps, 0, stream>>>(
-      out, lse, qkv, B, T, C, NH, scale);
+  attention_forward_rows_kernel<X>
+      <<<row_blocks(B, T, NH), 32 * kWarps, 0, stream>>>(out, lse, qkv, B, T, C, NH, scale);
   FT_CUDA_LAUNCH_CHECK();
 }
 
@@ -235,8 +235,8 @@ template <typename X>
 void attention_backward(X* dqkv, float* scratch, const X* dout, const X* qkv, const X* out,
                         const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
   check_shape(B, T, C, NH);
-  attention_row_dot_kernel<X><<<row_blocks(B, T, NH), 32 * kWarps, 0, stream>>>(scratch, dout, out,
-                                                                               B, T, C, NH);
+  attention_row_dot_kernel<X>
+      <<<row_blocks(B, T, NH), 32 * kWarps, 0, stream>>>(scratch, dout, out, B, T, C, NH);
   FT_CUDA_LAUNCH_CHECK();
   if constexpr (!std::is_same_v<X, float>) {
     if (attention_uses_tensor_cores<X>(C / NH)) {
@@ -253,9 +253,9 @@ void attention_backward(X* dqkv, float* scratch, const X* dout, const X* qkv, co
   FT_CUDA_LAUNCH_CHECK();
 }
 
-#define FT_INSTANTIATE(X)                                                                         \
-  template bool attention_uses_tensor_cores<X>(int);                                              \
-  template void attention_forward<X>(X*, float*, const X*, int, int, int, int, cudaStream_t);     \
+#define FT_INSTANTIATE(X)                                                                          \
+  template bool attention_uses_tensor_cores<X>(int);                                               \
+  template void attention_forward<X>(X*, float*, const X*, int, int, int, int, cudaStream_t);      \
   template void attention_backward<X>(X*, float*, const X*, const X*, const X*, const float*, int, \
                                       int, int, int, cudaStream_t);
 FT_INSTANTIATE(float)

@@ -10,11 +10,11 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kHS = 64;        // head size
-constexpr int kTile = 64;      // queries (or keys) per tile
-constexpr int kThreads = 128;  // 4 warps x 16 rows
-constexpr int kLdx = 72;       // smem row stride of X tiles (64 + 8: fewer bank conflicts)
-constexpr int kLdf = 68;       // smem row stride of float tiles (64 + 4)
+constexpr int kHS = 64;               // head size
+constexpr int kTile = 64;             // queries (or keys) per tile
+constexpr int kThreads = 128;         // 4 warps x 16 rows
+constexpr int kLdx = 72;              // smem row stride of X tiles (64 + 8: fewer bank conflicts)
+constexpr int kLdf = 68;              // smem row stride of float tiles (64 + 4)
 constexpr int kTileX = kTile * kLdx;  // elements per X tile
 constexpr int kTileF = kTile * kLdf;  // elements per float tile
 constexpr unsigned kFull = 0xffffffffu;
@@ -82,13 +82,13 @@ __global__ void __launch_bounds__(kThreads)
                                 float scale) {
   // out (B,T,C), lse (B,NH,T), qkv (B,T,3C). Block: one query tile of one (b, h).
   extern __shared__ __align__(128) unsigned char smem[];
-  X* sQ = reinterpret_cast<X*>(smem);                    // (64, kLdx) queries
-  X* sK = sQ + kTileX;                                   // (64, kLdx) keys
-  X* sV = sK + kTileX;                                   // (64, kLdx) values
-  X* sP = sV + kTileX;                                   // (64, kLdx) probabilities
-  float* sS = reinterpret_cast<float*>(sP + kTileX);     // (64, kLdf) scores
-  float* sO = sS + kTileF;                               // (64, kLdf) output accumulator
-  const int qt = gridDim.x - 1 - blockIdx.x;  // longest tiles first
+  X* sQ = reinterpret_cast<X*>(smem);                 // (64, kLdx) queries
+  X* sK = sQ + kTileX;                                // (64, kLdx) keys
+  X* sV = sK + kTileX;                                // (64, kLdx) values
+  X* sP = sV + kTileX;                                // (64, kLdx) probabilities
+  float* sS = reinterpret_cast<float*>(sP + kTileX);  // (64, kLdf) scores
+  float* sO = sS + kTileF;                            // (64, kLdf) output accumulator
+  const int qt = gridDim.x - 1 - blockIdx.x;          // longest tiles first
   const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t C3 = 3 * static_cast<size_t>(C);
@@ -158,16 +158,16 @@ __global__ void __launch_bounds__(kThreads)
   // dqkv (B,T,3C) k, v parts; dd, lse (B,NH,T); dout (B,T,C). Block: one key tile of (b, h);
   // query tiles from the diagonal on. dK, dV stay in registers across the query loop.
   extern __shared__ __align__(128) unsigned char smem[];
-  X* sK = reinterpret_cast<X*>(smem);  // (64, kLdx) keys
-  X* sV = sK + kTileX;                 // (64, kLdx) values
-  X* sQ = sV + kTileX;                 // (64, kLdx) queries
-  X* sdO = sQ + kTileX;                // (64, kLdx) output gradient
-  X* sP = sdO + kTileX;                // (64, kLdx) P^T (keys x queries)
-  X* sdS = sP + kTileX;                // (64, kLdx) dS^T
+  X* sK = reinterpret_cast<X*>(smem);                  // (64, kLdx) keys
+  X* sV = sK + kTileX;                                 // (64, kLdx) values
+  X* sQ = sV + kTileX;                                 // (64, kLdx) queries
+  X* sdO = sQ + kTileX;                                // (64, kLdx) output gradient
+  X* sP = sdO + kTileX;                                // (64, kLdx) P^T (keys x queries)
+  X* sdS = sP + kTileX;                                // (64, kLdx) dS^T
   float* sS = reinterpret_cast<float*>(sdS + kTileX);  // (64, kLdf) S^T
-  float* sdP = sS + kTileF;                             // (64, kLdf) dP^T
-  float* sL = sdP + kTileF;                             // (64) lse of the query tile
-  float* sD = sL + kTile;                               // (64) D of the query tile
+  float* sdP = sS + kTileF;                            // (64, kLdf) dP^T
+  float* sL = sdP + kTileF;                            // (64) lse of the query tile
+  float* sD = sL + kTile;                              // (64) D of the query tile
   const int kt = blockIdx.x;
   const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kThreads)
   // Through the warp's own rows of sS to global memory; dK takes the softmax scale.
   float* stage = sS + 16 * warp * kLdf;
   X* dkrow = dqkv + (static_cast<size_t>(b) * T + tk) * C3 + C + h * kHS;  // (64)
-  X* dvrow = dkrow + C;                                                       // (64)
+  X* dvrow = dkrow + C;                                                    // (64)
   __syncwarp();
 #pragma unroll
   for (int nb = 0; nb < 4; ++nb) {
@@ -242,13 +242,13 @@ __global__ void __launch_bounds__(kThreads)
                                     const float* lse, int T, int C, int NH, float scale) {
   // dqkv (B,T,3C) q part; block: one query tile of (b, h); key tiles up to the diagonal.
   extern __shared__ __align__(128) unsigned char smem[];
-  X* sQ = reinterpret_cast<X*>(smem);  // (64, kLdx)
-  X* sdO = sQ + kTileX;                // (64, kLdx)
-  X* sK = sdO + kTileX;                // (64, kLdx)
-  X* sV = sK + kTileX;                 // (64, kLdx)
-  X* sdS = sV + kTileX;                // (64, kLdx) dS (queries x keys)
+  X* sQ = reinterpret_cast<X*>(smem);                  // (64, kLdx)
+  X* sdO = sQ + kTileX;                                // (64, kLdx)
+  X* sK = sdO + kTileX;                                // (64, kLdx)
+  X* sV = sK + kTileX;                                 // (64, kLdx)
+  X* sdS = sV + kTileX;                                // (64, kLdx) dS (queries x keys)
   float* sS = reinterpret_cast<float*>(sdS + kTileX);  // (64, kLdf) S
-  float* sdP = sS + kTileF;                             // (64, kLdf) dP
+  float* sdP = sS + kTileF;                            // (64, kLdf) dP
   const int qt = gridDim.x - 1 - blockIdx.x;
   const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -310,8 +310,9 @@ void allow_smem(Kernel kernel, size_t bytes, bool* done) {
 }
 
 void check_tc_shape(int C, int NH) {
-  if (C != NH * kHS) throw Error("attention_tc: needs head size 64, got C=" + std::to_string(C) +
-                                 " NH=" + std::to_string(NH));
+  if (C != NH * kHS)
+    throw Error("attention_tc: needs head size 64, got C=" + std::to_string(C) +
+                " NH=" + std::to_string(NH));
 }
 
 }  // namespace
@@ -323,8 +324,8 @@ void attention_forward_tc(X* out, float* lse, const X* qkv, int B, int T, int C,
   static bool smem_set = false;
   allow_smem(attention_forward_tc_kernel<X>, kFwdSmem, &smem_set);
   const dim3 grid(ceil_div(T, kTile), B * NH);
-  attention_forward_tc_kernel<X><<<grid, kThreads, kFwdSmem, stream>>>(out, lse, qkv, T, C, NH,
-                                                                      0.125f /* 1/sqrt(64) */);
+  attention_forward_tc_kernel<X>
+      <<<grid, kThreads, kFwdSmem, stream>>>(out, lse, qkv, T, C, NH, 0.125f /* 1/sqrt(64) */);
   FT_CUDA_LAUNCH_CHECK();
 }
 
@@ -336,16 +337,16 @@ void attention_backward_tc(X* dqkv, const float* d, const X* dout, const X* qkv,
   allow_smem(attention_backward_dkdv_tc_kernel<X>, kDkdvSmem, &dkdv_set);
   allow_smem(attention_backward_dq_tc_kernel<X>, kDqSmem, &dq_set);
   const dim3 grid(ceil_div(T, kTile), B * NH);
-  attention_backward_dkdv_tc_kernel<X><<<grid, kThreads, kDkdvSmem, stream>>>(
-      dqkv, d, dout, qkv, lse, T, C, NH, 0.125f);
+  attention_backward_dkdv_tc_kernel<X>
+      <<<grid, kThreads, kDkdvSmem, stream>>>(dqkv, d, dout, qkv, lse, T, C, NH, 0.125f);
   FT_CUDA_LAUNCH_CHECK();
-  attention_backward_dq_tc_kernel<X><<<grid, kThreads, kDqSmem, stream>>>(dqkv, d, dout, qkv, lse,
-                                                                         T, C, NH, 0.125f);
+  attention_backward_dq_tc_kernel<X>
+      <<<grid, kThreads, kDqSmem, stream>>>(dqkv, d, dout, qkv, lse, T, C, NH, 0.125f);
   FT_CUDA_LAUNCH_CHECK();
 }
 
-#define FT_INSTANTIATE(X)                                                                        \
-  template void attention_forward_tc<X>(X*, float*, const X*, int, int, int, int, cudaStream_t); \
+#define FT_INSTANTIATE(X)                                                                         \
+  template void attention_forward_tc<X>(X*, float*, const X*, int, int, int, int, cudaStream_t);  \
   template void attention_backward_tc<X>(X*, const float*, const X*, const X*, const float*, int, \
                                          int, int, int, cudaStream_t);
 FT_INSTANTIATE(bf16)

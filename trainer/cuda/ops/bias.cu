@@ -11,7 +11,7 @@ int row_chunks(int N) { return N < 64 ? 1 : (N / 64 < 256 ? N / 64 : 256); }
 
 template <typename X>
 __global__ void bias_backward_partial_kernel(float* partial, const X* dout, int N, int OC,
-                                            int chunks) {
+                                             int chunks) {
   // partial (chunks, OC): column sums of dout (N,OC) over each chunk of rows
   const int c = blockIdx.x * kColThreads + threadIdx.x;
   const int r = blockIdx.y;
@@ -46,10 +46,12 @@ __global__ void add_bias_kernel(X* out, const float* bias, int OC, size_t total)
 size_t bias_backward_scratch(int N, int OC) { return static_cast<size_t>(row_chunks(N)) * OC; }
 
 template <typename X>
-void bias_backward(float* dbias, float* scratch, const X* dout, int N, int OC, cudaStream_t stream) {
+void bias_backward(float* dbias, float* scratch, const X* dout, int N, int OC,
+                   cudaStream_t stream) {
   const int chunks = row_chunks(N);
-  bias_backward_partial_kernel<X><<<dim3(ceil_div(OC, kColThreads), chunks), kColThreads, 0, stream>>>(
-      scratch, dout, N, OC, chunks);
+  bias_backward_partial_kernel<X>
+      <<<dim3(ceil_div(OC, kColThreads), chunks), kColThreads, 0, stream>>>(scratch, dout, N, OC,
+                                                                            chunks);
   FT_CUDA_LAUNCH_CHECK();
   bias_backward_final_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, scratch, OC, chunks);
   FT_CUDA_LAUNCH_CHECK();
@@ -62,8 +64,8 @@ void add_bias(X* out, const float* bias, int N, int OC, cudaStream_t stream) {
   FT_CUDA_LAUNCH_CHECK();
 }
 
-#define FT_INSTANTIATE(X)                                                                \
-  template void bias_backward<X>(float*, float*, const X*, int, int, cudaStream_t);       \
+#define FT_INSTANTIATE(X)                                                           \
+  template void bias_backward<X>(float*, float*, const X*, int, int, cudaStream_t); \
   template void add_bias<X>(X*, const float*, int, int, cudaStream_t);
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(bf16)

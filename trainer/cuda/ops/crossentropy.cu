@@ -38,7 +38,8 @@ __device__ MaxSum row_max_sum(const X* row, int V) {
     }
   }
   for (int o = 16; o > 0; o >>= 1) {
-    const MaxSum other{__shfl_xor_sync(0xffffffffu, acc.m, o), __shfl_xor_sync(0xffffffffu, acc.s, o)};
+    const MaxSum other{__shfl_xor_sync(0xffffffffu, acc.m, o),
+                       __shfl_xor_sync(0xffffffffu, acc.s, o)};
     acc = combine(acc, other);
   }
   if (threadIdx.x % 32 == 0) shared[threadIdx.x / 32] = acc;
@@ -49,8 +50,8 @@ __device__ MaxSum row_max_sum(const X* row, int V) {
 }
 
 template <typename X>
-__global__ void crossentropy_fwd_bwd_kernel(X* logits, float* losses, const int32_t* targets,
-                                            int V, int Vp, float dloss) {
+__global__ void crossentropy_fwd_bwd_kernel(X* logits, float* losses, const int32_t* targets, int V,
+                                            int Vp, float dloss) {
   // logits (N,Vp) -> dlogits in place, losses (N), targets (N)
   const int n = blockIdx.x;
   X* row = logits + static_cast<size_t>(n) * Vp;  // (Vp)
@@ -94,10 +95,10 @@ void crossentropy_forward(const X* logits, float* losses, const int32_t* targets
   FT_CUDA_LAUNCH_CHECK();
 }
 
-#define FT_INSTANTIATE(X)                                                                        \
+#define FT_INSTANTIATE(X)                                                                          \
   template void crossentropy_forward_backward<X>(X*, float*, const int32_t*, int, int, int, float, \
-                                                 cudaStream_t);                                  \
-  template void crossentropy_forward<X>(const X*, float*, const int32_t*, int, int, int,         \
+                                                 cudaStream_t);                                    \
+  template void crossentropy_forward<X>(const X*, float*, const int32_t*, int, int, int,           \
                                         cudaStream_t);
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(bf16)

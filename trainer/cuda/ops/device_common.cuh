@@ -1,4 +1,5 @@
-// device_common.cuh: device helpers shared by the kernels (type conversion, warp and block reductions, launch checks).
+// device_common.cuh: device helpers shared by the kernels (type conversion, warp and block
+// reductions, launch checks).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -68,11 +69,13 @@ __device__ __forceinline__ V block_sum(V v, V* shared) {
   __syncthreads();
   V total = 0;
   for (int w = 0; w < kWarps; ++w) total += shared[w];  // same order in every thread
-  __syncthreads();  // `shared` may be reused right after
+  __syncthreads();                                      // `shared` may be reused right after
   return total;
 }
 
-inline unsigned int ceil_div(size_t a, size_t b) { return static_cast<unsigned int>((a + b - 1) / b); }
+inline unsigned int ceil_div(size_t a, size_t b) {
+  return static_cast<unsigned int>((a + b - 1) / b);
+}
 
 // Grid size for a grid-stride elementwise kernel over n elements.
 inline unsigned int elementwise_blocks(size_t n, int threads) {

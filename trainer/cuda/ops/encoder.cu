@@ -1,4 +1,5 @@
-// encoder.cu: token + position embedding (GPT-2 wte/wpe) forward, and a deterministic backward (no atomics).
+// encoder.cu: token + position embedding (GPT-2 wte/wpe) forward, and a deterministic backward (no
+// atomics).
 #include <algorithm>
 #include <numeric>
 
@@ -51,26 +52,32 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe, const X* dout, int B, i
 }  // namespace
 
 void TokenBuckets::build(const int32_t* inp, int n) {
-  order.resize(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [inp](int32_t a, int32_t b) { return inp[a] < inp[b]; });
+  // Counting sort by token, O(n + V), positions ascending within a token (the host builds
+  // this before the step's first kernel, so it should stay cheap).
+  int32_t vmax = 0;
+  for (int k = 0; k < n; ++k) vmax = std::max(vmax, inp[k]);
+  count.assign(static_cast<size_t>(vmax) + 2, 0);
+  for (int k = 0; k < n; ++k) ++count[static_cast<size_t>(inp[k]) + 1];
   start.clear();
   token.clear();
-  for (int k = 0; k < n; ++k) {
-    if (k == 0 || inp[order[k]] != inp[order[k - 1]]) {
-      start.push_back(k);
-      token.push_back(inp[order[k]]);
+  for (int32_t v = 0; v <= vmax; ++v) {
+    if (count[static_cast<size_t>(v) + 1] > 0) {
+      start.push_back(count[v]);  // running offset before adding v's count
+      token.push_back(v);
     }
+    count[static_cast<size_t>(v) + 1] += count[v];  // count[v + 1] = first slot after token v
   }
   start.push_back(n);
+  order.resize(n);
+  for (int k = 0; k < n; ++k) order[count[inp[k]]++] = k;
 }
 
 template <typename X>
 void encoder_forward(X* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
                      int C, cudaStream_t stream) {
   const size_t total = static_cast<size_t>(B) * T * C;
-  encoder_forward_kernel<X><<<elementwise_blocks(total, 256), 256, 0, stream>>>(out, inp, wte, wpe,
-                                                                               T, C, total);
+  encoder_forward_kernel<X>
+      <<<elementwise_blocks(total, 256), 256, 0, stream>>>(out, inp, wte, wpe, T, C, total);
   FT_CUDA_LAUNCH_CHECK();
 }
 
@@ -79,7 +86,8 @@ void encoder_backward(float* dwte, float* dwpe, const X* dout, const int32_t* or
                       const int32_t* start, const int32_t* token, int num_buckets, int B, int T,
                       int C, cudaStream_t stream) {
   if (num_buckets > 0) {
-    encoder_backward_wte_kernel<X><<<num_buckets, 256, 0, stream>>>(dwte, dout, order, start, token, C);
+    encoder_backward_wte_kernel<X>
+        <<<num_buckets, 256, 0, stream>>>(dwte, dout, order, start, token, C);
     FT_CUDA_LAUNCH_CHECK();
   }
   const size_t tc = static_cast<size_t>(T) * C;
@@ -87,10 +95,10 @@ void encoder_backward(float* dwte, float* dwpe, const X* dout, const int32_t* or
   FT_CUDA_LAUNCH_CHECK();
 }
 
-#define FT_INSTANTIATE(X)                                                                     \
+#define FT_INSTANTIATE(X)                                                                         \
   template void encoder_forward<X>(X*, const int32_t*, const float*, const float*, int, int, int, \
-                                   cudaStream_t);                                            \
-  template void encoder_backward<X>(float*, float*, const X*, const int32_t*, const int32_t*,   \
+                                   cudaStream_t);                                                 \
+  template void encoder_backward<X>(float*, float*, const X*, const int32_t*, const int32_t*,     \
                                     const int32_t*, int, int, int, int, cudaStream_t);
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(bf16)

@@ -47,8 +47,8 @@ void gelu_backward(X* dinp, const X* inp, const X* dout, size_t n, cudaStream_t 
   FT_CUDA_LAUNCH_CHECK();
 }
 
-#define FT_INSTANTIATE(X)                                                      \
-  template void gelu_forward<X>(X*, const X*, size_t, cudaStream_t);           \
+#define FT_INSTANTIATE(X)                                            \
+  template void gelu_forward<X>(X*, const X*, size_t, cudaStream_t); \
   template void gelu_backward<X>(X*, const X*, const X*, size_t, cudaStream_t);
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(bf16)

@@ -121,19 +121,20 @@ void layernorm_backward(X* dinp, float* dweight, float* dbias, float* scratch, c
       dinp, dout, inp, weight, mean, rstd, N, C);
   FT_CUDA_LAUNCH_CHECK();
   const int chunks = row_chunks(N);
-  layernorm_backward_partial_kernel<X><<<dim3(ceil_div(C, kColThreads), chunks), kColThreads, 0, stream>>>(
-      scratch, dout, inp, mean, rstd, N, C, chunks);
+  layernorm_backward_partial_kernel<X>
+      <<<dim3(ceil_div(C, kColThreads), chunks), kColThreads, 0, stream>>>(scratch, dout, inp, mean,
+                                                                           rstd, N, C, chunks);
   FT_CUDA_LAUNCH_CHECK();
   layernorm_backward_final_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dweight, dbias, scratch, C,
-                                                                       chunks);
+                                                                        chunks);
   FT_CUDA_LAUNCH_CHECK();
 }
 
-#define FT_INSTANTIATE(X)                                                                        \
-  template void layernorm_forward<X>(X*, float*, float*, const X*, const float*, const float*,   \
-                                     int, int, cudaStream_t);                                    \
-  template void layernorm_backward<X>(X*, float*, float*, float*, const X*, const X*,            \
-                                      const float*, const float*, const float*, int, int,        \
+#define FT_INSTANTIATE(X)                                                                      \
+  template void layernorm_forward<X>(X*, float*, float*, const X*, const float*, const float*, \
+                                     int, int, cudaStream_t);                                  \
+  template void layernorm_backward<X>(X*, float*, float*, float*, const X*, const X*,          \
+                                      const float*, const float*, const float*, int, int,      \
                                       cudaStream_t);
 FT_INSTANTIATE(float)
 FT_INSTANTIATE(bf16)

@@ -1,4 +1,5 @@
-// reduce.cu: deterministic sums in double (loss totals, the gradient norm): fixed partition, fixed tree.
+// reduce.cu: deterministic sums in double (loss totals, the gradient norm): fixed partition, fixed
+// tree.
 #include "device_common.cuh"
 
 namespace ft::trainer::gpu {
