@@ -141,8 +141,9 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                                threads);
   }
   AllocatorOptions ao;
-  ao.memory_limit = config_.memory_limit;
-  ao.caching = config_.allocator_caching;
+  // On --device cuda, --memory-limit and --allocator-caching are the device allocator's.
+  ao.memory_limit = cuda ? 0 : config_.memory_limit;
+  ao.caching = cuda || config_.allocator_caching;
   alloc_ = std::make_unique<CachingAllocator>(ao);
 
   data::DataOptions dopt;
@@ -211,6 +212,7 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
     CudaBackendOptions co;
     co.tf32 = config_.tf32;
     co.memory_limit = config_.memory_limit;
+    co.caching = config_.allocator_caching;
     backend_ = make_cuda_backend(config_.model, config_.options, co);
     // The same initial weights as the CPU engine: the host model's.
     backend_->upload_state(model_->params(), adam_m_.data(), adam_v_.data());

@@ -111,6 +111,7 @@ CudaGpt<X>::CudaGpt(const GptConfig& config, const ModelOptions& options,
   FT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   DeviceAllocatorOptions ao;
   ao.memory_limit = cuda.memory_limit;
+  ao.caching = cuda.caching;
   alloc_ = std::make_unique<DeviceCachingAllocator>(make_cuda_device_memory(cuda.device), ao);
   gemm_ = std::make_unique<LtGemm>(*alloc_, stream_);
   gemm_->set_math(cuda.tf32 ? GemmMath::kTf32 : GemmMath::kFp32);

@@ -76,6 +76,7 @@ struct CudaBackendOptions {
   int device = 0;
   bool tf32 = false;        // fp32 mode: TF32 tensor-core GEMMs instead of plain fp32
   size_t memory_limit = 0;  // device allocator budget (0: the device's memory)
+  bool caching = true;      // false: the device allocator frees segments as they empty
 };
 
 // The CUDA engine (trainer/cuda/cuda_gpt.cpp): same parameter layout, initialised by
