@@ -99,10 +99,17 @@ std::vector<float> round_to(const std::vector<float>& v) {
 }
 
 // Copies fp32 host values to the device as X (rounded to nearest even).
+// A CUDA error (e.g. a kernel fault surfacing at a copy) fails the test with its name.
+inline void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess)
+    ADD_FAILURE() << what << ": " << cudaGetErrorName(e) << " (" << cudaGetErrorString(e) << ")";
+}
+
 template <typename X>
 void upload(X* dst, const std::vector<float>& v) {
   if constexpr (std::is_same_v<X, float>) {
-    cudaMemcpy(dst, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice);
+    check_cuda(cudaMemcpy(dst, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice),
+               "upload");
   } else {
     std::vector<uint16_t> bits(v.size());
     if constexpr (std::is_same_v<X, bf16>) {
@@ -110,19 +117,19 @@ void upload(X* dst, const std::vector<float>& v) {
     } else {
       ft::trainer::fp32_to_fp16(bits.data(), v.data(), v.size());
     }
-    cudaMemcpy(dst, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice);
+    check_cuda(cudaMemcpy(dst, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), "upload");
   }
 }
 
 template <typename X>
 std::vector<float> download(const X* src, size_t n) {
-  cudaDeviceSynchronize();
+  check_cuda(cudaDeviceSynchronize(), "kernels before a download");
   std::vector<float> out(n);
   if constexpr (std::is_same_v<X, float>) {
-    cudaMemcpy(out.data(), src, n * sizeof(float), cudaMemcpyDeviceToHost);
+    check_cuda(cudaMemcpy(out.data(), src, n * sizeof(float), cudaMemcpyDeviceToHost), "download");
   } else {
     std::vector<uint16_t> bits(n);
-    cudaMemcpy(bits.data(), src, n * 2, cudaMemcpyDeviceToHost);
+    check_cuda(cudaMemcpy(bits.data(), src, n * 2, cudaMemcpyDeviceToHost), "download");
     if constexpr (std::is_same_v<X, bf16>) {
       ft::trainer::bf16_to_fp32(out.data(), bits.data(), n);
     } else {
