@@ -29,9 +29,7 @@ bool is_ft_range(const Trace& t, const Event& e) {
          !is_step_span(t, e);
 }
 
-bool is_api_call(const Event& e) {
-  return !e.track.device && e.id != 0 && e.phase == Phase::kSpan;
-}
+bool is_api_call(const Event& e) { return !e.track.device && e.id != 0 && e.phase == Phase::kSpan; }
 
 // Spans of one track sorted by start, with the running maximum of their ends: [a, b] is
 // enclosed by some span iff max_end over the spans starting at or before a reaches b.

@@ -56,7 +56,7 @@ CONFIGURE=(cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFT_WERROR=O
            -DFT_WITH_CUDA=ON -DFT_WITH_CUPTI=ON -DFT_WITH_NCCL=ON -DFT_WITH_NVTX=ON -DFT_WITH_MPI=ON)
 command -v ninja > /dev/null && CONFIGURE+=(-G Ninja)
 # GPT-2 124M at T=1024 in bf16 (the issue's benchmark), on random GPT-2 token ids.
-GPT2="--device cuda --layers 12 --heads 12 --channels 768 --vocab 50257 --seq-len 1024 --precision bf16 --loader-workers 2 --quiet"
+GPT2="--device cuda --layers 12 --heads 12 --channels 768 --vocab 50257 --seq-len 1024 --precision bf16 --loader-workers 2 --val-batches 0 --quiet"
 BATCHES="96 64 48 32 24 16 8 4"
 
 plan() {
@@ -71,7 +71,7 @@ EOF
     echo "  1 bundle      $MODE: binaries from $BIN (made by scripts/device-bundle.sh)   [limit 60s]"
   fi
   cat <<EOF
-  2 gpu_tests   every GPU test binary in $GPU_TESTS but the PCIe scenario (--gtest_output=json), label gpu   [limit 150s]
+  2 gpu_tests   source build: ctest -L gpu -E PcieScenario; bundle: every test binary in $GPU_TESTS but the PCIe scenario (--gtest_output=json)   [limit 150s]
   3 shard       random GPT-2 token ids as an llm.c shard (python3)   [limit 60s]
   4 bench       cuda_train_bench --mode all --json (cuBLASLt bf16 GEMM peak, then GPT-2 124M T=1024 bf16 at the largest micro-batch that fits)   [limit 195s]
                 without it: gemm_peak (8192^3 bf16 torch.matmul, limit 45s), then ft-train $GPT2 --micro-batch B for B in $BATCHES until one fits, --peak-gflops = that peak   [limit 150s]
@@ -179,7 +179,13 @@ gpu_tests() {
   done
   ((n > 0)) || { echo "no GPU test binaries in $GPU_TESTS"; return 1; }
 }
-if ((built == 0)); then
+if ((built == 0)) && [[ $MODE == source ]]; then
+  # ctest -L gpu: also the mpirun registrations (nccl_communicator_mpi_test_np1/np2).
+  run_stage gpu_tests 150 ctest --test-dir "$BUILD" -L gpu -E PcieScenario --timeout 120 \
+    --output-on-failure
+  read -r p s f < <($REPORT ctest-counts "$W/gpu_tests.log")
+  result tests_passed "$p"; result tests_skipped "$s"; result tests_failed "$f"
+elif ((built == 0)); then
   run_stage gpu_tests 150 bash -c "$(declare -f gpu_tests); W='$W' GPU_TESTS='$GPU_TESTS' gpu_tests"
   read -r p s f < <($REPORT gtest-counts "$W"/gtest_*.json)
   result tests_passed "$p"; result tests_skipped "$s"; result tests_failed "$f"

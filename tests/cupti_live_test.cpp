@@ -123,7 +123,7 @@ TEST(CuptiLive, CuptiThreadsMapToFtThreadsById) {
   marker.dur_ns = 5;
   b.t.events.push_back(marker);
   b.t.tracks[marker.track] = "nvtx";
-  const uint64_t pthread = (uint64_t{0x7f12} << 32) | kCuptiMain;  // low 32 bits: CUPTI's id
+  const uint64_t pthread = (uint64_t{0x7f12} << 32) | kCuptiMain;    // low 32 bits: CUPTI's id
   EXPECT_EQ(map_api_threads(&b.t, {ThreadIds{kMain, pthread}}), 2);  // its API and marker tracks
   EXPECT_EQ(named(b.t, "cudaLaunchKernel")->track, (Track{kPid, kMain, false}));
   EXPECT_EQ(named(b.t, "user nvtx")->track,
@@ -145,8 +145,7 @@ TEST(CuptiLive, UnknownCuptiThreadsMapByEnclosingRanges) {
   b.api("cudaLaunchKernel", kAmbiguous, 5300, 5310);
   b.api("cudaMalloc", kFew, 100, 150);  // two calls: too few to judge
   b.api("cudaMalloc", kFew, 200, 250);
-  const int mapped =
-      map_api_threads(&b.t, {ThreadIds{kMain, 0x1111}, ThreadIds{kWorker, 0x2222}});
+  const int mapped = map_api_threads(&b.t, {ThreadIds{kMain, 0x1111}, ThreadIds{kWorker, 0x2222}});
   EXPECT_EQ(mapped, 1);
   for (const Event& e : b.t.events) {
     if (b.t.names.at(e.name) == "cudaMemcpyAsync") {
@@ -206,7 +205,8 @@ Trace gpu_run(bool pageable) {
   b.t.metadata["config.seq_len"] = "1024";
   for (int s = 0; s < 4; ++s) {
     const int64_t t0 = s * 10 * kMs;
-    Event& st = b.span("ProfilerStep#" + std::to_string(s), Category::kStep, kMain, t0, t0 + 10 * kMs);
+    Event& st =
+        b.span("ProfilerStep#" + std::to_string(s), Category::kStep, kMain, t0, t0 + 10 * kMs);
     st.step = s;
     int64_t launch_at;
     if (pageable) {

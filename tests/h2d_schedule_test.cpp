@@ -2,9 +2,9 @@
 // records the dependency graph and runs copies late and out of order (no GPU needed).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <algorithm>
 #include <functional>
 #include <map>
 #include <random>
@@ -199,7 +199,7 @@ struct TrainRun {
 
 // Uploads `n` batches, launching a checking kernel for each, with random device progress.
 TrainRun train(FakeApi& api, std::shared_ptr<FakeApi> owner, H2DMode mode, int slots, int n,
-          size_t payload, uint64_t seed) {
+               size_t payload, uint64_t seed) {
   H2DOptions o;
   o.mode = mode;
   o.batch_size = kB;
@@ -212,7 +212,7 @@ TrainRun train(FakeApi& api, std::shared_ptr<FakeApi> owner, H2DMode mode, int s
   data::LoaderOptions lo;
   lo.batch_size = kB;
   lo.seq_len = kT;
-  lo.workers = 0;  // batches are filled in next(), into recycled staging buffers
+  lo.workers = 0;       // batches are filled in next(), into recycled staging buffers
   lo.prefetch = slots;  // prefetch + 2 buffers: the uploader holds up to `slots` of them
   lo.staging = up->staging();
   data::PrefetchLoader loader(dataset(), lo);
@@ -228,8 +228,8 @@ TrainRun train(FakeApi& api, std::shared_ptr<FakeApi> owner, H2DMode mode, int s
     EXPECT_EQ(d.targets, d.inputs + kB * kT);
     EXPECT_EQ(d.payload != nullptr, payload > 0);
     r.copy_ops.push_back(api.last_copy());
-    r.compute_ops.push_back(api.launch(compute, d.inputs, std::move(expected), d.payload, payload,
-                                       &r.failure));
+    r.compute_ops.push_back(
+        api.launch(compute, d.inputs, std::move(expected), d.payload, payload, &r.failure));
     api.progress(static_cast<int>(rng() % 6));
   }
   up->drain();
@@ -407,8 +407,8 @@ TEST(H2DSchedule, BadInputIsAClearError) {
 }
 
 TEST(H2DSchedule, FtTrainFlagsBecomeUploaderOptions) {
-  const char* argv[] = {"ft-train", "--micro-batch", "3", "--seq-len", "32", "--h2d", "pageable",
-                        "--h2d-payload-mb", "5"};
+  const char* argv[] = {"ft-train", "--micro-batch",    "3", "--seq-len", "32", "--h2d",
+                        "pageable", "--h2d-payload-mb", "5"};
   const auto c = parse_train_args(9, argv);
   ASSERT_TRUE(c.has_value());
   const H2DOptions o = h2d_options(*c, 1);

@@ -37,8 +37,7 @@ class StreamApi {
 };
 
 // A loader staging backend on `api`'s host memory (pinned or plain).
-std::shared_ptr<data::StagingBackend> make_api_staging(std::shared_ptr<StreamApi> api,
-                                                       bool pinned);
+std::shared_ptr<data::StagingBackend> make_api_staging(std::shared_ptr<StreamApi> api, bool pinned);
 
 // The uploader over any StreamApi. Pinned mode, upload of batch j into slot s = j % slots:
 //   1. record event freed[(j-1) % slots] on the compute stream: the work enqueued so far, i.e.

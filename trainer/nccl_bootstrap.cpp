@@ -28,9 +28,9 @@ UniqueIdBytes bootstrap_unique_id(Communicator& comm, const std::function<Unique
   comm.broadcast_bytes(msg.data(), msg.size(), 0);
   if (msg[0] != 1) {
     msg.back() = 0;
-    throw CommError(fmt::format("rank {}: making the unique id on rank 0 of the {} group failed: {}",
-                                comm.world_rank_of(comm.rank()), comm_group_name(comm.group()),
-                                msg.data() + 1));
+    throw CommError(fmt::format(
+        "rank {}: making the unique id on rank 0 of the {} group failed: {}",
+        comm.world_rank_of(comm.rank()), comm_group_name(comm.group()), msg.data() + 1));
   }
   UniqueIdBytes id;
   std::memcpy(id.data(), msg.data() + 1, id.size());

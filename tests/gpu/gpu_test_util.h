@@ -1,4 +1,4 @@
-// gpu_test_util.h: what every GPU test shares: skip without a device, a busy kernel for overlap tests.
+// gpu_test_util.h: shared by the GPU tests: skip without a device, a busy kernel for overlap.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -22,10 +22,10 @@ inline bool gpu_available(std::string* why) {
 }  // namespace ft::gputest
 
 // Skips the test, with the reason, when there is no CUDA device.
-#define FT_REQUIRE_GPU()                                          \
-  do {                                                            \
-    std::string ft_gpu_why_;                                      \
-    if (!::ft::gputest::gpu_available(&ft_gpu_why_)) {            \
-      GTEST_SKIP() << "needs a CUDA device: " << ft_gpu_why_;     \
-    }                                                             \
+#define FT_REQUIRE_GPU()                                      \
+  do {                                                        \
+    std::string ft_gpu_why_;                                  \
+    if (!::ft::gputest::gpu_available(&ft_gpu_why_)) {        \
+      GTEST_SKIP() << "needs a CUDA device: " << ft_gpu_why_; \
+    }                                                         \
   } while (0)

@@ -15,9 +15,9 @@
 namespace ft::trainer {
 namespace {
 
-#define CHECK_CUDA(x)                                                            \
-  do {                                                                           \
-    const cudaError_t ft_err_ = (x);                                             \
+#define CHECK_CUDA(x)                                                             \
+  do {                                                                            \
+    const cudaError_t ft_err_ = (x);                                              \
     ASSERT_EQ(ft_err_, cudaSuccess) << #x << ": " << cudaGetErrorString(ft_err_); \
   } while (0)
 
@@ -76,7 +76,8 @@ TEST_P(H2DGpu, BytesArriveIntact) {
       EXPECT_EQ(std::memcmp(back + j * 2 * bt, expected[j].data(), 2 * bt * sizeof(int32_t)), 0)
           << "batch " << j;
       size_t bad = 0;
-      for (size_t i = 0; i < kPayload; ++i) bad += payload_back[j * kPayload + i] != h2d_payload_byte(i);
+      for (size_t i = 0; i < kPayload; ++i)
+        bad += payload_back[j * kPayload + i] != h2d_payload_byte(i);
       EXPECT_EQ(bad, 0u) << "payload of batch " << j;
     }
     const H2DStats s = up->stats();
@@ -158,8 +159,9 @@ TEST(H2DGpuOverlap, PinnedCopyOverlapsABusyKernelPageableDoesNot) {
     RecordProperty("spin_ms", std::to_string(spin_ms));
     RecordProperty("busy_device_ms", std::to_string(busy.device_ms));
     RecordProperty("busy_host_ms", std::to_string(busy.host_ms));
-    std::printf("%s: copy alone %.2f ms; spin %.2f ms + upload: device %.2f ms, host in upload %.2f ms\n",
-                h2d_mode_name(mode), copy_ms, spin_ms, busy.device_ms, busy.host_ms);
+    std::printf(
+        "%s: copy alone %.2f ms; spin %.2f ms + upload: device %.2f ms, host in upload %.2f ms\n",
+        h2d_mode_name(mode), copy_ms, spin_ms, busy.device_ms, busy.host_ms);
     if (mode == H2DMode::kPinned) {
       // Overlapped: the copy hides under the kernel (tolerance: a quarter of the copy).
       EXPECT_LT(busy.device_ms, spin_ms + 0.25f * copy_ms);

@@ -74,7 +74,8 @@ json diagnose(const std::string& name, const std::string& flags) {
 double mean_step_ms(const json& r, size_t skip = 2) {
   double sum = 0;
   size_t n = 0;
-  for (size_t i = skip; i < r.at("steps").size(); ++i, ++n) sum += r["steps"][i]["wall_ms"].get<double>();
+  for (size_t i = skip; i < r.at("steps").size(); ++i, ++n)
+    sum += r["steps"][i]["wall_ms"].get<double>();
   return n ? sum / n : 0;
 }
 
@@ -97,7 +98,8 @@ TEST(PcieScenario, PageableCopiesAreDiagnosedAsPcieAndPinnedFixesThem) {
   const std::string model =
       " --device cuda --layers 6 --heads 6 --channels 384 --vocab 256 --seq-len 512"
       " --micro-batch 16 --grad-accum 2 --steps 8 --precision bf16 --loader-workers 2"
-      " --h2d-payload-mb 64 --data " + shard().string();
+      " --h2d-payload-mb 64 --data " +
+      shard().string();
   const json slow = diagnose("pageable", model + " --h2d pageable");
   const json fast = diagnose("pinned", model + " --h2d pinned");
   ASSERT_FALSE(slow.empty());
@@ -115,10 +117,11 @@ TEST(PcieScenario, PageableCopiesAreDiagnosedAsPcieAndPinnedFixesThem) {
   const double slow_ms = mean_step_ms(slow), fast_ms = mean_step_ms(fast);
   EXPECT_LT(fast_ms, 0.9 * slow_ms) << "the pinned async path recovers the copy time";
   // One line for scripts/device-check.sh's table.
-  std::printf("PCIE_VERDICT pageable_top=%s pageable_share=%.3f pinned_pcie_share=%.3f "
-              "step_ms_pageable=%.2f step_ms_pinned=%.2f\n",
-              top.at("class").get<std::string>().c_str(), top.at("share").get<double>(),
-              pinned_pcie, slow_ms, fast_ms);
+  std::printf(
+      "PCIE_VERDICT pageable_top=%s pageable_share=%.3f pinned_pcie_share=%.3f "
+      "step_ms_pageable=%.2f step_ms_pinned=%.2f\n",
+      top.at("class").get<std::string>().c_str(), top.at("share").get<double>(), pinned_pcie,
+      slow_ms, fast_ms);
 }
 
 }  // namespace

@@ -30,7 +30,8 @@ TEST(NcclBootstrap, BroadcastBytesFromAnyRoot) {
     }
     world().broadcast_bytes(buf.data(), buf.size(), root);
     for (size_t i = 0; i < buf.size(); ++i) {
-      ASSERT_EQ(buf[i], static_cast<unsigned char>(i * 7 + root)) << "root " << root << " byte " << i;
+      ASSERT_EQ(buf[i], static_cast<unsigned char>(i * 7 + root))
+          << "root " << root << " byte " << i;
     }
   }
 }

@@ -1,4 +1,4 @@
-// h2d_cuda.cpp: the CUDA runtime behind the batch uploader (streams, events, pinned and device memory).
+// h2d_cuda.cpp: the CUDA runtime behind the batch uploader: streams, events, pinned/device memory.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -6,10 +6,10 @@
 #include <cstring>
 #include <new>
 
+#include "../h2d_internal.h"
 #include "cuda_check.h"
 #include "ft/core/annotate.h"
 #include "ft/trainer/device.h"
-#include "../h2d_internal.h"
 
 namespace ft::trainer {
 namespace h2d {
@@ -43,8 +43,8 @@ class CudaStreamApi final : public StreamApi {
         cudaStreamWaitEvent(static_cast<cudaStream_t>(s), static_cast<cudaEvent_t>(e), 0));
   }
   void copy_h2d(void* dst, const void* src, size_t bytes, Handle s) override {
-    FT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
-                                  static_cast<cudaStream_t>(s)));
+    FT_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(s)));
   }
   void sync_event(Handle e) override {
     FT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e)));
@@ -63,8 +63,8 @@ class CudaStreamApi final : public StreamApi {
     const cudaError_t r = cudaMalloc(&p, bytes);
     if (r == cudaErrorMemoryAllocation) {
       cudaGetLastError();  // not sticky: clear it
-      throw OutOfMemoryError(
-          fmt::format("h2d: cudaMalloc of {} bytes for a batch slot failed (out of memory)", bytes));
+      throw OutOfMemoryError(fmt::format(
+          "h2d: cudaMalloc of {} bytes for a batch slot failed (out of memory)", bytes));
     }
     FT_CUDA_CHECK(r);
     return p;
@@ -116,8 +116,8 @@ std::unique_ptr<BatchUploader> make_batch_uploader(const H2DOptions& options,
     throw ConfigError("h2d: no CUDA device: " + (reason.empty() ? std::string("none") : reason));
   }
   if (options.device < 0 || options.device >= static_cast<int>(devices.size())) {
-    throw ConfigError(fmt::format("h2d: CUDA device {} does not exist ({} visible)",
-                                  options.device, devices.size()));
+    throw ConfigError(fmt::format("h2d: CUDA device {} does not exist ({} visible)", options.device,
+                                  devices.size()));
   }
   return h2d::make_uploader(std::make_shared<h2d::CudaStreamApi>(), options, compute_stream);
 }

@@ -1,4 +1,6 @@
 // nccl_communicator.cpp: the NCCL backend of Communicator; the one place ft calls NCCL.
+#include "ft/trainer/nccl_communicator.h"
+
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 #include <nccl.h>
@@ -16,18 +18,26 @@
 #include "cuda_check.h"
 #include "ft/core/annotate.h"
 #include "ft/trainer/device.h"
-#include "ft/trainer/nccl_communicator.h"
 
 namespace ft::trainer {
 namespace {
 
 static_assert(sizeof(ncclUniqueId) == sizeof(UniqueIdBytes), "ncclUniqueId is 128 bytes");
 
-enum OpKind : int { kInit, kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSend, kRecv,
-                    kBarrier, kOps };
+enum OpKind : int {
+  kInit,
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kSend,
+  kRecv,
+  kBarrier,
+  kOps
+};
 constexpr std::array<const char*, kOps> kRangeNames = {
-    "comm.init", "comm.all_reduce", "comm.reduce_scatter", "comm.all_gather", "comm.broadcast",
-    "comm.send", "comm.recv", "comm.barrier"};
+    "comm.init",      "comm.all_reduce", "comm.reduce_scatter", "comm.all_gather",
+    "comm.broadcast", "comm.send",       "comm.recv",           "comm.barrier"};
 
 // "0,1,3" (fmt::join and string + trip GCC 12's -Wrestrict / -Wstringop-overflow false alarms).
 std::string joined(const std::vector<int>& v) {
@@ -94,25 +104,21 @@ class NcclCommunicator final : public Communicator {
   int world_rank_of(int r) const override { return world_ranks_.at(static_cast<size_t>(r)); }
 
   void all_reduce_sum(float* data, size_t n) override {
-    run(kAllReduce, -1, n, [&] {
-      return ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_);
-    });
+    run(kAllReduce, -1, n,
+        [&] { return ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_); });
   }
   void all_reduce_sum(double* data, size_t n) override {
-    run(kAllReduce, -1, n, [&] {
-      return ncclAllReduce(data, data, n, ncclFloat64, ncclSum, comm_, stream_);
-    });
+    run(kAllReduce, -1, n,
+        [&] { return ncclAllReduce(data, data, n, ncclFloat64, ncclSum, comm_, stream_); });
   }
   void all_reduce_max(double* data, size_t n) override {
-    run(kAllReduce, -1, n, [&] {
-      return ncclAllReduce(data, data, n, ncclFloat64, ncclMax, comm_, stream_);
-    });
+    run(kAllReduce, -1, n,
+        [&] { return ncclAllReduce(data, data, n, ncclFloat64, ncclMax, comm_, stream_); });
   }
   // send (size * n) -> recv (n): NCCL's recvcount is the per-rank block.
   void reduce_scatter_sum(const float* send, float* recv, size_t n) override {
-    run(kReduceScatter, -1, n, [&] {
-      return ncclReduceScatter(send, recv, n, ncclFloat32, ncclSum, comm_, stream_);
-    });
+    run(kReduceScatter, -1, n,
+        [&] { return ncclReduceScatter(send, recv, n, ncclFloat32, ncclSum, comm_, stream_); });
   }
   // send (n) -> recv (size * n); NCCL treats send == recv + rank * n as in place.
   void all_gather(const float* send, float* recv, size_t n) override {
@@ -125,15 +131,13 @@ class NcclCommunicator final : public Communicator {
   }
   void broadcast(float* data, size_t n, int root) override {
     check_peer(kBroadcast, root);
-    run(kBroadcast, root, n, [&] {
-      return ncclBroadcast(data, data, n, ncclFloat32, root, comm_, stream_);
-    });
+    run(kBroadcast, root, n,
+        [&] { return ncclBroadcast(data, data, n, ncclFloat32, root, comm_, stream_); });
   }
   void broadcast_bytes(void* data, size_t bytes, int root) override {
     check_peer(kBroadcast, root);
-    run(kBroadcast, root, bytes, [&] {
-      return ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_);
-    });
+    run(kBroadcast, root, bytes,
+        [&] { return ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_); });
   }
   void send(const float* data, size_t n, int peer, int) override {
     check_peer(kSend, peer);
@@ -144,9 +148,8 @@ class NcclCommunicator final : public Communicator {
     run(kRecv, peer, n, [&] { return ncclRecv(data, n, ncclFloat32, peer, comm_, stream_); });
   }
   void barrier() override {
-    run(kBarrier, -1, 1, [&] {
-      return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
-    });
+    run(kBarrier, -1, 1,
+        [&] { return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_); });
   }
 
   std::unique_ptr<Communicator> split(int color, int key, CommGroup role) override {
@@ -183,7 +186,8 @@ class NcclCommunicator final : public Communicator {
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) {
         abort_comm();
-        fail(op, peer, fmt::format("CUDA error {} ({})", cudaGetErrorName(q), cudaGetErrorString(q)));
+        fail(op, peer,
+             fmt::format("CUDA error {} ({})", cudaGetErrorName(q), cudaGetErrorString(q)));
       }
       check_async(op, peer);
       back_off(op, peer, polls, t0);

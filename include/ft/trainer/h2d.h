@@ -1,4 +1,4 @@
-// h2d.h: moves loader batches to the GPU: pinned staging + an async copy stream, or pageable sync copies.
+// h2d.h: batches to the GPU: pinned staging and an async copy stream, or pageable sync copies.
 #pragma once
 
 #include <cstddef>
@@ -24,11 +24,11 @@ H2DMode parse_h2d_mode(std::string_view s);  // "pinned" | "pageable"; throws Co
 
 struct H2DOptions {
   H2DMode mode = H2DMode::kPinned;
-  int device = 0;           // CUDA device index
-  int batch_size = 0;       // B
-  int seq_len = 0;          // T: a batch holds inputs and targets, 2*B*T int32
+  int device = 0;            // CUDA device index
+  int batch_size = 0;        // B
+  int seq_len = 0;           // T: a batch holds inputs and targets, 2*B*T int32
   size_t payload_bytes = 0;  // extra side input copied with every batch (--h2d-payload-mb)
-  int slots = 2;            // device buffers (2: double-buffered)
+  int slots = 2;             // device buffers (2: double-buffered)
   size_t batch_bytes() const { return size_t{2} * batch_size * seq_len * sizeof(int32_t); }
 };
 
@@ -47,10 +47,10 @@ struct DeviceBatch {
 
 struct H2DStats {
   int64_t uploads = 0;
-  uint64_t bytes = 0;             // host-to-device bytes (batches and payloads)
-  int64_t host_blocked_ns = 0;    // time upload() spent blocked on the host
-  uint64_t pinned_bytes = 0;      // page-locked host memory held by the uploader itself
-  uint64_t device_bytes = 0;      // device slots
+  uint64_t bytes = 0;           // host-to-device bytes (batches and payloads)
+  int64_t host_blocked_ns = 0;  // time upload() spent blocked on the host
+  uint64_t pinned_bytes = 0;    // page-locked host memory held by the uploader itself
+  uint64_t device_bytes = 0;    // device slots
 };
 
 // Usage (training thread, which owns the CUDA device):
@@ -82,12 +82,13 @@ class BatchUploader {
 };
 
 // Byte i of the side-input payload (a fixed pattern, so tests can check it on the device).
-inline unsigned char h2d_payload_byte(size_t i) { return static_cast<unsigned char>((i * 131) >> 3); }
+inline unsigned char h2d_payload_byte(size_t i) {
+  return static_cast<unsigned char>((i * 131) >> 3);
+}
 
 // `compute_stream` is the engine's cudaStream_t (nullptr: the legacy default stream). Names the
 // copy and compute streams through NVTX ("ft.h2d.copy", "ft.compute"). Throws ConfigError when
 // ft was built without CUDA or there is no device, ft::Error on a CUDA error.
-std::unique_ptr<BatchUploader> make_batch_uploader(const H2DOptions& options,
-                                                   void* compute_stream);
+std::unique_ptr<BatchUploader> make_batch_uploader(const H2DOptions& options, void* compute_stream);
 
 }  // namespace ft::trainer

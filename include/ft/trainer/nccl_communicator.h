@@ -13,8 +13,8 @@ namespace ft::trainer {
 bool nccl_supported();
 
 struct NcclOptions {
-  int device = 0;         // CUDA device of this rank
-  double timeout_s = 0;   // per operation (--comm-timeout); <= 0: never
+  int device = 0;        // CUDA device of this rank
+  double timeout_s = 0;  // per operation (--comm-timeout); <= 0: never
   // The engine's compute stream (cudaStream_t as void*): each operation's stream waits for the
   // work enqueued on it so far. nullptr: the legacy default stream.
   void* compute_stream = nullptr;
