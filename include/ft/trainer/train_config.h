@@ -43,6 +43,10 @@ struct TrainConfig {
   int prefetch = 4;         // ready batches queued ahead of the training thread
   int preprocess_cost = 0;  // passes of text normalisation + hashing per document (real work)
   bool shuffle = true;      // per-epoch chunk order and rows within chunks, from --seed
+  // --device cuda: how batches reach the GPU ("pinned": async copy stream; "pageable": synchronous
+  // copies, for PCIe experiments) and MiB of side input copied with every batch (ft/trainer/h2d.h).
+  std::string h2d = "pinned";
+  int h2d_payload_mb = 0;
   std::string metrics;     // JSONL path
   std::string save_dir;
   int save_every = 0;      // 0: save at the end only (when save_dir is set)
