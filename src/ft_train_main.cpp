@@ -60,6 +60,11 @@ void print_header(const TrainConfig& c, Trainer& t) {
              gpus.empty() ? "unavailable: " + no_cuda
                           : fmt::format("{} device(s), first {} (sm_{}{})", gpus.size(),
                                         gpus[0].name, gpus[0].sm_major, gpus[0].sm_minor));
+  if (c.device == ft::trainer::DeviceKind::kCuda) {
+    fmt::print("  input path --h2d {}{}\n", c.h2d,
+               c.h2d_payload_mb ? fmt::format(" (+{} MiB side input per batch)", c.h2d_payload_mb)
+                                : std::string());
+  }
   if (c.memory_limit) fmt::print("  memory limit {}\n", ft::format_bytes(c.memory_limit));
   fmt::print("{:>6} {:>8} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>10}\n", "step", "loss",
              "lr", "gnorm", "ms", "tok/s", "MFU%", "mem", "reserved", "peak");

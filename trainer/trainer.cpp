@@ -14,6 +14,7 @@
 #include "ft/core/env_info.h"
 #include "ft/core/error.h"
 #include "ft/trainer/checkpoint_io.h"
+#include "ft/trainer/h2d.h"
 #include "ft/trainer/ops.h"
 #include "ft/trainer/tokenizer_gpt2.h"
 
@@ -216,6 +217,9 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
     backend_ = make_cuda_backend(config_.model, config_.options, co);
     // The same initial weights as the CPU engine: the host model's.
     backend_->upload_state(model_->params(), adam_m_.data(), adam_v_.data());
+    // Batches reach the device through the uploader (--h2d pinned: copy stream overlapping
+    // the previous micro-batch's compute; pageable: synchronous copies).
+    uploader_ = make_batch_uploader(h2d_options(config_, 0), backend_->compute_stream());
   } else {
     backend_ = make_cpu_backend(*model_, adam_m_.data(), adam_v_.data(), *alloc_);
   }
@@ -272,8 +276,16 @@ StepMetrics Trainer::step() {
       wait_ms += batch_.timing.wait_ns / 1e6;
       pre_ms += batch_.timing.preprocess_ns / 1e6;
     }
-    loss_sum += backend_->forward_backward(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
+    if (uploader_) {
+      const DeviceBatch d =
+          uploader_->upload_from(batch_.inputs(), batch_.targets(), batch_.timing.index);
+      backend_->use_device_tokens(d.inputs, d.targets);
+    }
+    // Device engines only enqueue here: the next micro-batch is fetched and uploaded while
+    // this one computes.
+    backend_->forward_backward_async(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
   }
+  for (const double l : backend_->wait_losses()) loss_sum += l;
   double loss = loss_sum / K;
   const size_t n = model_->num_params();
   if (dp.world_size() > 1) {

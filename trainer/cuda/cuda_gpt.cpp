@@ -40,6 +40,9 @@ class CudaGpt final : public ModelBackend {
   size_t num_params() const override { return layout_.total; }
   double forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
                           float dloss_per_token, bool first_micro) override;
+  void forward_backward_async(const int32_t* inputs, const int32_t* targets, int B, int T,
+                              float dloss_per_token, bool first_micro) override;
+  std::vector<double> wait_losses() override;
   double forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T) override;
   double grad_sum_squares() override;
   void adamw_step(const AdamWSettings& s, float lr, float grad_scale, int t) override;
@@ -76,6 +79,9 @@ class CudaGpt final : public ModelBackend {
   const X* weight(int i, int l) const;
   void allocate_acts(LayerActs& a, int B, int T);
   void upload_tokens(const int32_t* inputs, const int32_t* targets, int n, bool buckets);
+  // Enqueues one micro-batch; its loss sum goes to *loss_dst (device) without a host wait.
+  void enqueue_forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                float dloss_per_token, bool first_micro, double* loss_dst);
   void layer_forward(int l, const X* x, X* x_out, LayerActs& a, int B, int T);
   void layer_backward(int l, const X* x, X* dres, LayerActs& a, int B, int T, bool first_micro,
                       float* scratch);
@@ -92,8 +98,23 @@ class CudaGpt final : public ModelBackend {
   std::unique_ptr<LtGemm> gemm_;
   DeviceBuffer<float> params_, grads_, adam_m_, adam_v_;  // (num_params)
   DeviceBuffer<X> params_lp_;  // (num_params) X copy of the parameters (not in fp32 mode)
-  DeviceBuffer<int32_t> inputs_, targets_, order_, bucket_start_, bucket_token_;
-  DeviceBuffer<double> reduce_;  // (1 + kReducePartials): result, then partials
+  // (5n+1) per micro-batch of n tokens: inputs | targets | order (n) | start (n+1) | token (n)
+  DeviceBuffer<int32_t> tokens_;
+  // Two page-locked host staging slots for tokens_, reused once their copy has completed
+  // (event): copies from pageable memory could stall the host behind queued kernels.
+  struct HostSlot {
+    int32_t* data = nullptr;
+    size_t capacity = 0;  // int32s
+    cudaEvent_t copied = nullptr;
+    bool pending = false;
+  };
+  HostSlot slots_[2];
+  int next_slot_ = 0;
+  static constexpr int kMaxPendingLosses = 64;
+  DeviceBuffer<double> loss_slots_;  // (kMaxPendingLosses) loss sums of enqueued micro-batches
+  std::vector<int> pending_tokens_;  // N of each enqueued micro-batch
+  std::vector<double> collected_;    // mean losses already fetched, not yet returned
+  DeviceBuffer<double> reduce_;      // (1 + kReducePartials): result, then partials
   TokenBuckets buckets_;
   const int32_t* next_inputs_ = nullptr;  // use_device_tokens(), for the next forward
   const int32_t* next_targets_ = nullptr;
@@ -124,6 +145,10 @@ CudaGpt<X>::CudaGpt(const GptConfig& config, const ModelOptions& options,
     params_lp_ = DeviceBuffer<X>(*alloc_, P, sid(), "params_lp");
   }
   reduce_ = DeviceBuffer<double>(*alloc_, 1 + kReducePartials, sid(), "reduce");
+  loss_slots_ = DeviceBuffer<double>(*alloc_, kMaxPendingLosses, sid(), "loss_slots");
+  for (HostSlot& h : slots_) {
+    FT_CUDA_CHECK(cudaEventCreateWithFlags(&h.copied, cudaEventDisableTiming));
+  }
   for (auto* b : {&params_, &grads_, &adam_m_, &adam_v_}) {
     FT_CUDA_CHECK(cudaMemsetAsync(b->data(), 0, b->bytes(), stream_));
   }
@@ -142,11 +167,12 @@ CudaGpt<X>::~CudaGpt() {
   adam_m_.reset();
   adam_v_.reset();
   params_lp_.reset();
-  inputs_.reset();
-  targets_.reset();
-  order_.reset();
-  bucket_start_.reset();
-  bucket_token_.reset();
+  tokens_.reset();
+  loss_slots_.reset();
+  for (HostSlot& h : slots_) {
+    if (h.data) cudaFreeHost(h.data);
+    if (h.copied) cudaEventDestroy(h.copied);
+  }
   reduce_.reset();
   gemm_.reset();
   alloc_.reset();
@@ -192,37 +218,46 @@ void CudaGpt<X>::allocate_acts(LayerActs& a, int B, int T) {
 template <typename X>
 void CudaGpt<X>::upload_tokens(const int32_t* inputs, const int32_t* targets, int n, bool buckets) {
   FT_RANGE("h2d.tokens", RangeKind::kH2D, n);
-  if (inputs_.size() < static_cast<size_t>(n)) {
-    inputs_ = DeviceBuffer<int32_t>(*alloc_, n, sid(), "tokens.inputs");
-    targets_ = DeviceBuffer<int32_t>(*alloc_, n, sid(), "tokens.targets");
-    order_ = DeviceBuffer<int32_t>(*alloc_, n, sid(), "tokens.order");
-    bucket_start_ = DeviceBuffer<int32_t>(*alloc_, n + 1, sid(), "tokens.bucket_start");
-    bucket_token_ = DeviceBuffer<int32_t>(*alloc_, n, sid(), "tokens.bucket_token");
+  const size_t n_ = static_cast<size_t>(n), total = 5 * n_ + 1;
+  if (tokens_.size() < total) tokens_ = DeviceBuffer<int32_t>(*alloc_, total, sid(), "tokens");
+  HostSlot& h = slots_[next_slot_];
+  next_slot_ ^= 1;
+  if (h.pending) FT_CUDA_CHECK(cudaEventSynchronize(h.copied));  // its last copy is done
+  h.pending = false;
+  if (h.capacity < total) {
+    if (h.data) FT_CUDA_CHECK(cudaFreeHost(h.data));
+    h.data = nullptr;
+    FT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&h.data), total * sizeof(int32_t),
+                                cudaHostAllocDefault));
+    h.capacity = total;
   }
-  const size_t bytes = static_cast<size_t>(n) * sizeof(int32_t);
+  int32_t* dev = tokens_.data();
+  size_t lo = 0, hi = 0;          // the int32 range [lo, hi) of the slot to copy
   if (next_inputs_ != nullptr) {  // already on the device (an H2D uploader's batch)
     cur_inputs_ = next_inputs_;
     cur_targets_ = next_targets_;
     next_inputs_ = next_targets_ = nullptr;
+    lo = hi = 2 * n_;
   } else {
-    // From pageable host memory: each copy returns once the runtime has staged the data, so
-    // the loader may reuse its buffer at once. (The pinned, overlapped path: use_device_tokens.)
-    FT_CUDA_CHECK(cudaMemcpyAsync(inputs_.data(), inputs, bytes, cudaMemcpyHostToDevice, stream_));
-    FT_CUDA_CHECK(
-        cudaMemcpyAsync(targets_.data(), targets, bytes, cudaMemcpyHostToDevice, stream_));
-    cur_inputs_ = inputs_.data();
-    cur_targets_ = targets_.data();
+    std::memcpy(h.data, inputs, n_ * sizeof(int32_t));
+    std::memcpy(h.data + n_, targets, n_ * sizeof(int32_t));
+    cur_inputs_ = dev;
+    cur_targets_ = dev + n_;
+    hi = 2 * n_;
   }
   if (buckets) {
     buckets_.build(inputs, n);
-    FT_CUDA_CHECK(cudaMemcpyAsync(order_.data(), buckets_.order.data(), bytes,
+    std::memcpy(h.data + 2 * n_, buckets_.order.data(), n_ * sizeof(int32_t));
+    std::memcpy(h.data + 3 * n_, buckets_.start.data(), buckets_.start.size() * sizeof(int32_t));
+    std::memcpy(h.data + 4 * n_ + 1, buckets_.token.data(),
+                buckets_.token.size() * sizeof(int32_t));
+    hi = 5 * n_ + 1;
+  }
+  if (hi > lo) {
+    FT_CUDA_CHECK(cudaMemcpyAsync(dev + lo, h.data + lo, (hi - lo) * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, stream_));
-    FT_CUDA_CHECK(cudaMemcpyAsync(bucket_start_.data(), buckets_.start.data(),
-                                  buckets_.start.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                  stream_));
-    FT_CUDA_CHECK(cudaMemcpyAsync(bucket_token_.data(), buckets_.token.data(),
-                                  buckets_.token.size() * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                  stream_));
+    FT_CUDA_CHECK(cudaEventRecord(h.copied, stream_));
+    h.pending = true;
   }
 }
 
@@ -338,8 +373,9 @@ double CudaGpt<X>::loss_sum(const float* losses, int N) {
 }
 
 template <typename X>
-double CudaGpt<X>::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                                    float dloss_per_token, bool first_micro) {
+void CudaGpt<X>::enqueue_forward_backward(const int32_t* inputs, const int32_t* targets, int B,
+                                          int T, float dloss_per_token, bool first_micro,
+                                          double* loss_dst) {
   const int C = config_.channels, L = config_.num_layers, N = B * T;
   const int V = config_.vocab_size, Vp = config_.padded_vocab;
   const size_t NC = static_cast<size_t>(N) * C;
@@ -388,11 +424,49 @@ double CudaGpt<X>::forward_backward(const int32_t* inputs, const int32_t* target
   }
   {
     FT_RANGE("bwd.encoder", RangeKind::kCompute);
-    encoder_backward(grad(kWte), grad(kWpe), dres.data(), order_.data(), bucket_start_.data(),
-                     bucket_token_.data(), static_cast<int>(buckets_.token.size()), B, T, C,
-                     stream_);
+    const int32_t* tok = tokens_.data();
+    const size_t n_ = static_cast<size_t>(N);
+    encoder_backward(grad(kWte), grad(kWpe), dres.data(), tok + 2 * n_, tok + 3 * n_,
+                     tok + 4 * n_ + 1, static_cast<int>(buckets_.token.size()), B, T, C, stream_);
   }
-  return loss_sum(w.losses.data(), N) / N;
+  sum_to_double(loss_dst, reduce_.data() + 1, w.losses.data(), N, stream_);
+}
+
+template <typename X>
+double CudaGpt<X>::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                    float dloss_per_token, bool first_micro) {
+  if (!pending_tokens_.empty() || !collected_.empty()) {
+    throw Error("forward_backward: asynchronous micro-batches are pending (call wait_losses)");
+  }
+  forward_backward_async(inputs, targets, B, T, dloss_per_token, first_micro);
+  return wait_losses().back();
+}
+
+template <typename X>
+void CudaGpt<X>::forward_backward_async(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                        float dloss_per_token, bool first_micro) {
+  if (pending_tokens_.size() == static_cast<size_t>(kMaxPendingLosses)) {
+    auto done = wait_losses();  // slots full: fetch them, keep the results for later
+    collected_ = std::move(done);
+  }
+  enqueue_forward_backward(inputs, targets, B, T, dloss_per_token, first_micro,
+                           loss_slots_.data() + pending_tokens_.size());
+  pending_tokens_.push_back(B * T);
+}
+
+template <typename X>
+std::vector<double> CudaGpt<X>::wait_losses() {
+  FT_RANGE("loss.d2h", RangeKind::kD2H);
+  const size_t n = pending_tokens_.size();
+  if (n > 0) {
+    double sums[kMaxPendingLosses];
+    FT_CUDA_CHECK(cudaMemcpyAsync(sums, loss_slots_.data(), n * sizeof(double),
+                                  cudaMemcpyDeviceToHost, stream_));
+    sync();
+    for (size_t i = 0; i < n; ++i) collected_.push_back(sums[i] / pending_tokens_[i]);
+    pending_tokens_.clear();
+  }
+  return std::exchange(collected_, {});
 }
 
 template <typename X>

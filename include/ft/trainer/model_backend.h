@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ft/core/allocator.h"
 #include "ft/core/error.h"
@@ -35,6 +37,17 @@ class ModelBackend {
   // are scaled by dloss_per_token and, unless first_micro, accumulated. Returns the mean loss.
   virtual double forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
                                   float dloss_per_token, bool first_micro) = 0;
+  // forward_backward without waiting for its loss: a device engine only enqueues the work
+  // (copying what it needs from the host pointers before it returns), so the caller can fetch
+  // and upload the next micro-batch while the device computes. wait_losses() returns the mean
+  // losses of the micro-batches enqueued since its last call, in order. By default the work
+  // runs at once.
+  virtual void forward_backward_async(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                      float dloss_per_token, bool first_micro) {
+    pending_losses_.push_back(
+        forward_backward(inputs, targets, B, T, dloss_per_token, first_micro));
+  }
+  virtual std::vector<double> wait_losses() { return std::exchange(pending_losses_, {}); }
   // Forward only; mean loss.
   virtual double forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T) = 0;
   // Sum of squares of the (loss-scaled) gradients, in double; non-finite on overflow.
@@ -66,6 +79,9 @@ class ModelBackend {
     throw Error("use_device_tokens: the " + std::string(device_name(device())) +
                 " engine reads tokens from the host");
   }
+
+ protected:
+  std::vector<double> pending_losses_;  // the default forward_backward_async's results
 };
 
 // The CPU engine: `model` and the AdamW moments (num_params each) are the state itself.

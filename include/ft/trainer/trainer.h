@@ -21,6 +21,8 @@
 
 namespace ft::trainer {
 
+class BatchUploader;  // ft/trainer/h2d.h
+
 struct StepMetrics {
   int step = 0;             // 0-based optimizer step
   double loss = 0;          // mean training loss over the global batch
@@ -127,6 +129,7 @@ class Trainer {
   data::Batch batch_;  // the micro-batch in use (its staging buffer)
   std::unique_ptr<GptModel> model_;
   std::unique_ptr<ModelBackend> backend_;  // runs model_ (cpu) or its device copy (cuda)
+  std::unique_ptr<BatchUploader> uploader_;  // --device cuda: batches to the device (--h2d)
   Buffer<float> adam_m_, adam_v_;  // (num_params)
   LossScaler scaler_;
   Rng rng_;
