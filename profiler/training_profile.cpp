@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <climits>
 #include <fstream>
 
 #include "ft/core/env_info.h"
@@ -31,6 +32,61 @@ std::string json_scalar(const nlohmann::json& v) {
 
 }  // namespace
 
+namespace {
+
+// Point-to-point messages carry floats: a timestamp travels as three exact 22-bit pieces.
+constexpr int kClockTag = 0x7c10;
+void put_ns(int64_t v, float* out) {
+  const auto u = static_cast<uint64_t>(v);
+  for (int i = 0; i < 3; ++i) out[i] = static_cast<float>((u >> (22 * i)) & 0x3fffff);
+}
+int64_t get_ns(const float* in) {
+  uint64_t u = 0;
+  for (int i = 0; i < 3; ++i) u |= static_cast<uint64_t>(in[i]) << (22 * i);
+  return static_cast<int64_t>(u);
+}
+
+}  // namespace
+
+ClockOffset estimate_clock_offset(trainer::Communicator& world, int rounds) {
+  ClockOffset c;
+  const int n = world.world_size(), me = world.rank();
+  if (n < 2 || rounds < 1) return c;
+  c.measured = true;
+  c.rounds = rounds;
+  if (me == 0) c.error_ns = 0;  // the reference
+  for (int peer = 1; peer < n; ++peer) {
+    if (me != 0 && me != peer) continue;
+    int64_t best_rtt = INT64_MAX;
+    for (int k = 0; k < rounds; ++k) {
+      float msg[6] = {};
+      if (me == 0) {
+        const int64_t t0 = now_ns();
+        world.send(msg, 1, peer, kClockTag);
+        world.recv(msg, 3, peer, kClockTag);
+        const int64_t t3 = now_ns();
+        put_ns(t0, msg);
+        put_ns(t3, msg + 3);
+        world.send(msg, 6, peer, kClockTag);
+      } else {
+        world.recv(msg, 1, 0, kClockTag);
+        put_ns(now_ns(), msg);
+        const int64_t t1 = get_ns(msg);
+        world.send(msg, 3, 0, kClockTag);
+        world.recv(msg, 6, 0, kClockTag);
+        const int64_t t0 = get_ns(msg), t3 = get_ns(msg + 3);
+        if (t3 - t0 < best_rtt) {
+          best_rtt = t3 - t0;
+          c.offset_ns = t1 - (t0 + (t3 - t0) / 2);
+          c.error_ns = (t3 - t0 + 1) / 2;
+        }
+      }
+    }
+  }
+  world.barrier();
+  return c;
+}
+
 TrainingProfile::TrainingProfile(std::string_view window, bool quiet) : quiet_(quiet) {
   if (!window.empty()) window_ = parse_step_window(window);
 }
@@ -44,6 +100,8 @@ void TrainingProfile::start(trainer::Trainer& t) {
   load_average_ = read_load_average();  // before our own threads add to it
   // Measured before training so that the probe does not disturb the steps.
   page_fault_ns_ = measure_page_fault_ns(size_t{32} << 20, 3, &probe_faults_);
+  // Before the session starts, so the clock exchange is not part of the profile.
+  if (t.groups().world->world_size() > 1) clock_ = estimate_clock_offset(*t.groups().world);
   SessionOptions o;
   o.recorder.window = window_;
   o.quiet = quiet_;
@@ -60,6 +118,11 @@ Trace TrainingProfile::finish(trainer::Trainer& t) {
   md["env.load_average"] = fmt::format("{:.2f}", load_average_);
   md[kMetaPageFaultNs] = fmt::format("{:.1f}", page_fault_ns_);
   md["run.page_fault_probe_faults"] = std::to_string(probe_faults_);
+  if (clock_.measured) {
+    md["run.clock_offset_ns"] = std::to_string(clock_.offset_ns);
+    md["run.clock_offset_error_ns"] = std::to_string(clock_.error_ns);
+    md["run.clock_sync_rounds"] = std::to_string(clock_.rounds);
+  }
   return trace;
 }
 
@@ -96,6 +159,16 @@ std::map<std::string, std::string> run_metadata(trainer::Trainer& t) {
   for (const auto& [k, v] : env.variables) md["env.var." + k] = v;
   const AllocatorStats a = t.memory_stats();  // the engine's (host or device) allocator
   md["run.warmup_excluded"] = std::to_string(c.warmup_steps_excluded);
+  // Where this rank sits in the parallel layout (multi-rank diagnosis, docs/classification.md).
+  const trainer::ParallelGroups& g = t.groups();
+  md["rank"] = std::to_string(g.world->rank());
+  md["run.rank"] = md["rank"];
+  md["run.world_size"] = std::to_string(g.world->world_size());
+  md["run.dp_rank"] = std::to_string(g.dp_rank);
+  md["run.tp_rank"] = std::to_string(g.tp_rank);
+  md["run.pp_stage"] = std::to_string(g.pp_stage);
+  md["run.straggle_rank"] = std::to_string(c.parallel.straggle_rank);  // fault injection
+  md["run.straggle_work"] = std::to_string(c.parallel.straggle_work);
   md["run.peak_gflops"] = fmt::format("{:.6g}", t.peak_gflops());
   md["run.mem_peak"] = std::to_string(a.peak_allocated);
   md["run.mem_reserved_peak"] = std::to_string(a.peak_reserved);

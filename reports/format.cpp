@@ -132,6 +132,10 @@ std::string bytes_h(double bytes) {
   return fixed(v, std::fabs(v) < 10 ? 2 : 1) + " " + kUnits[u];
 }
 
+std::string recorded_bytes(double bytes) {
+  return std::isfinite(bytes) ? bytes_h(bytes) : "not recorded";
+}
+
 std::string sig(double x, int digits) {
   if (!std::isfinite(x)) return std::isnan(x) ? "NaN" : (x > 0 ? "inf" : "-inf");
   if (x == 0) return "0";

@@ -15,6 +15,7 @@ std::string render_json_compact(const profiler::Diagnosis& d);
 std::string fixed(double x, int decimals);            // "12.35"; NaN/inf -> "n/a"
 std::string percent(double share, int decimals = 1);  // 0.1234 -> "12.3%"
 std::string bytes_h(double bytes);                    // "1.50 GiB", "12.0 MiB", "512 B"
+std::string recorded_bytes(double bytes);             // bytes_h, or "not recorded" for NaN
 std::string sig(double x, int digits = 4);  // significant digits, e.g. loss "3.142" / lr "0.0006"
 
 // Run-level numbers derived from the steps.

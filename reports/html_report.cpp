@@ -177,6 +177,50 @@ std::string steps_table(const Diagnosis& d) {
   return out + "</table>\n";
 }
 
+// Multi-rank runs: cross-rank summary and the per-rank table (empty for one rank).
+std::string ranks_html(const Diagnosis& d) {
+  if (d.ranks.empty()) return "";
+  const auto& p = d.parallel;
+  std::string out = "<section id=\"ranks\"><h2>Ranks</h2>\n";
+  out += fmt::format(
+      "<p>{} ranks · dp {} · tp {} · pp {} · {} micro-batch(es) per step. Clock: {}.</p>\n",
+      p.ranks, p.dp, p.tp, p.pp, p.micro_batches, h(p.clock));
+  out += fmt::format(
+      "<p>Collectives matched across ranks: {}; per rank per step transfer {} ms, synchronizing "
+      "{} ms. {}{}</p>\n",
+      p.collectives, fixed(p.transfer_ms, 3), fixed(p.sync_ms, 3),
+      p.straggler >= 0
+          ? fmt::format("Straggler: rank {}, late by {} ms at {} of comparable "
+                        "collectives.",
+                        p.straggler, fixed(p.straggler_late_ms, 3), percent(p.straggler_late_frac))
+          : std::string("No straggler."),
+      p.bubble >= 0 ? fmt::format(" Pipeline bubble {} (theory (p-1)/m = {}).", percent(p.bubble),
+                                  percent(p.bubble_theory))
+                    : std::string());
+  out +=
+      "<table id=\"ft-ranks\"><tr><th class=\"n\">rank</th><th>host</th><th class=\"n\">dp</th>"
+      "<th class=\"n\">tp</th><th class=\"n\">pp</th><th class=\"n\">step ms</th>"
+      "<th class=\"n\">compute</th><th class=\"n\">comm</th><th class=\"n\">sync</th>"
+      "<th class=\"n\">exposed comm ms</th><th class=\"n\">waiting ms</th>"
+      "<th class=\"n\">synchronizing in collectives ms</th><th class=\"n\">late / compared</th>"
+      "<th class=\"n\">late ms</th><th class=\"n\">bubble</th></tr>\n";
+  for (const auto& r : d.ranks) {
+    out += fmt::format(
+        "<tr><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>"
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{} / {}</td>"
+        "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
+        r.rank, h(r.host), r.dp_rank, r.tp_rank, r.pp_stage, fixed(r.step_ms, 2),
+        percent(r.totals[static_cast<int>(WaitClass::kCompute)]),
+        percent(r.totals[static_cast<int>(WaitClass::kComm)]),
+        percent(r.totals[static_cast<int>(WaitClass::kSync)]), fixed(r.exposed_comm_ms, 3),
+        fixed(r.exposed_wait_ms, 3), fixed(r.collective_sync_ms, 3), r.late, r.collectives,
+        fixed(r.late_ms, 3), r.bubble < 0 ? "n/a" : percent(r.bubble));
+  }
+  return out + "</table></section>\n";
+}
+
 }  // namespace
 
 std::string render_html(const Diagnosis& d) {
@@ -204,7 +248,7 @@ std::string render_html(const Diagnosis& d) {
   out += card("step time (mean)", fixed(sum.mean_ms, 2) + " ms");
   out += card("steps", std::to_string(sum.steps));
   out += card("loss health", d.loss_health.verdict.empty() ? "n/a" : d.loss_health.verdict);
-  out += card("peak memory", bytes_h(d.memory.peak));
+  out += card("peak memory", detail::recorded_bytes(d.memory.peak));
   out += "</div>";
   if (!d.findings.empty()) {
     out += fmt::format("<p><b>Top finding:</b> {} ({}, {})</p>", h(d.findings[0].title),
@@ -235,6 +279,7 @@ std::string render_html(const Diagnosis& d) {
 
   out +=
       "<section id=\"findings\"><h2>Findings (ranked)</h2>\n" + findings_html(d) + "</section>\n";
+  out += ranks_html(d);
 
   std::vector<Series> loss(1), mem;
   loss[0] = {"loss", "#4e79a7", {}};
@@ -268,8 +313,8 @@ std::string render_html(const Diagnosis& d) {
       "<tr><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td "
       "class=\"n\">{}</td>"
       "<td class=\"n\">{}</td><td class=\"n\">{}</td></tr></table></section>\n",
-      bytes_h(d.memory.peak), bytes_h(d.memory.reserved), percent(d.memory.fragmentation),
-      d.memory.alloc_retries, d.memory.ooms, d.memory.page_faults);
+      detail::recorded_bytes(d.memory.peak), detail::recorded_bytes(d.memory.reserved),
+      percent(d.memory.fragmentation), d.memory.alloc_retries, d.memory.ooms, d.memory.page_faults);
 
   out += "<section id=\"steps\"><details><summary><b>Per-step table</b></summary>\n" +
          steps_table(d) + "</details></section>\n";

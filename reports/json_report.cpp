@@ -111,6 +111,105 @@ profiler::Severity parse_severity(const Reader& r, const std::string& s, const s
   r.fail(path, fmt::format("unknown severity \"{}\" (info, warning, critical)", s));
 }
 
+// Multi-rank runs: the cross-rank summary and one row per rank (absent for one rank).
+void add_ranks(Json& j, const Diagnosis& d) {
+  if (d.ranks.empty()) return;
+  const auto& p = d.parallel;
+  j["parallel"] =
+      Json{{"ranks", p.ranks},
+           {"dp", p.dp},
+           {"tp", p.tp},
+           {"pp", p.pp},
+           {"micro_batches", p.micro_batches},
+           {"collectives", p.collectives},
+           {"transfer_ms", ms(p.transfer_ms)},
+           {"sync_ms", ms(p.sync_ms)},
+           {"straggler", p.straggler},
+           {"straggler_late_ms", ms(p.straggler_late_ms)},
+           {"straggler_late_frac", share(p.straggler_late_frac)},
+           {"bubble", p.bubble < 0 ? Json(nullptr) : share(p.bubble)},
+           {"bubble_theory", p.bubble_theory < 0 ? Json(nullptr) : share(p.bubble_theory)},
+           {"clock", p.clock}};
+  Json rows = Json::array();
+  for (const auto& r : d.ranks) {
+    rows.push_back(Json{{"rank", r.rank},
+                        {"dp_rank", r.dp_rank},
+                        {"tp_rank", r.tp_rank},
+                        {"pp_stage", r.pp_stage},
+                        {"host", r.host},
+                        {"steps", r.steps},
+                        {"step_ms", ms(r.step_ms)},
+                        {"totals", classes(r.totals, share)},
+                        {"exposed_comm_ms", ms(r.exposed_comm_ms)},
+                        {"exposed_wait_ms", ms(r.exposed_wait_ms)},
+                        {"collective_ms", ms(r.collective_ms)},
+                        {"collective_sync_ms", ms(r.collective_sync_ms)},
+                        {"collectives", r.collectives},
+                        {"late", r.late},
+                        {"late_ms", ms(r.late_ms)},
+                        {"bubble", r.bubble < 0 ? Json(nullptr) : share(r.bubble)},
+                        {"bubble_ms", ms(r.bubble_ms)},
+                        {"clock_offset_ms", ms(r.clock_offset_ms)}});
+  }
+  j["ranks"] = std::move(rows);
+}
+
+void read_ranks(const Reader& r, const Json& j, Diagnosis* d) {
+  const Json* pj = r.optional(j, "parallel");
+  const Json* rj = r.optional(j, "ranks");
+  if (!pj && !rj) return;
+  if (!pj || !rj) r.fail("", "\"parallel\" and \"ranks\" come together");
+  auto& p = d->parallel;
+  const std::string pp = "/parallel";
+  auto integer = [&](const Json& o, const std::string& path, const char* key) {
+    return r.integer(r.field(o, path, key), path + "/" + key);
+  };
+  // null (no pipeline) reads as -1.
+  auto maybe = [&](const Json& o, const std::string& path, const char* key) {
+    const double v = r.num_field(o, path, key);
+    return std::isnan(v) ? -1.0 : v;
+  };
+  p.ranks = static_cast<int>(integer(*pj, pp, "ranks"));
+  p.dp = static_cast<int>(integer(*pj, pp, "dp"));
+  p.tp = static_cast<int>(integer(*pj, pp, "tp"));
+  p.pp = static_cast<int>(integer(*pj, pp, "pp"));
+  p.micro_batches = static_cast<int>(integer(*pj, pp, "micro_batches"));
+  p.collectives = integer(*pj, pp, "collectives");
+  p.transfer_ms = r.num_field(*pj, pp, "transfer_ms");
+  p.sync_ms = r.num_field(*pj, pp, "sync_ms");
+  p.straggler = static_cast<int>(integer(*pj, pp, "straggler"));
+  p.straggler_late_ms = r.num_field(*pj, pp, "straggler_late_ms");
+  p.straggler_late_frac = r.num_field(*pj, pp, "straggler_late_frac");
+  p.bubble = maybe(*pj, pp, "bubble");
+  p.bubble_theory = maybe(*pj, pp, "bubble_theory");
+  p.clock = r.string(r.field(*pj, pp, "clock"), pp + "/clock");
+  r.array(*rj, "/ranks");
+  for (size_t i = 0; i < rj->size(); ++i) {
+    const std::string q = fmt::format("/ranks/{}", i);
+    const Json& o = (*rj)[i];
+    profiler::RankBreakdown b;
+    b.rank = static_cast<int>(integer(o, q, "rank"));
+    b.dp_rank = static_cast<int>(integer(o, q, "dp_rank"));
+    b.tp_rank = static_cast<int>(integer(o, q, "tp_rank"));
+    b.pp_stage = static_cast<int>(integer(o, q, "pp_stage"));
+    b.host = r.string(r.field(o, q, "host"), q + "/host");
+    b.steps = integer(o, q, "steps");
+    b.step_ms = r.num_field(o, q, "step_ms");
+    b.totals = r.classes(r.field(o, q, "totals"), q + "/totals");
+    b.exposed_comm_ms = r.num_field(o, q, "exposed_comm_ms");
+    b.exposed_wait_ms = r.num_field(o, q, "exposed_wait_ms");
+    b.collective_ms = r.num_field(o, q, "collective_ms");
+    b.collective_sync_ms = r.num_field(o, q, "collective_sync_ms");
+    b.collectives = integer(o, q, "collectives");
+    b.late = integer(o, q, "late");
+    b.late_ms = r.num_field(o, q, "late_ms");
+    b.bubble = maybe(o, q, "bubble");
+    b.bubble_ms = r.num_field(o, q, "bubble_ms");
+    b.clock_offset_ms = r.num_field(o, q, "clock_offset_ms");
+    d->ranks.push_back(b);
+  }
+}
+
 Json build_json(const Diagnosis& d) {
   Json j;
   j["format"] = "ft-report";
@@ -139,6 +238,7 @@ Json build_json(const Diagnosis& d) {
     findings.push_back(std::move(o));
   }
   j["findings"] = std::move(findings);
+  add_ranks(j, d);
   j["memory"] = Json{{"peak", whole(d.memory.peak)},
                      {"reserved", whole(d.memory.reserved)},
                      {"fragmentation", share(d.memory.fragmentation)},
@@ -251,6 +351,7 @@ Diagnosis parse_report_json(std::string_view text, const std::string& origin) {
     d.findings.push_back(std::move(f));
   }
 
+  read_ranks(r, j, &d);
   const Json& mem = r.field(j, "", "memory");
   d.memory.peak = r.num_field(mem, "/memory", "peak");
   d.memory.reserved = r.num_field(mem, "/memory", "reserved");

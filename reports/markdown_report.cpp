@@ -15,6 +15,7 @@ using detail::abbreviated_rows;
 using detail::bytes_h;
 using detail::fixed;
 using detail::percent;
+using detail::recorded_bytes;
 using detail::RunSummary;
 using detail::slowest_steps;
 using detail::step_ranges;
@@ -52,6 +53,53 @@ void map_table(std::string& out, const std::map<std::string, std::string>& m, co
   }
   out += fmt::format("| {} | value |\n|---|---|\n", key);
   for (const auto& [k, v] : m) out += fmt::format("| {} | {} |\n", md(k), md(v));
+  out += "\n";
+}
+
+// Multi-rank runs: the cross-rank summary and one row per rank.
+void ranks_section(std::string& out, const Diagnosis& d) {
+  if (d.ranks.empty()) return;
+  const auto& p = d.parallel;
+  out += "## Ranks\n\n";
+  out +=
+      fmt::format("{} ranks · dp {} · tp {} · pp {} · {} micro-batch(es) per step · clock: {}\n\n",
+                  p.ranks, p.dp, p.tp, p.pp, p.micro_batches, md(p.clock));
+  out += fmt::format(
+      "Collectives matched across ranks: {}; per rank per step: transfer {} ms (the minimum "
+      "duration of each collective over its ranks), synchronizing {} ms (waiting for the slowest "
+      "rank).",
+      p.collectives, fixed(p.transfer_ms, 3), fixed(p.sync_ms, 3));
+  if (p.straggler >= 0) {
+    out += fmt::format(" Straggler: rank {}, late by {} ms at {} of comparable collectives.",
+                       p.straggler, fixed(p.straggler_late_ms, 3), percent(p.straggler_late_frac));
+  } else {
+    out += " No straggler.";
+  }
+  if (p.bubble >= 0) {
+    out += fmt::format(" Pipeline bubble {} (theory (p-1)/m = {}).", percent(p.bubble),
+                       percent(p.bubble_theory));
+  }
+  out +=
+      "\n\n| rank | host | dp | tp | pp | step ms | compute | data | comm | sync | other | exposed "
+      "comm ms | waiting ms | in collectives ms | synchronizing ms | late / compared | late ms | "
+      "bubble "
+      "|\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+      "---:|\n";
+  auto share_of = [](const profiler::RankBreakdown& r, WaitClass c) {
+    return percent(r.totals[static_cast<int>(c)]);
+  };
+  for (const auto& r : d.ranks) {
+    out += fmt::format(
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} "
+        "| "
+        "{} |\n",
+        r.rank, md(r.host), r.dp_rank, r.tp_rank, r.pp_stage, fixed(r.step_ms, 2),
+        share_of(r, WaitClass::kCompute), share_of(r, WaitClass::kData),
+        share_of(r, WaitClass::kComm), share_of(r, WaitClass::kSync),
+        share_of(r, WaitClass::kOther), fixed(r.exposed_comm_ms, 3), fixed(r.exposed_wait_ms, 3),
+        fixed(r.collective_ms, 3), fixed(r.collective_sync_ms, 3), r.late, r.collectives,
+        fixed(r.late_ms, 3), r.bubble < 0 ? "n/a" : percent(r.bubble));
+  }
   out += "\n";
 }
 
@@ -112,7 +160,8 @@ std::string render_markdown(const Diagnosis& d) {
     out += "\n";
   }
 
-  out += "## Steps\n\n";
+  ranks_section(out, d);
+  out += d.ranks.empty() ? "## Steps\n\n" : "## Steps (rank 0)\n\n";
   if (d.steps.empty()) {
     out += "No steps recorded.\n\n";
   } else {
@@ -146,8 +195,8 @@ std::string render_markdown(const Diagnosis& d) {
   out +=
       "## Memory\n\n| peak | reserved | fragmentation | allocator retries | OOMs | page faults |\n"
       "|---:|---:|---:|---:|---:|---:|\n";
-  out += fmt::format("| {} | {} | {} | {} | {} | {} |\n\n", bytes_h(d.memory.peak),
-                     bytes_h(d.memory.reserved), percent(d.memory.fragmentation),
+  out += fmt::format("| {} | {} | {} | {} | {} | {} |\n\n", recorded_bytes(d.memory.peak),
+                     recorded_bytes(d.memory.reserved), percent(d.memory.fragmentation),
                      d.memory.alloc_retries, d.memory.ooms, d.memory.page_faults);
 
   const auto& lh = d.loss_health;

@@ -2,6 +2,7 @@
 // the diagnosis.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -11,6 +12,7 @@
 #include "ft/core/error.h"
 #include "ft/profiler/findings.h"
 #include "ft/profiler/load_trace.h"
+#include "ft/profiler/multi_rank.h"
 #include "ft/profiler/trace_reader.h"
 #include "ft/profiler/trace_writer.h"
 #include "ft/reports/report.h"
@@ -24,11 +26,16 @@ using ft::profiler::Diagnosis;
 constexpr int kGateExit = 4;  // a --fail-if gate tripped
 
 constexpr const char* kUsage = R"(usage:
-  ft-diagnose run --out DIR [--profile-steps A-B] [--fail-if CLASS>PCT ...] [ft-train options]
-      train in-process with profiling; write DIR/trace.json and DIR/report.{md,html,json}
+  ft-diagnose run --out DIR [--ranks N] [--profile-steps A-B] [--fail-if CLASS>PCT ...]
+                  [ft-train options]
+      train in-process with profiling; write DIR/trace.json and DIR/report.{md,html,json}.
+      --ranks N (N > 1): launch `mpirun -np N ft-train ...` instead; every rank writes
+      DIR/trace.rankR.json and DIR/metrics.rankR.jsonl, merged into DIR/trace.merged.json and
+      diagnosed across ranks (without --dp/--tp/--pp: --dp N)
   ft-diagnose DIR|TRACE [--out DIR] [--fail-if CLASS>PCT ...] [--top N] [--hta-json FILE]
-      re-analyse DIR/trace.json (or a trace file); PyTorch profiler (Kineto) traces too, a file
-      (.json / .json.gz) or a directory of ranks; --hta-json FILE also writes HTA's analyses
+      re-analyse DIR/trace.json, or DIR's per-rank traces (NAME.rankR.json), or a trace file;
+      PyTorch profiler (Kineto) traces too, a file (.json / .json.gz) or a directory of ranks;
+      --hta-json FILE also writes HTA's analyses
   CLASS: compute data pcie comm memory host sync other (share of step time) or
          precision batch loss environment parallel (findings). Exit status 4 when a gate trips.
   ft-train options: see `ft-train --help` (`ft-diagnose run --help`).
@@ -43,11 +50,30 @@ void print_diagnosis(const Diagnosis& d, size_t top) {
                  100 * d.totals[i]);
     }
   }
-  fmt::print(
-      "\nMFU {:.2f}%  {:.0f} tokens/s  peak memory {:.1f} MiB (reserved {:.1f} MiB)  "
-      "page faults {}  loss {}\n",
-      100 * d.mfu, d.tokens_per_s, d.memory.peak / 1048576, d.memory.reserved / 1048576,
-      d.memory.page_faults, d.loss_health.verdict);
+  const std::string memory = std::isfinite(d.memory.peak)
+                                 ? fmt::format("peak memory {:.1f} MiB (reserved {:.1f} MiB)",
+                                               d.memory.peak / 1048576, d.memory.reserved / 1048576)
+                                 : std::string("peak memory not recorded");
+  fmt::print("\nMFU {:.2f}%  {:.0f} tokens/s  {}  page faults {}  loss {}\n", 100 * d.mfu,
+             d.tokens_per_s, memory, d.memory.page_faults, d.loss_health.verdict);
+  if (!d.ranks.empty()) {
+    const auto& p = d.parallel;
+    fmt::print(
+        "{} ranks (dp {} tp {} pp {}): collectives per rank per step: transfer {:.2f} ms, "
+        "synchronizing {:.2f} ms{}{}\n",
+        p.ranks, p.dp, p.tp, p.pp, p.transfer_ms, p.sync_ms,
+        p.straggler >= 0 ? fmt::format("; straggler rank {}", p.straggler) : "",
+        p.bubble >= 0 ? fmt::format("; pipeline bubble {:.0f}% (theory {:.0f}%)", 100 * p.bubble,
+                                    100 * p.bubble_theory)
+                      : "");
+    for (const auto& r : d.ranks) {
+      fmt::print(
+          "  rank {}: step {:.2f} ms, exposed comm {:.2f} ms (waiting {:.2f}), late at {} of "
+          "{} collectives{}\n",
+          r.rank, r.step_ms, r.exposed_comm_ms, r.exposed_wait_ms, r.late, r.collectives,
+          r.bubble >= 0 ? fmt::format(", bubble {:.0f}%", 100 * r.bubble) : "");
+    }
+  }
   if (d.findings.empty()) {
     fmt::print("no findings\n");
     return;
@@ -64,10 +90,9 @@ void print_diagnosis(const Diagnosis& d, size_t top) {
   }
 }
 
-// Diagnoses `trace`, writes the reports into `out_dir`, prints the summary and checks the gates.
-int finish(const ft::profiler::Trace& trace, const fs::path& out_dir,
+// Writes the reports of `d` into `out_dir`, prints the summary and checks the gates.
+int finish(const Diagnosis& d, const fs::path& out_dir,
            const std::vector<ft::profiler::Gate>& gates, size_t top) {
-  const Diagnosis d = ft::profiler::diagnose(trace);
   ft::reports::write_reports(d, out_dir);
   print_diagnosis(d, top);
   fmt::print("wrote {}/report.{{md,html,json}}\n", out_dir.string());
@@ -86,6 +111,7 @@ int run(int argc, char** argv) {
   std::string out, profile, input, hta_json;
   std::vector<ft::profiler::Gate> gates;
   size_t top = 5;
+  int ranks = 1;
   std::vector<std::string> rest;
   for (size_t i = run_mode ? 1 : 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -107,6 +133,13 @@ int run(int argc, char** argv) {
       const long n = std::strtol(v.c_str(), &end, 10);
       if (end == v.c_str() || *end || n < 0) throw ft::ConfigError("--top needs a count >= 0");
       top = static_cast<size_t>(n);
+    } else if (run_mode && a == "--ranks") {
+      const std::string v = value("--ranks");
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end || n < 1 || n > 4096)
+        throw ft::ConfigError("--ranks needs a process count >= 1");
+      ranks = static_cast<int>(n);
     } else if (run_mode) {
       rest.push_back(a);
     } else if (input.empty() && (a.empty() || a[0] != '-')) {
@@ -120,6 +153,17 @@ int run(int argc, char** argv) {
     if (out.empty()) throw ft::ConfigError("ft-diagnose run needs --out DIR");
     ft::diagnose::RunOptions ro;
     ro.profile_steps = profile;
+    if (ranks > 1) {
+      bool help = false;
+      const int rc = ft::diagnose::run_ranks(rest, ro, ranks, out, &help);
+      if (help || rc != 0) return rc;
+      const auto traces = ft::profiler::read_rank_traces(out);
+      const fs::path merged = fs::path(out) / "trace.merged.json";
+      const uint64_t bytes =
+          ft::profiler::write_trace_json(ft::profiler::merge_rank_traces(traces), merged);
+      fmt::print("wrote {} ({} ranks, {} bytes)\n", merged.string(), traces.size(), bytes);
+      return finish(ft::profiler::diagnose_ranks(traces), out, gates, top);
+    }
     ft::profiler::Trace recorded;
     if (!ft::diagnose::run_profiled(rest, ro, &recorded)) return 0;
     std::error_code ec;
@@ -131,11 +175,20 @@ int run(int argc, char** argv) {
     const ft::profiler::Trace trace = ft::profiler::read_trace_json(trace_path);
     fmt::print("wrote {} ({} events, {} bytes, {} dropped)\n", trace_path.string(),
                trace.events.size(), bytes, trace.dropped_events);
-    return finish(trace, out, gates, top);
+    return finish(ft::profiler::diagnose(trace), out, gates, top);
   }
   if (input.empty()) throw ft::ConfigError("ft-diagnose needs a run directory or a trace file");
   if (!profile.empty()) throw ft::ConfigError("--profile-steps applies to `ft-diagnose run` only");
   fs::path trace_path = input;
+  std::error_code ec;
+  if (fs::is_directory(trace_path, ec) && !fs::exists(trace_path / "trace.json", ec) &&
+      !ft::profiler::find_rank_traces(trace_path).empty()) {
+    if (!hta_json.empty())
+      throw ft::ConfigError("--hta-json needs a PyTorch profiler (Kineto) trace");
+    const auto traces = ft::profiler::read_rank_traces(trace_path);
+    return finish(ft::profiler::diagnose_ranks(traces), out.empty() ? trace_path : fs::path(out),
+                  gates, top);
+  }
   const bool kineto =
       ft::profiler::detect_trace_format(input) == ft::profiler::TraceFormat::kKineto;
   if (!kineto && fs::is_directory(trace_path)) trace_path /= "trace.json";
@@ -149,7 +202,8 @@ int run(int argc, char** argv) {
   const fs::path out_dir = !out.empty()                             ? fs::path(out)
                            : kineto && fs::is_directory(trace_path) ? trace_path
                                                                     : trace_path.parent_path();
-  return finish(trace, out_dir.empty() ? fs::path(".") : out_dir, gates, top);
+  return finish(ft::profiler::diagnose(trace), out_dir.empty() ? fs::path(".") : out_dir, gates,
+                top);
 }
 
 }  // namespace

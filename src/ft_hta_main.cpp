@@ -34,9 +34,8 @@ int main(int argc, char** argv) {
     }
     if (trace.empty()) throw ft::ConfigError("ft-hta: missing TRACE_FILE|TRACE_DIR");
     if (out.empty()) throw ft::ConfigError("ft-hta: missing --hta-json FILE");
-    const auto ranks = ft::profiler::read_kineto_ranks(trace);
     nlohmann::json doc;
-    doc[ft::profiler::hta_entry_key(trace, root)] = ft::profiler::hta_analyses(ranks);
+    doc[ft::profiler::hta_entry_key(trace, root)] = ft::profiler::hta_analyses_of(trace);
     ft::write_file_atomic(out, doc.dump(1) + "\n");
     return 0;
   } catch (const ft::ConfigError& e) {

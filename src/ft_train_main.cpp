@@ -16,6 +16,7 @@
 #include "ft/profiler/training_profile.h"
 #include "ft/trainer/checkpoint_io.h"
 #include "ft/trainer/device.h"
+#include "ft/trainer/grad_sync.h"
 #include "ft/trainer/matmul.h"
 #include "ft/trainer/trainer.h"
 
@@ -32,17 +33,38 @@ void print_header(const TrainConfig& c, Trainer& t) {
   const ft::EnvInfo env = ft::collect_env_info();
   const auto& g = c.model;
   const auto act = t.backend().activation_memory(c.micro_batch, c.seq_len);
-  fmt::print("ft-train  model {}  params {:.2f}M  flops/token {:.3g}\n", g.describe(),
-             t.model().num_params() / 1e6, ft::trainer::flops_per_token(g, c.seq_len));
+  const auto& model = t.model();
+  fmt::print("ft-train  model {}  params {:.2f}M{}  flops/token {:.3g}\n", g.describe(),
+             model.full_layout().total / 1e6,
+             model.tp_size() > 1 ? fmt::format(" (tp {}: {:.2f}M per rank; activations and "
+                                               "memory below are per rank)",
+                                               model.tp_size(), model.num_params() / 1e6)
+                                 : std::string(),
+             ft::trainer::flops_per_token(g, c.seq_len));
   fmt::print("  batch B={} T={} K={} (global {} tokens)  precision {}  checkpoint {}  attention {}\n",
              c.micro_batch, c.seq_len, c.grad_accum,
-             static_cast<long>(c.micro_batch) * c.seq_len * c.grad_accum,
+             static_cast<long>(c.micro_batch) * c.seq_len * c.grad_accum * c.parallel.dp,
              ft::trainer::precision_name(c.options.precision),
              ft::trainer::checkpointing_name(c.options.checkpointing),
              ft::trainer::attention_name(c.options.attention));
   fmt::print("  activations saved {} (without checkpointing {}, saved {})\n",
              ft::format_bytes(act.saved_bytes), ft::format_bytes(act.no_checkpoint_bytes),
              ft::format_bytes(act.no_checkpoint_bytes - act.saved_bytes));
+  const auto& par = c.parallel;
+  const int world = t.groups().world->world_size();
+  if (world > 1 || par.zero > 0) {
+    const ft::trainer::GradSync* gs = t.grad_sync();
+    fmt::print("  parallel dp {} x tp {} x pp {} = {} ranks, zero {}; {} gradient buckets of >= {} "
+               "MiB, overlap {}; comm timeout {:.0f} s\n",
+               par.dp, par.tp, par.pp, world, par.zero,
+               gs ? gs->layout().buckets().size() : size_t{0}, par.bucket_mb,
+               par.overlap ? "on" : "off", par.comm_timeout_s);
+    if (par.dp > 1) {
+      fmt::print("  global batch: each DP rank takes {} of every {} micro-batches (one process: "
+                 "--grad-accum {})\n",
+                 c.grad_accum, c.grad_accum * par.dp, c.grad_accum * par.dp);
+    }
+  }
   fmt::print("  data {}\n", t.data_split().description);
   fmt::print("  loader workers {}  prefetch {}  preprocess-cost {}  shuffle {}\n", c.loader_workers,
              c.prefetch, c.preprocess_cost, c.shuffle ? "on" : "off");
@@ -53,7 +75,12 @@ void print_header(const TrainConfig& c, Trainer& t) {
   fmt::print("  OPENBLAS_CORETYPE={} (ft's GEMMs do not use OpenBLAS)  OMP_PROC_BIND={} OMP_PLACES={}\n",
              core, env.variables.count("OMP_PROC_BIND") ? env.variables.at("OMP_PROC_BIND") : "unset",
              env.variables.count("OMP_PLACES") ? env.variables.at("OMP_PLACES") : "unset");
-  fmt::print("  MFU peak {:.0f} GFLOP/s ({})\n", t.peak_gflops(), t.peak_source());
+  const int ranks = t.groups().world->world_size();
+  fmt::print("  MFU peak {:.0f} GFLOP/s ({}){}\n", t.peak_gflops(), t.peak_source(),
+             ranks > 1 ? fmt::format(" per rank; MFU = the model's flops (6N + 12LCT per token, "
+                                     "not TP's replicated work) / (peak x {} ranks)",
+                                     ranks)
+                       : std::string());
   std::string no_cuda;
   const auto gpus = ft::trainer::cuda_devices(&no_cuda);
   fmt::print("  backend {}; CUDA {}\n", t.backend().describe(),
@@ -137,7 +164,7 @@ int run(int argc, char** argv) {
   std::signal(SIGTERM, on_signal);
 
   ft::trainer::TrainSummary sum;
-  double tok_sum = 0, ms_sum = 0, mfu_sum = 0, wait_sum = 0, pre_sum = 0;
+  double tok_sum = 0, ms_sum = 0, mfu_sum = 0, wait_sum = 0, pre_sum = 0, comm_sum = 0;
   int counted = 0;
   double last_val = -1;
   const int first = t.next_step();
@@ -163,6 +190,7 @@ int run(int argc, char** argv) {
       mfu_sum += m.mfu;
       wait_sum += m.data_wait_ms;
       pre_sum += m.data_preprocess_ms;
+      comm_sum += m.comm_ms;
       ++counted;
     }
     sum.final_loss = m.loss;
@@ -177,8 +205,12 @@ int run(int argc, char** argv) {
   if (profiler) finish_profiler(*profiler, c, t);
   if (!c.save_dir.empty()) t.save(c.save_dir);
   if (!c.export_llmc.empty()) {
-    t.sync_host_state();
-    ft::trainer::write_llmc_model(c.export_llmc, c.model, t.model().params());
+    t.sync_host_state();  // --device cuda: the device's parameters into the host model
+    // Tensor parallel: the shards are gathered (collective); rank 0 writes the whole model.
+    const std::vector<float> full = t.model().gather_full_params();
+    if (t.groups().world->rank() == 0) {
+      ft::trainer::write_llmc_model(c.export_llmc, c.model, full.data());
+    }
   }
   if (counted) {
     sum.mean_tokens_per_s = tok_sum / counted;
@@ -186,11 +218,13 @@ int run(int argc, char** argv) {
     sum.mean_mfu = mfu_sum / counted;
     sum.mean_data_wait_ms = wait_sum / counted;
     sum.mean_data_preprocess_ms = pre_sum / counted;
+    sum.mean_comm_ms = comm_sum / counted;
   }
   sum.val_loss = last_val;
   sum.memory = t.memory_stats();
   sum.activations = t.backend().activation_memory(c.micro_batch, c.seq_len);
   if (metrics) metrics << nlohmann::json{{"summary", sum.to_json()}}.dump() << "\n";
+  if (c.quiet && t.groups().world->rank() != 0) return g_interrupted ? 130 : 0;  // rank 0 reports
   fmt::print(
         "summary: {} steps, mean {:.0f} tok/s ({:.1f} ms/step, MFU {:.1f}%) after {} warm-up "
         "steps, final loss {:.4f}, val loss {}, peak memory {} (reserved {}, {:.1f}% of it unused at peak; "
@@ -203,6 +237,11 @@ int run(int argc, char** argv) {
   if (counted) {
     fmt::print("loader: waited {:.3f} ms/step for data ({:.1f}% of step time), preprocessing {:.3f} ms/step\n",
                sum.mean_data_wait_ms, 100 * sum.data_wait_share(), sum.mean_data_preprocess_ms);
+    if (t.groups().world->world_size() > 1) {
+      fmt::print("comm: rank 0 blocked {:.3f} ms/step on data-parallel communication ({:.1f}% of "
+                 "step time; per-rank figures in the metrics files)\n",
+                 sum.mean_comm_ms, 100 * sum.comm_exposed_share());
+    }
   }
   return g_interrupted ? 130 : 0;
 }

@@ -16,6 +16,8 @@
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
+#include "ft/trainer/communicator.h"
+#include "ft/trainer/launch.h"
 #include "ft/trainer/train_config.h"
 #include "ft/tuner/journal.h"
 #include "ft/tuner/report.h"
@@ -38,11 +40,21 @@ constexpr const char* kUsage =
   --trial-steps N         steps of a short throughput trial (default 12)
   --verify-steps N        steps of a loss-curve verification run (default 60)
   --trial-timeout S       seconds before a trial is killed (default 300)
-  --repeats N             alternating incumbent/candidate re-measurements (default 2)
+  --repeats N             guided: rounds of the incumbent and a round's candidates measured
+                          side by side, order alternating (default 3)
+  --confirm-top K         confirmation round: the K best configurations + the baseline (3)
+  --confirm-rounds R      ... each measured R times side by side, order alternating (3; 0: off)
   --candidates N          guided: candidates tried per diagnosis round (default 2)
   --min-gain F            guided: stop when no finding's share exceeds F (default 0.05)
-  --knobs LIST            grid dimensions, comma-separated from precision,checkpoint,batch,
-                          loader,allocator,attention (default: all available)
+  --compute-bound F       guided: at compute >= F of step time also try attention and the
+                          micro-batch split (default 0.5; 0: never)
+  --knobs LIST            the search space's dimensions, comma-separated from precision,
+                          checkpoint,batch,loader,allocator,attention,parallel,dp-comm (default:
+                          all available); guided then skips any knob outside it
+  --ranks N               every trial runs `mpirun -np N ft-train ...` (mpirun on PATH, or
+                          FT_MPIRUN); adds the parallel split (dp x tp x pp = N, ZeRO stage) and
+                          DP communication (overlap, bucket size) to the space; without
+                          --dp/--tp/--pp the baseline is --dp N
   --allow-batch-change    the global batch may change; LR scaled by --lr-scaling
   --lr-scaling R          sqrt (default) or linear
   --seed S                sweep order and every trial's ft-train --seed (default 1337)
@@ -135,6 +147,7 @@ int run(int argc, char** argv) {
   bool seed_given = false;
   double trial_timeout = 300;
   std::string knobs;
+  int ranks = 1;
   std::vector<std::string> train_words;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -161,8 +174,14 @@ int run(int argc, char** argv) {
       trial_timeout = number<double>(a, value());
     } else if (a == "--repeats") {
       opt.repeats = number<int>(a, value());
+    } else if (a == "--confirm-top") {
+      opt.confirm_top = number<int>(a, value());
+    } else if (a == "--confirm-rounds") {
+      opt.confirm_rounds = number<int>(a, value());
     } else if (a == "--candidates") {
       opt.candidates_per_round = std::max(1, number<int>(a, value()));
+    } else if (a == "--compute-bound") {
+      opt.compute_bound = number<double>(a, value());
     } else if (a == "--min-gain") {
       opt.min_gain = number<double>(a, value());
     } else if (a == "--knobs") {
@@ -178,6 +197,9 @@ int run(int argc, char** argv) {
       opt.memory_skip = false;
     } else if (a == "--resume") {
       resume = true;
+    } else if (a == "--ranks") {
+      ranks = number<int>(a, value());
+      if (ranks < 1) throw ConfigError("--ranks must be at least 1");
     } else {
       train_words.push_back(a);
     }
@@ -197,6 +219,23 @@ int run(int argc, char** argv) {
   }
   opt.baseline["seed"] =
       seed_given || !opt.baseline.count("seed") ? std::to_string(opt.seed) : opt.baseline["seed"];
+  opt.ranks = ranks;
+  std::string mpirun;
+  if (ranks > 1) {
+    if (!trainer::mpi_supported()) {
+      throw ConfigError("--ranks needs ft built with MPI (configure with -DFT_WITH_MPI=ON)");
+    }
+    mpirun = trainer::find_mpirun();
+    if (mpirun.empty()) {
+      throw ConfigError(
+          "--ranks launches mpirun, which is not on PATH (Debian: apt-get install openmpi-bin; or "
+          "set FT_MPIRUN)");
+    }
+    trainer::allow_mpirun_as_root();
+    if (!opt.baseline.count("dp") && !opt.baseline.count("tp") && !opt.baseline.count("pp")) {
+      opt.baseline["dp"] = std::to_string(ranks);
+    }
+  }
 
   const fs::path ft_train = tool("FT_TRAIN", "ft-train");
   const fs::path ft_diagnose = tool("FT_DIAGNOSE", "ft-diagnose");
@@ -216,7 +255,7 @@ int run(int argc, char** argv) {
   opt.train_defaults = help_defaults(read_file(out / "ft-train-help.txt"));
   validate_config(opt.baseline, opt.train_flags);
   if (!knobs.empty()) {
-    const auto all = default_space(opt.baseline, opt.train_flags, opt.batch);
+    const auto all = default_space(opt.baseline, opt.train_flags, opt.batch, ranks);
     std::string rest = knobs + ",";
     std::set<std::string> want;
     for (size_t p; (p = rest.find(',')) != std::string::npos; rest.erase(0, p + 1)) {
@@ -227,7 +266,9 @@ int run(int argc, char** argv) {
                                                       {"batch", "micro-batch x grad-accum"},
                                                       {"loader", "loader"},
                                                       {"allocator", "allocator"},
-                                                      {"attention", "attention"}};
+                                                      {"attention", "attention"},
+                                                      {"parallel", "parallel split"},
+                                                      {"dp-comm", "dp communication"}};
     for (const auto& w : want) {
       if (!names.count(w)) throw ConfigError(fmt::format("--knobs: unknown dimension '{}'", w));
     }
@@ -258,12 +299,13 @@ int run(int argc, char** argv) {
                  "ft-tune: dropped a torn last journal line (%zu bytes) of a killed sweep\n",
                  journal.dropped_bytes());
   }
-  TrialOptions topt{ft_train, out / "trials", trial_timeout};
+  TrialOptions topt{ft_train, out / "trials", trial_timeout, ranks, mpirun};
   const TrialFn run_fn = [&](const std::string& id, const Config& c) {
     return run_trial(id, c, topt);
   };
   const DiagnoseFn diag_fn = [&](int round, const Config& c) {
-    return run_diagnosis(ft_diagnose, out / fmt::format("diag_{}", round), c, trial_timeout * 2);
+    return run_diagnosis(ft_diagnose, out / fmt::format("diag_{}", round), c, trial_timeout * 2,
+                         ranks);
   };
   Progress progress(std::chrono::steady_clock::now());
   const ProgressFn progress_fn = [&](const SweepOutcome& o, int left) { progress(o, left); };

@@ -135,8 +135,7 @@ TEST(HtaParity, EveryTraceWithAnHtaOutput) {
     SCOPED_TRACE(key);
     const fs::path dir = kRoot / key;
     ASSERT_TRUE(fs::is_directory(dir)) << dir;
-    const auto ranks = ft::profiler::read_kineto_ranks(dir.string());
-    const json got = ft::profiler::hta_analyses(ranks);
+    const json got = ft::profiler::hta_analyses_of(dir.string());
     EXPECT_EQ(ft::profiler::hta_entry_key(dir.string(), kRoot.string()), key);
     compare_entry(key, want, got);
     ++compared;

@@ -2,6 +2,7 @@
 // traces, synthetic multi-rank, memory and copy traces, legacy autograd JSON).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -13,6 +14,7 @@
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/load_trace.h"
 #include "ft/profiler/trace_writer.h"
+#include "ft/reports/report.h"
 
 namespace fs = std::filesystem;
 using namespace ft::profiler;
@@ -152,7 +154,7 @@ TEST(KinetoDiagnose, CrossRankTransferSyncSplitAndStraggler) {
   TempDir dir;
   write(dir.path / "rank0.json", rank_trace(0, 1300, 5000));
   write(dir.path / "rank1.json", rank_trace(1, 4300, 2000));
-  const CollectiveSplit split = split_collectives(read_kineto_ranks(dir.path.string()));
+  const CollectiveSplit split = split_collectives(read_kineto_rank_records(dir.path.string()));
   EXPECT_EQ(split.ranks, 2);
   EXPECT_EQ(split.collectives, 2);
   EXPECT_EQ(split.transfer_ns, 2 * 2 * 2'000'000);
@@ -269,6 +271,18 @@ TEST(KinetoDiagnose, LegacyArrayClasses) {
   EXPECT_EQ(d.findings[0].cls, "data");
   EXPECT_NEAR(d.findings[0].share, 0.6, 1e-9);
   EXPECT_NE(d.findings[0].knobs.at(0).find("DataLoader(num_workers="), std::string::npos);
+  // The legacy format records neither memory nor a loss: unknown, not "0 B" or "healthy".
+  EXPECT_TRUE(std::isnan(d.memory.peak));
+  EXPECT_TRUE(std::isnan(d.memory.reserved));
+  EXPECT_TRUE(d.memory_timeline.empty());
+  EXPECT_EQ(d.loss_health.verdict, "unknown");
+  for (const Finding& f : d.findings) EXPECT_NE(f.cls, "loss");
+  const std::string md = ft::reports::render_markdown(d);
+  EXPECT_NE(md.find("| not recorded | not recorded |"), std::string::npos);
+  EXPECT_NE(md.find("loss unknown"), std::string::npos);
+  const Diagnosis back = ft::reports::parse_report_json(ft::reports::render_json(d), "report");
+  EXPECT_TRUE(std::isnan(back.memory.peak));
+  EXPECT_EQ(back.loss_health.verdict, "unknown");
 }
 
 // ft's own trace.json is detected and read by ft's reader; bad input is a clear error.
@@ -324,4 +338,82 @@ TEST(KinetoDiagnose, AutogradThreadFillsTrainingThreadGaps) {
   EXPECT_EQ(ns[static_cast<int>(WaitClass::kHost)], 100'000);
   EXPECT_EQ(ns[static_cast<int>(WaitClass::kOther)], 300'000);
   EXPECT_EQ(t.metadata.at("run.gap_fill_spans"), "3");  // the op after the step is not copied
+}
+
+namespace {
+
+// Adds back to a prepared trace every event of the plain conversion (read_kineto_ranks) that
+// prepare_kineto_trace leaves out: other threads' spans, instants, [memory] Total Reserved.
+Trace with_left_out_events(Trace t, const fs::path& p) {
+  Track main;
+  const bool has_main = find_training_track(t, &main);
+  for (const Trace& r : read_kineto_ranks(p.string())) {
+    const auto rank = static_cast<uint32_t>(trace_rank(r));
+    for (Event e : r.events) {
+      e.track = rank_track(e.track, rank);
+      const std::string& name = r.names.at(e.name);
+      const bool reserved = e.phase == Phase::kCounter && name == "[memory] Total Reserved";
+      if (e.track.device || (e.phase == Phase::kCounter && !reserved)) continue;
+      if (e.phase == Phase::kSpan &&
+          ((has_main && e.track == main) || is_step_span(r, e) || e.category == Category::kH2D ||
+           e.category == Category::kD2H)) {
+        continue;
+      }
+      e.name = t.names.intern(name);
+      t.events.push_back(e);
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+// prepare_kineto_trace keeps only what the classifier reads: adding back what it leaves out
+// changes no step partition, detail, memory figure or finding.
+TEST(KinetoDiagnose, PreparedTraceLeavesOutOnlyWhatTheClassifierIgnores) {
+  TempDir dir;
+  // clang-format off
+  write(dir.path / "gaps.json", R"j({"schemaVersion":1,"traceEvents":[
+{"ph":"X","cat":"cpu_op","name":"aten::zeros","pid":5,"tid":2,"ts":-50,"dur":10},
+{"ph":"X","cat":"user_annotation","name":"ProfilerStep#0","pid":5,"tid":1,"ts":0,"dur":1000},
+{"ph":"X","cat":"user_annotation","name":"ProfilerStep#1","pid":5,"tid":1,"ts":1000,"dur":1000},
+{"ph":"X","cat":"cpu_op","name":"aten::linear","pid":5,"tid":1,"ts":0,"dur":200},
+{"ph":"X","cat":"user_annotation","name":"## backward ##","pid":5,"tid":1,"ts":200,"dur":1700},
+{"ph":"X","cat":"cpu_op","name":"autograd::engine::evaluate_function: MmBackward0","pid":5,"tid":2,"ts":300,"dur":900},
+{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":5,"tid":2,"ts":320,"dur":300},
+{"ph":"X","cat":"cuda_runtime","name":"cudaMemcpyAsync","pid":5,"tid":2,"ts":650,"dur":100,"args":{"correlation":9}},
+{"ph":"X","cat":"gpu_memcpy","name":"Memcpy HtoD (Pageable -> Device)","pid":0,"tid":7,"ts":660,"dur":80,"args":{"device":0,"stream":7,"correlation":9,"bytes":4096}},
+{"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":5,"tid":2,"ts":700,"args":{"Bytes":512,"Total Allocated":4096,"Total Reserved":8192}},
+{"ph":"i","s":"t","cat":"cpu_instant_event","name":"[memory]","pid":5,"tid":1,"ts":1500,"args":{"Bytes":512,"Total Allocated":4608,"Total Reserved":16384}},
+{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":5,"tid":2,"ts":1100,"dur":500}]})j");
+  // clang-format on
+  std::vector<fs::path> traces = {dir.path / "gaps.json"};
+  if (fs::exists(kRoot / "trace_diff" / "control"))
+    traces.push_back(kRoot / "trace_diff" / "control");
+  for (const fs::path& p : traces) {
+    SCOPED_TRACE(p.string());
+    const Trace prepared = load_trace(p);
+    const Trace full = with_left_out_events(prepared, p);
+    EXPECT_GT(full.events.size(), prepared.events.size());
+    const auto a = partition_steps(prepared), b = partition_steps(full);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].step, b[i].step);
+      EXPECT_EQ(a[i].start_ns, b[i].start_ns);  // the earliest event is kept: same time origin
+      EXPECT_EQ(a[i].wall_ns, b[i].wall_ns);
+      EXPECT_EQ(a[i].ns, b[i].ns);
+      EXPECT_EQ(a[i].detail_ns, b[i].detail_ns);
+    }
+    const Diagnosis da = diagnose(prepared), db = diagnose(full);
+    // (NaN when the trace has no [memory] samples)
+    EXPECT_EQ(std::to_string(da.memory.peak), std::to_string(db.memory.peak));
+    EXPECT_EQ(std::to_string(da.memory.reserved), std::to_string(db.memory.reserved));
+    ASSERT_EQ(da.findings.size(), db.findings.size());
+    for (size_t i = 0; i < da.findings.size(); ++i) {
+      EXPECT_EQ(da.findings[i].title, db.findings[i].title);
+      EXPECT_EQ(da.findings[i].evidence.detail, db.findings[i].evidence.detail);
+      EXPECT_EQ(da.findings[i].evidence.examples, db.findings[i].evidence.examples);
+      EXPECT_EQ(da.findings[i].share, db.findings[i].share);
+    }
+  }
 }

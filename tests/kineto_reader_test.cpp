@@ -195,7 +195,9 @@ TEST(KinetoReader, LegacyAutogradArray) {
   }
   EXPECT_EQ(dur, 8290445);
   // HTA drops rows without a category, so its analyses see no events.
-  const auto hta = ft::profiler::hta_analyses({t});
+  std::vector<ft::profiler::KinetoTrace> ranks;
+  ranks.push_back(ft::profiler::read_kineto_records(data_path("legacy.json")));
+  const auto hta = ft::profiler::hta_analyses(std::move(ranks));
   EXPECT_EQ(hta["events_after_load_filter"]["0"], 0);
 }
 

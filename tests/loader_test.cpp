@@ -567,5 +567,58 @@ TEST_F(LoaderTest, ShardDataGoesThroughTheTokenPath) {
   EXPECT_EQ(b[0].inputs[17], 17);
 }
 
+TEST(Loader, DataParallelSharesPartitionTheBatchSequenceAndResume) {
+  // Shares of d=3 ranks taking K=2 of every 6 batches: rank r's i-th batch is batch
+  // (i / K) * 6 + r * K + i % K of the unsharded sequence, for any worker count, across epochs,
+  // and a share resumed from any of its positions continues identically.
+  auto tokens = make_token_dataset(counting_source(3000), 16, 8);  // 187 rows, 24 chunks
+  auto docs = make_document_dataset(synthetic_docs(200), std::make_shared<ByteTokenizer>(),
+                                    {.seq_len = 16, .chunk_bytes = 700});
+  const int d = 3, K = 2;
+  for (auto ds : {tokens, docs}) {
+    PrefetchLoader all(ds, opts(0));
+    const std::vector<Copy> ref = take(all, 120);
+    ASSERT_EQ(ref.size(), 120u);
+    for (int r = 0; r < d; ++r) {
+      for (int workers : {0, 2}) {
+        LoaderOptions o = opts(workers);
+        o.shard_period = d * K;
+        o.shard_first = r * K;
+        o.shard_count = K;
+        PrefetchLoader l(ds, o);
+        std::vector<LoaderState> after;
+        Batch b;
+        for (size_t i = 0; i < 120 / d; ++i) {
+          ASSERT_TRUE(l.next(b));
+          const size_t g = (i / K) * d * K + r * K + i % K;
+          const size_t bt = 64;
+          ASSERT_TRUE((Copy{std::vector<int32_t>(b.inputs(), b.inputs() + bt),
+                            std::vector<int32_t>(b.targets(), b.targets() + bt),
+                            b.checksum} == ref[g]))
+              << ds->describe() << " rank " << r << " workers " << workers << " batch " << i;
+          EXPECT_EQ(b.next.batches, g + 1);
+          after.push_back(b.next);
+        }
+        for (size_t k : {0, 1, 7, 30}) {
+          LoaderOptions ro = o;
+          ro.start = after[k];
+          PrefetchLoader resumed(ds, ro);
+          ASSERT_TRUE(resumed.next(b));
+          const size_t i = k + 1, g = (i / K) * d * K + r * K + i % K;
+          EXPECT_TRUE((Copy{std::vector<int32_t>(b.inputs(), b.inputs() + 64),
+                            std::vector<int32_t>(b.targets(), b.targets() + 64),
+                            b.checksum} == ref[g]))
+              << "rank " << r << " resumed after its batch " << k;
+        }
+      }
+    }
+  }
+  LoaderOptions bad = opts(0);
+  bad.shard_period = 2;
+  bad.shard_first = 1;
+  bad.shard_count = 2;
+  EXPECT_THROW(PrefetchLoader(tokens, bad), ConfigError);
+}
+
 }  // namespace
 }  // namespace ft::trainer::data

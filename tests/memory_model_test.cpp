@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ft/core/atomic_file.h"
+#include "ft/core/error.h"
 #include "ft/trainer/trainer.h"
 
 namespace ft::tuner {
@@ -97,6 +98,62 @@ TEST(MemoryModel, ShardingAndRecomputeShrinkTheRightParts) {
   const MemoryEstimate rc = predict_memory(c);
   EXPECT_LT(rc.activations, base.activations);
   EXPECT_EQ(rc.params, base.params);
+}
+
+// Tensor and pipeline sharding (a model of the sharded engine, not yet measured against it):
+// each layout shrinks exactly the parts it shards.
+TEST(MemoryModel, TensorAndPipelineParallelShardTheRightParts) {
+  trainer::TrainConfig c =
+      parse("--layers 4 --heads 4 --channels 128 --vocab 256 --seq-len 128 --micro-batch 8");
+  const MemoryEstimate base = predict_memory(c);
+  const trainer::ParamLayout pl = trainer::ParamLayout::make(c.model);
+  size_t sharded = 0;
+  for (int i : {trainer::kQkvw, trainer::kQkvb, trainer::kAttprojw, trainer::kFcw, trainer::kFcb,
+                trainer::kFcprojw}) {
+    sharded += pl.sizes[static_cast<size_t>(i)];
+  }
+  ParallelLayout tp2;
+  tp2.tp = 2;
+  const MemoryEstimate t = predict_memory(c, tp2);
+  // 4 bytes a parameter, rounded to the allocator's 512-byte blocks.
+  EXPECT_NEAR(static_cast<double>(t.params), 4.0 * (pl.total - sharded / 2), 512);
+  EXPECT_NEAR(static_cast<double>(t.optimizer), 8.0 * (pl.total - sharded / 2), 1024);
+  EXPECT_LT(t.activations, base.activations);
+  EXPECT_GT(t.activations, base.activations / 2);    // LayerNorms and the residual stay whole
+  EXPECT_EQ(t.head_transient, base.head_transient);  // the LM head is not sharded
+  EXPECT_LE(t.block_transient, base.block_transient);
+
+  // PP=2 with 4 micro-batches: stage 0 has blocks 0-1 + embeddings and 2 micro-batches in
+  // flight; stage 1 has blocks 2-3, the final LayerNorm and the tied head (a copy of wte).
+  c.grad_accum = 4;
+  ParallelLayout pp;
+  pp.pp = 2;
+  pp.stage = 0;
+  const MemoryEstimate s0 = predict_memory(c, pp);
+  pp.stage = 1;
+  const MemoryEstimate s1 = predict_memory(c, pp);
+  const double wte = 4.0 * pl.sizes[trainer::kWte];
+  EXPECT_NEAR(static_cast<double>(s0.params + s1.params), static_cast<double>(base.params) + wte,
+              1024);
+  EXPECT_EQ(s0.head_transient, 0u);
+  EXPECT_EQ(s1.head_transient, base.head_transient);
+  EXPECT_GT(s0.activations, s1.activations);  // two micro-batches in flight against one
+  pp.stage = -1;
+  EXPECT_EQ(predict_memory(c, pp).peak, std::max(s0.peak, s1.peak));
+  EXPECT_NE(predict_memory(c, pp).phase_at_peak.find("of 2)"), std::string::npos);
+
+  // ParallelLayout::of reads the run's --dp/--zero/--tp/--pp.
+  c.parallel.dp = 2;
+  c.parallel.zero = 1;
+  const MemoryEstimate z = predict_memory(c, ParallelLayout::of(c.parallel));
+  EXPECT_NEAR(static_cast<double>(z.optimizer),
+              static_cast<double>(predict_memory(c).optimizer) / 2, 1024);
+  ParallelLayout bad;
+  bad.tp = 3;
+  EXPECT_THROW(predict_memory(c, bad), ConfigError);
+  bad.tp = 1;
+  bad.pp = 5;
+  EXPECT_THROW(predict_memory(c, bad), ConfigError);
 }
 
 TEST(MemoryModel, KorthikantiFormula) {

@@ -63,6 +63,19 @@ TEST(ReportHtml, HasChartsFindingsAndConfig) {
   EXPECT_EQ(j, nlohmann::json::parse(render_json(d)));
 }
 
+TEST(ReportHtml, RanksTableForMultiRankRuns) {
+  const std::string html = render_html(testing::sample_ranks_diagnosis());
+  const size_t a = html.find("<table id=\"ft-ranks\">");
+  ASSERT_NE(a, std::string::npos);
+  const std::string table = html.substr(a, html.find("</table>", a) - a);
+  EXPECT_EQ(count(table, "<tr>"), 3u);  // header + 2 ranks
+  EXPECT_NE(table.find("<td>node0</td>"), std::string::npos);
+  EXPECT_NE(html.find("Straggler: rank 1, late by 2.500 ms"), std::string::npos);
+  EXPECT_NE(html.find("node&lt;1&gt;"), std::string::npos);
+  EXPECT_EQ(html.find("node<1>"), std::string::npos);
+  EXPECT_EQ(render_html(testing::sample_diagnosis()).find("ft-ranks"), std::string::npos);
+}
+
 TEST(ReportHtml, IsSelfContained) {
   const std::string html = render_html(testing::sample_diagnosis(40));
   EXPECT_EQ(html.find("src="), std::string::npos);

@@ -30,6 +30,30 @@ TEST(ReportJson, MatchesGolden) {
   testing::expect_golden("report_small.json", render_json(testing::sample_diagnosis()));
 }
 
+TEST(ReportJson, RanksGoldenAndRoundTrip) {
+  const Diagnosis d = testing::sample_ranks_diagnosis();
+  const std::string text = render_json(d);
+  testing::expect_golden("report_ranks.json", text);
+  const Diagnosis back = parse_report_json(text);
+  ASSERT_EQ(back.ranks.size(), 2u);
+  EXPECT_EQ(back.parallel.straggler, 1);
+  EXPECT_EQ(back.parallel.bubble, -1);  // null: no pipeline
+  EXPECT_EQ(back.parallel.clock, d.parallel.clock);
+  EXPECT_NEAR(back.parallel.transfer_ms, 1.58, 1e-12);
+  EXPECT_EQ(back.ranks[1].host, "node<1>");
+  EXPECT_EQ(back.ranks[1].late, 6);
+  EXPECT_NEAR(back.ranks[0].exposed_wait_ms, 2.52, 1e-12);
+  EXPECT_NEAR(back.ranks[1].totals[3], 0.158, 1e-12);
+  EXPECT_EQ(render_json(back), text);  // a fixed point
+  // One-rank reports carry neither field; half of them is an error.
+  const auto one = nlohmann::json::parse(render_json(testing::sample_diagnosis()));
+  EXPECT_FALSE(one.contains("ranks"));
+  EXPECT_FALSE(one.contains("parallel"));
+  auto half = nlohmann::json::parse(text);
+  half.erase("parallel");
+  EXPECT_NE(error_of(half.dump()).find("come together"), std::string::npos);
+}
+
 TEST(ReportJson, CarriesTheInterfaceFields) {
   const auto j = nlohmann::json::parse(render_json(testing::sample_diagnosis()));
   ASSERT_EQ(j["steps"].size(), 12u);

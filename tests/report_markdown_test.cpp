@@ -19,6 +19,17 @@ TEST(ReportMarkdown, MatchesGolden) {
   testing::expect_golden("report_small.md", render_markdown(testing::sample_diagnosis()));
 }
 
+TEST(ReportMarkdown, RanksGolden) {
+  const std::string md = render_markdown(testing::sample_ranks_diagnosis());
+  testing::expect_golden("report_ranks.md", md);
+  EXPECT_NE(md.find("## Ranks"), std::string::npos);
+  EXPECT_NE(md.find("Straggler: rank 1, late by 2.500 ms at 50.0% of comparable collectives."),
+            std::string::npos);
+  EXPECT_NE(md.find("| node&lt;1&gt; |"), std::string::npos) << "host names are escaped";
+  // One-rank reports have no ranks section.
+  EXPECT_EQ(render_markdown(testing::sample_diagnosis()).find("## Ranks"), std::string::npos);
+}
+
 TEST(ReportMarkdown, HasEverySection) {
   const std::string md = render_markdown(testing::sample_diagnosis());
   for (const char* s : {"**Summary:**", "## Where the time goes", "## Findings", "## Steps",

@@ -12,8 +12,11 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ft/core/atomic_file.h"
+#include "ft/trainer/communicator.h"
+#include "ft/trainer/launch.h"
 #include "ft/tuner/journal.h"
 #include "ft/tuner/search.h"
 #include "ft/tuner/trial.h"
@@ -95,6 +98,27 @@ TEST(TuneCli, GridOnATinySpaceWritesReportsAndALoadableBestCfg) {
   }
   EXPECT_EQ(grid, 6);  // 3 precisions x 2 attentions; "fp32 + flash" is the baseline itself
   EXPECT_EQ(entries[0].phase, "baseline");
+  // The confirmation round: the baseline and the 3 fastest single trials, 3 rounds, alternating.
+  ASSERT_EQ(rep["confirmation"].size(), 4u) << rep.dump(1);
+  EXPECT_EQ(rep["confirmation"][0]["change"], "baseline");
+  std::vector<std::string> order;
+  for (const auto& e : entries) {
+    if (e.phase == "confirm") order.push_back(e.change);
+    if (e.phase == "confirm" || e.phase == "grid") {
+      EXPECT_GT(e.result.measured_steps, 0);
+      EXPECT_GT(e.result.step_tps_median, 0);
+    }
+  }
+  // Three full rounds (4 rows each, alternating); the sign test then adds rounds only for rows
+  // it has not decided yet (up to 5 rounds in all), so later rounds hold fewer rows.
+  ASSERT_GE(order.size(), 12u);
+  ASSERT_LE(order.size(), 20u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(order[i], order[7 - i]);  // round 1 runs round 0's order backwards
+    EXPECT_EQ(order[i], order[8 + i]);
+  }
+  EXPECT_EQ(order[0], "baseline");
+  EXPECT_GT(rep["confirmed_ratio"].get<double>(), 0);
   const std::string html = read_file(d / "report.html");
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("polyline"), std::string::npos);
@@ -103,6 +127,37 @@ TEST(TuneCli, GridOnATinySpaceWritesReportsAndALoadableBestCfg) {
   // best.cfg loads in ft-train.
   const Result t = sh(kBin + "/ft-train --config " + (d / "best.cfg").string() + " --steps 2 -q");
   EXPECT_EQ(t.status, 0) << t.out;
+}
+
+// --ranks 2: every trial is `mpirun -np 2 ft-train --dp 2 ...`; the DP communication knobs are
+// a grid dimension.
+TEST(TuneCli, RanksRunTrialsUnderMpirunOverTheParallelKnobs) {
+  if (!trainer::mpi_supported()) GTEST_SKIP() << "ft built without MPI";
+  if (trainer::find_mpirun().empty()) GTEST_SKIP() << "mpirun is not on PATH";
+  const fs::path d = temp_dir("ranks");
+  const Result r = tune("--out " + d.string() +
+                        " --ranks 2 --strategy grid --knobs dp-comm --budget-trials 3 "
+                        "--trial-steps 4 --verify-steps 10 --micro-batch 2" +
+                        tiny());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto entries = journal(d);
+  ASSERT_GE(entries.size(), 3u);
+  std::set<std::string> overlap;
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& e = entries[i];
+    EXPECT_EQ(e.result.status, TrialStatus::kOk) << e.result.reason;
+    EXPECT_EQ(e.config.at("dp"), "2");  // the baseline became data-parallel over the ranks
+    EXPECT_GT(e.result.tokens_per_s, 0);
+    EXPECT_EQ(e.result.losses.size(), 4u);
+    if (e.config.count("overlap")) overlap.insert(e.config.at("overlap"));
+  }
+  EXPECT_FALSE(overlap.empty());
+  // Rank 0's metrics file of each trial is what was read.
+  bool rank0 = false;
+  for (const auto& f : fs::directory_iterator(d / "trials"))
+    rank0 |= f.path().filename().string().find(".rank0.jsonl") != std::string::npos;
+  EXPECT_TRUE(rank0);
+  EXPECT_EQ(tune("--out " + d.string() + "x --ranks 0 --strategy grid").status, 2);
 }
 
 TEST(TuneCli, OomTimeoutAndPredictedSkipAreRecordedAndTheSweepGoesOn) {

@@ -1,11 +1,13 @@
-// tuner_test.cpp: journal recovery, loss-curve verification, knob space and sweep logic
-// (in-process).
+// tuner_test.cpp: trial metrics, journal recovery, loss-curve verification, knob space, report
+// (in-process; the sweeps are in tuner_sweep_test.cpp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -96,6 +98,49 @@ TEST(Verify, DifferentGlobalBatchComparesAtEqualTokens) {
   EXPECT_NE(short_run.reason.find("overlap"), std::string::npos);
 }
 
+// An ft-train metrics file: one line per step (1000 tokens at the given rate), then a summary.
+fs::path metrics_file(const std::string& name, const std::vector<double>& rates) {
+  const fs::path d = temp_dir(name);
+  std::string text;
+  for (size_t i = 0; i < rates.size(); ++i) {
+    text +=
+        nlohmann::json{
+            {"step", i}, {"loss", 3.0}, {"tokens_per_s", rates[i]}, {"step_ms", 1e6 / rates[i]}}
+            .dump() +
+        "\n";
+  }
+  text += R"({"summary": {"mean_tokens_per_s": 1, "mem_peak": 5e6, "final_loss": 3.0}})"
+          "\n";
+  write_file_atomic(d / "m.jsonl", text);
+  return d / "m.jsonl";
+}
+
+TEST(Trial, ThroughputIsTokensOverTimeOfTheMeasuredSteps) {
+  // Two slow warm-up steps, then seven steps of 10 ms and one 80 ms stall (an in-line loader
+  // preparing its next chunk of eight batches), 1000 tokens each.
+  std::vector<double> rates{1000, 2000, 1e5, 1e5, 1e5, 1e5, 1e5, 1e5, 12500, 1e5};
+  TrialResult r;
+  ASSERT_TRUE(read_metrics(metrics_file("metrics", rates), &r, 2)) << r.reason;
+  EXPECT_EQ(r.measured_steps, 8);
+  EXPECT_NEAR(r.tokens_per_s, 8000 / 0.150, 1e-6);  // the mean of rates would be 89062.5
+  EXPECT_NEAR(r.step_ms, 150.0 / 8, 1e-9);
+  EXPECT_NEAR(r.step_tps_median, 1e5, 1e-6);
+  EXPECT_NEAR(r.step_tps_spread, 0, 1e-12);  // the stall is one step: outside the quartiles
+  EXPECT_EQ(r.losses.size(), 10u);
+  EXPECT_NEAR(r.tokens.back(), 10000, 1e-9);
+  EXPECT_EQ(r.mem_peak, 5e6);
+  // Within-run spread: the interquartile range over the median.
+  TrialResult s;
+  ASSERT_TRUE(read_metrics(metrics_file("metrics2", {1, 80e3, 90e3, 100e3, 110e3, 120e3}), &s, 1));
+  EXPECT_NEAR(s.step_tps_median, 100e3, 1e-6);
+  EXPECT_NEAR(s.step_tps_spread, 0.2, 1e-12);
+  // A run no longer than its warm-up measures every step, as ft-train's summary does.
+  TrialResult t;
+  ASSERT_TRUE(read_metrics(metrics_file("metrics3", {1000, 3000}), &t, 2));
+  EXPECT_EQ(t.measured_steps, 2);
+  EXPECT_NEAR(t.tokens_per_s, 2000 / (1.0 + 1.0 / 3), 1e-9);
+}
+
 JournalEntry entry(int id, const std::string& tps) {
   JournalEntry e;
   e.id = id;
@@ -181,159 +226,6 @@ TEST(Space, GridIsTheFullProductBaselineFirstSeeded) {
             1u);
 }
 
-// A deterministic stand-in for ft-train, for the sweep's bookkeeping only: throughput follows
-// from the flags, and fp16 "without loss scaling" is fast but produces NaN losses.
-struct Synthetic {
-  int calls = 0;
-  int fail_after = -1;  // throw (a killed sweep) on this call
-  TrialResult operator()(const std::string&, const Config& c) {
-    if (fail_after >= 0 && calls >= fail_after) throw std::runtime_error("killed");
-    ++calls;
-    const auto get = [&](const char* k, const std::string& d) {
-      const auto it = c.find(k);
-      return it == c.end() ? d : it->second;
-    };
-    double tps = 1000;
-    const std::string p = get("precision", "fp32");
-    if (p == "bf16") tps *= 1.5;
-    if (p == "fp16") tps *= 1.8;
-    if (get("checkpoint", "none") == "block") tps *= 0.8;
-    tps *= 1 + 0.1 * std::log2(std::stod(get("micro-batch", "8")));
-    tps *= 1 + 0.01 * ((calls * 7) % 3);  // measurement noise, deterministic
-    TrialResult r;
-    r.status = TrialStatus::kOk;
-    r.tokens_per_s = tps;
-    r.wall_s = 2;
-    r.mem_peak = 1e6 * std::stod(get("micro-batch", "8"));
-    const int steps = std::stoi(get("steps", "50"));
-    const double per_step = 32.0 * global_batch(c);
-    for (int s = 1; s <= steps; ++s) {
-      r.tokens.push_back(s * per_step);
-      r.losses.push_back(p == "fp16" && s > 3 ? std::nan("")
-                                              : 2 + 3 * std::exp(-s * per_step / 3000));
-    }
-    r.final_loss = r.losses.back();
-    return r;
-  }
-};
-
-std::vector<Finding> findings(int round, const Config&) {
-  if (round == 1) {
-    return {
-        {"batch", 0.2, "warning", "under-filled micro-batch", "", {"--micro-batch 8 (fills it)"}},
-        {"compute", 0.4, "warning", "fp32 GEMMs", "", {"--precision fp16", "--precision bf16"}}};
-  }
-  return {{"compute", 0.02, "info", "little left", "", {"--checkpoint block"}}};
-}
-
-SweepOptions guided_options() {
-  SweepOptions o;
-  o.strategy = "guided";
-  o.baseline = {{"micro-batch", "2"}, {"grad-accum", "4"}, {"steps", "40"}};
-  o.trial_steps = 4;
-  o.verify_steps = 20;
-  o.candidates_per_round = 3;
-  return o;
-}
-
-TEST(Sweep, GuidedRejectsAFastButBrokenChangeAndKeepsTheVerifiedOne) {
-  const fs::path d = temp_dir("guided");
-  Journal j(d / "journal.jsonl", false);
-  Synthetic syn;
-  const SweepOptions o = guided_options();
-  const SweepOutcome out = run_sweep(o, j, std::ref(syn), findings);
-  EXPECT_EQ(out.best.at("precision"), "bf16");
-  bool annotated_knob_ran = false;  // "--micro-batch 8 (fills it)": B 8, K 1 keeps 2 x 4
-  for (const auto& e : j.entries()) {
-    annotated_knob_ran |= e.config.count("micro-batch") && e.config.at("micro-batch") == "8" &&
-                          e.config.at("grad-accum") == "1";
-  }
-  EXPECT_TRUE(annotated_knob_ran);
-  bool rejected_fp16 = false;
-  for (const auto& dcs : out.decisions) {
-    if (dcs.kind == "reject" && dcs.text.find("precision fp16") != std::string::npos &&
-        dcs.text.find("non-finite") != std::string::npos) {
-      rejected_fp16 = true;
-    }
-  }
-  EXPECT_TRUE(rejected_fp16);
-  EXPECT_NE(out.stop_reason.find("no finding promises"), std::string::npos) << out.stop_reason;
-  EXPECT_EQ(out.diagnoses, 2);
-  int rejected_entries = 0;
-  for (const auto& e : j.entries()) rejected_entries += e.result.status == TrialStatus::kRejected;
-  EXPECT_EQ(rejected_entries, 1);
-  EXPECT_EQ(static_cast<int>(j.entries().size()), syn.calls);
-  const std::string html = report_html(out, o);
-  EXPECT_NE(html.find("<svg"), std::string::npos);
-  EXPECT_NE(html.find("REJECTED by the loss-curve check"), std::string::npos);
-}
-
-TEST(Sweep, KilledSweepResumesWithTheSameTrialsAndDecisions) {
-  const SweepOptions o = guided_options();
-  const fs::path a = temp_dir("resume_a"), b = temp_dir("resume_b");
-  Synthetic whole;
-  Journal ja(a / "journal.jsonl", false);
-  const SweepOutcome full = run_sweep(o, ja, std::ref(whole), findings);
-  ASSERT_GT(whole.calls, 8);
-  Synthetic killed;
-  killed.fail_after = 6;
-  {
-    Journal jb(b / "journal.jsonl", false);
-    EXPECT_THROW(run_sweep(o, jb, std::ref(killed), findings), std::runtime_error);
-    EXPECT_EQ(jb.entries().size(), 6u);
-  }
-  Synthetic rest;
-  rest.calls = 6;  // same deterministic noise sequence as an uninterrupted run
-  Journal jb(b / "journal.jsonl", true);
-  const SweepOutcome resumed = run_sweep(o, jb, std::ref(rest), findings);
-  EXPECT_EQ(rest.calls, whole.calls);  // only the missing trials ran
-  ASSERT_EQ(jb.entries().size(), ja.entries().size());
-  for (size_t i = 0; i < ja.entries().size(); ++i) {
-    EXPECT_EQ(entry_to_json(jb.entries()[i]).dump(), entry_to_json(ja.entries()[i]).dump()) << i;
-  }
-  ASSERT_EQ(resumed.decisions.size(), full.decisions.size());
-  for (size_t i = 0; i < full.decisions.size(); ++i) {
-    EXPECT_EQ(resumed.decisions[i].text, full.decisions[i].text);
-  }
-  EXPECT_EQ(resumed.best, full.best);
-  // A different seed asks for a different baseline: the journal is refused, not mixed.
-  SweepOptions other = o;
-  other.baseline["seed"] = "99";
-  Journal jc(b / "journal.jsonl", true);
-  EXPECT_THROW(run_sweep(other, jc, std::ref(rest), findings), ConfigError);
-}
-
-TEST(Sweep, BudgetAndMemorySkipAreJournaled) {
-  const fs::path d = temp_dir("budget");
-  SweepOptions o = guided_options();
-  o.baseline = {{"micro-batch", "2"}, {"grad-accum", "32"}, {"steps", "40"},  {"layers", "2"},
-                {"channels", "64"},   {"heads", "2"},       {"seq-len", "64"}};
-  const double small = predicted_peak(o.baseline);
-  Config big = o.baseline;
-  big["micro-batch"] = "64";
-  big["grad-accum"] = "1";
-  const double large = predicted_peak(big);
-  ASSERT_GT(small, 0);
-  ASSERT_GT(large, 2 * small);
-  o.memory_limit = 0.5 * (small + large);
-  o.budget_trials = 3;
-  const DiagnoseFn diag = [](int, const Config&) {
-    return std::vector<Finding>{{"batch", 0.3, "warning", "small batch", "", {"--micro-batch 64"}},
-                                {"compute", 0.3, "warning", "fp32", "", {"--precision bf16"}}};
-  };
-  Journal j(d / "journal.jsonl", false);
-  Synthetic syn;
-  const SweepOutcome out = run_sweep(o, j, std::ref(syn), diag);
-  ASSERT_GE(j.entries().size(), 2u);
-  const JournalEntry& skipped = j.entries()[1];
-  EXPECT_TRUE(skipped.skipped);
-  EXPECT_EQ(skipped.result.status, TrialStatus::kRejected);
-  EXPECT_NE(skipped.result.reason.find("memory model predicts"), std::string::npos);
-  EXPECT_NEAR(skipped.predicted_mem, large, 1);
-  EXPECT_EQ(out.trials_run, 3);
-  EXPECT_NE(out.stop_reason.find("budget"), std::string::npos) << out.stop_reason;
-}
-
 TEST(Report, ParetoFrontAndEscaping) {
   std::vector<JournalEntry> t;
   for (auto [tps, mem] : {std::pair{100.0, 10.0}, {150.0, 20.0}, {120.0, 25.0}, {90.0, 5.0}}) {
@@ -357,8 +249,12 @@ TEST(Diagnosis, MalformedReportIsAFormatError) {
                     "{\"findings\": [{\"class\": \"data\", \"share\": 0.3, "
                     "\"knobs\": [\"--loader-workers 2\"]}]}");
   const auto f = read_diagnosis(d / "report.json");
-  ASSERT_EQ(f.size(), 1u);
-  EXPECT_EQ(f[0].knobs[0], "--loader-workers 2");
+  ASSERT_EQ(f.findings.size(), 1u);
+  EXPECT_EQ(f.findings[0].knobs[0], "--loader-workers 2");
+  EXPECT_EQ(f.compute_share, 0);
+  write_file_atomic(d / "report.json",
+                    "{\"findings\": [], \"totals\": {\"compute\": 0.875, \"data\": 0.1}}");
+  EXPECT_NEAR(read_diagnosis(d / "report.json").compute_share, 0.875, 1e-12);
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include "ft/core/error.h"
 #include "ft/core/rng.h"
 #include "ft/trainer/ops.h"
+#include "model_internal.h"
+#include "ft/trainer/tensor_parallel.h"
 
 namespace ft::trainer {
 
@@ -29,63 +31,13 @@ const char* attention_name(AttentionImpl a) {
   return a == AttentionImpl::kFlash ? "flash" : "naive";
 }
 
-// Activations one block keeps for its backward pass.
-struct GptModel::LayerActs {
-  Buffer<float> ln1;       // (B, T, C)
-  Buffer<float> ln1_mean;  // (B, T)
-  Buffer<float> ln1_rstd;  // (B, T)
-  Buffer<float> qkv;       // (B, T, 3C)
-  Buffer<float> atty;      // (B, T, C)
-  Buffer<float> att;       // (B, NH, T, T) materialised probs, or (B, NH, T) lse for flash
-  Buffer<float> res2;      // (B, T, C) residual after attention
-  Buffer<float> ln2;       // (B, T, C)
-  Buffer<float> ln2_mean;  // (B, T)
-  Buffer<float> ln2_rstd;  // (B, T)
-  Buffer<float> fch;       // (B, T, 4C) pre-GELU
-  Buffer<float> fch_gelu;  // (B, T, 4C)
-
-  static size_t bytes(int B, int T, int C, int NH, AttentionImpl attn) {
-    const size_t BT = static_cast<size_t>(B) * T;
-    const size_t att = attn == AttentionImpl::kFlash ? static_cast<size_t>(B) * NH * T
-                                                     : static_cast<size_t>(B) * NH * T * T;
-    return sizeof(float) * (BT * C * 5 + BT * 3 * C + BT * 4 * C * 2 + BT * 4 + att);
-  }
-  void allocate(CachingAllocator& a, int B, int T, int C, int NH, AttentionImpl attn) {
-    const size_t BT = static_cast<size_t>(B) * T;
-    ln1 = Buffer<float>(a, BT * C, "act.ln1");
-    ln1_mean = Buffer<float>(a, BT, "act.ln1_mean");
-    ln1_rstd = Buffer<float>(a, BT, "act.ln1_rstd");
-    qkv = Buffer<float>(a, BT * 3 * C, "act.qkv");
-    atty = Buffer<float>(a, BT * C, "act.atty");
-    att = attn == AttentionImpl::kFlash
-              ? Buffer<float>(a, static_cast<size_t>(B) * NH * T, "act.lse")
-              : Buffer<float>(a, static_cast<size_t>(B) * NH * T * T, "act.att");
-    res2 = Buffer<float>(a, BT * C, "act.res2");
-    ln2 = Buffer<float>(a, BT * C, "act.ln2");
-    ln2_mean = Buffer<float>(a, BT, "act.ln2_mean");
-    ln2_rstd = Buffer<float>(a, BT, "act.ln2_rstd");
-    fch = Buffer<float>(a, BT * 4 * C, "act.fch");
-    fch_gelu = Buffer<float>(a, BT * 4 * C, "act.fch_gelu");
-  }
-};
-
-// Everything one micro-batch needs between forward and backward.
-struct GptModel::Workspace {
-  std::vector<Buffer<float>> xs;  // L+1 of (B, T, C): the residual stream at each block input
-  std::vector<LayerActs> acts;    // L (checkpointing none) or 1 (block recompute / eval)
-  Buffer<float> lnf;              // (B, T, C)
-  Buffer<float> lnf_mean;         // (B, T)
-  Buffer<float> lnf_rstd;         // (B, T)
-  Buffer<float> logits;           // (B, T, Vp); becomes dlogits in backward (fp32/fp16)
-  Buffer<uint16_t> logits_bf16;   // (B, T, Vp) bf16 bits instead, in bf16 mode
-  Buffer<float> losses;           // (B, T)
-};
-
 GptModel::GptModel(const GptConfig& config, CachingAllocator& alloc, const ModelOptions& options,
                    const ModelSharding& sharding)
     : config_(config), alloc_(alloc), options_(options), gemm_(alloc), sharding_(sharding) {
   config_.validate();
-  layout_ = ParamLayout::make(config_);
+  sharding_ = resolve_stage(config_, sharding_);
+  layout_ = make_stage_layout(config_, sharding_);
+  setup_tensor_parallel();  // layout_ becomes this rank's shard when ModelSharding::tp > 1
   params_ = Buffer<float>(alloc_, layout_.total, "params");
   grads_ = Buffer<float>(alloc_, layout_.total, "grads");
   std::memset(params_.data(), 0, layout_.total * sizeof(float));
@@ -137,7 +89,7 @@ void GptModel::refresh_low_precision(size_t offset, size_t n) {
 
 const void* GptModel::lp_weight(int index, int layer) {
   if (options_.precision == Precision::kFp32) return nullptr;
-  const size_t per = index == kWte ? layout_.sizes[index] : layout_.sizes[index] / config_.num_layers;
+  const size_t per = index == kWte ? layout_.sizes[index] : layout_.sizes[index] / local_layers();
   const size_t off = layout_.offsets[index] + per * static_cast<size_t>(layer);
   const size_t elem = options_.precision == Precision::kBf16 ? 2 : 4;
   return params_lp_.data() + off * elem;
@@ -147,9 +99,16 @@ void GptModel::init_weights(uint64_t seed) {
   Rng rng(seed);
   const int L = config_.num_layers;
   const double kStd = 0.02, kProjStd = 0.02 / std::sqrt(2.0 * L);
+  // A pipeline stage draws the whole model's random stream and keeps its slice, and a
+  // tensor-parallel rank keeps its shard of that (one tensor at a time), so that the
+  // ranks together equal the single-process model.
+  const bool direct = whole_model() && tp_ == 1;
+  const ParamLayout full = ParamLayout::make(config_);
+  std::vector<float> scratch;
   for (int i = 0; i < kNumParamTensors; ++i) {
-    float* p = param(i);
-    const size_t n = layout_.sizes[i];
+    if (!direct) scratch.resize(full.sizes[i]);
+    float* p = direct ? param(i) : scratch.data();
+    const size_t n = full.sizes[i];
     if (i == kLn1w || i == kLn2w || i == kLnfw) {
       for (size_t j = 0; j < n; ++j) p[j] = 1.0f;
     } else if (i == kWte || i == kWpe || i == kQkvw || i == kFcw || i == kAttprojw ||
@@ -162,72 +121,95 @@ void GptModel::init_weights(uint64_t seed) {
     } else {
       for (size_t j = 0; j < n; ++j) p[j] = 0.0f;
     }
+    if (!direct) {
+      const float* stage = p + stage_slice_offset(i);  // full_layout_.sizes[i] elements
+      if (tp_ > 1 && tp_sharded(i)) {
+        load_full_tensor(i, stage);
+      } else {
+        std::memcpy(param(i), stage, layout_.sizes[i] * sizeof(float));
+      }
+    }
   }
   refresh_low_precision();
 }
 
 void GptModel::layer_forward(int l, const float* x, float* x_out, LayerActs& a, int B, int T) {
   FT_RANGE("fwd.block", RangeKind::kCompute, l);
-  const int C = config_.channels, NH = config_.num_heads, N = B * T;
+  // Tensor parallel (tp_ > 1): QKV and FC1 are column-parallel (this rank's Cl = C/t
+  // output features, NHl heads), the attention projection and FC2 row-parallel (their
+  // partial outputs are all-reduced, then the replicated bias is added once).
+  const int C = config_.channels, N = B * T;
+  const int Cl = C / tp_, NHl = config_.num_heads / tp_;
+  const bool tp = tp_ > 1;
   const Precision prec = options_.precision;
-  const size_t C_ = C;
+  const size_t C_ = C, Cl_ = Cl;
   ops::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x,
                          param(kLn1w) + l * C_, param(kLn1b) + l * C_, N, C);
-  gemm_.forward(a.qkv.data(), a.ln1.data(), param(kQkvw) + l * 3 * C_ * C, lp_weight(kQkvw, l),
-                param(kQkvb) + l * 3 * C_, N, C, 3 * C, prec);
+  gemm_.forward(a.qkv.data(), a.ln1.data(), param(kQkvw) + l * 3 * Cl_ * C, lp_weight(kQkvw, l),
+                param(kQkvb) + l * 3 * Cl_, N, C, 3 * Cl, prec);
   if (options_.attention == AttentionImpl::kFlash) {
-    ops::attention_flash_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH);
+    ops::attention_flash_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, NHl);
   } else {
-    ops::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH);
+    ops::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, NHl);
   }
-  gemm_.forward(a.res2.data(), a.atty.data(), param(kAttprojw) + l * C_ * C,
-                lp_weight(kAttprojw, l), param(kAttprojb) + l * C_, N, C, C, prec);
+  gemm_.forward(a.res2.data(), a.atty.data(), param(kAttprojw) + l * C_ * Cl,
+                lp_weight(kAttprojw, l), tp ? nullptr : param(kAttprojb) + l * C_, N, Cl, C, prec);
+  if (tp) tp_reduce_output(a.res2.data(), param(kAttprojb) + l * C_, N, C);
   ops::residual_forward(a.res2.data(), a.res2.data(), x, static_cast<size_t>(N) * C);
   ops::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
                          param(kLn2w) + l * C_, param(kLn2b) + l * C_, N, C);
-  gemm_.forward(a.fch.data(), a.ln2.data(), param(kFcw) + l * 4 * C_ * C, lp_weight(kFcw, l),
-                param(kFcb) + l * 4 * C_, N, C, 4 * C, prec);
-  ops::gelu_forward(a.fch_gelu.data(), a.fch.data(), static_cast<size_t>(N) * 4 * C);
-  gemm_.forward(x_out, a.fch_gelu.data(), param(kFcprojw) + l * C_ * 4 * C, lp_weight(kFcprojw, l),
-                param(kFcprojb) + l * C_, N, 4 * C, C, prec);
+  gemm_.forward(a.fch.data(), a.ln2.data(), param(kFcw) + l * 4 * Cl_ * C, lp_weight(kFcw, l),
+                param(kFcb) + l * 4 * Cl_, N, C, 4 * Cl, prec);
+  ops::gelu_forward(a.fch_gelu.data(), a.fch.data(), static_cast<size_t>(N) * 4 * Cl);
+  gemm_.forward(x_out, a.fch_gelu.data(), param(kFcprojw) + l * C_ * 4 * Cl, lp_weight(kFcprojw, l),
+                tp ? nullptr : param(kFcprojb) + l * C_, N, 4 * Cl, C, prec);
+  if (tp) tp_reduce_output(x_out, param(kFcprojb) + l * C_, N, C);
   ops::residual_forward(x_out, x_out, a.res2.data(), static_cast<size_t>(N) * C);
 }
 
 void GptModel::layer_backward(int l, const float* x, float* dres, LayerActs& a, int B, int T,
                               bool first_micro) {
   FT_RANGE("bwd.block", RangeKind::kCompute, l);
-  const int C = config_.channels, NH = config_.num_heads, N = B * T;
-  const size_t C_ = C, BT = static_cast<size_t>(N);
+  // Tensor parallel: local shapes as in layer_forward; the gradients of the LN2 and LN1
+  // outputs (inputs of the column-parallel FC1 and QKV) are partial sums, all-reduced.
+  // dres is identical on every TP rank, so the replicated tensors' gradients are too.
+  const int C = config_.channels, N = B * T;
+  const int Cl = C / tp_, NHl = config_.num_heads / tp_;
+  const bool tp = tp_ > 1;
+  const size_t C_ = C, Cl_ = Cl, BT = static_cast<size_t>(N);
   const Precision prec = options_.precision;
   const bool acc = !first_micro;
   Buffer<float> dbt(alloc_, BT * C, "grad.dbt");     // (B, T, C) scratch
-  Buffer<float> dbig(alloc_, BT * 4 * C, "grad.dbig");  // (B, T, 4C) scratch, also dqkv (B, T, 3C)
+  // (B, T, 4Cl) scratch, also dqkv (B, T, 3Cl)
+  Buffer<float> dbig(alloc_, BT * 4 * Cl, "grad.dbig");
   // MLP: x_out = res2 + fch_gelu @ fcprojw^T + b
-  gemm_.backward(dbig.data(), grad(kFcprojw) + l * C_ * 4 * C, grad(kFcprojb) + l * C_, dres,
-                 a.fch_gelu.data(), param(kFcprojw) + l * C_ * 4 * C, lp_weight(kFcprojw, l), N,
-                 4 * C, C, acc, prec);
-  ops::gelu_backward(dbig.data(), a.fch.data(), dbig.data(), BT * 4 * C);
-  gemm_.backward(dbt.data(), grad(kFcw) + l * 4 * C_ * C, grad(kFcb) + l * 4 * C_, dbig.data(),
-                 a.ln2.data(), param(kFcw) + l * 4 * C_ * C, lp_weight(kFcw, l), N, C, 4 * C, acc,
+  gemm_.backward(dbig.data(), grad(kFcprojw) + l * C_ * 4 * Cl, grad(kFcprojb) + l * C_, dres,
+                 a.fch_gelu.data(), param(kFcprojw) + l * C_ * 4 * Cl, lp_weight(kFcprojw, l), N,
+                 4 * Cl, C, acc, prec);
+  ops::gelu_backward(dbig.data(), a.fch.data(), dbig.data(), BT * 4 * Cl);
+  gemm_.backward(dbt.data(), grad(kFcw) + l * 4 * Cl_ * C, grad(kFcb) + l * 4 * Cl_, dbig.data(),
+                 a.ln2.data(), param(kFcw) + l * 4 * Cl_ * C, lp_weight(kFcw, l), N, C, 4 * Cl, acc,
                  prec);
+  if (tp) tp_reduce_input_grad(dbt.data(), N, C);
   ops::layernorm_backward(dres, grad(kLn2w) + l * C_, grad(kLn2b) + l * C_, dbt.data(),
                           a.res2.data(), param(kLn2w) + l * C_, a.ln2_mean.data(),
                           a.ln2_rstd.data(), N, C);
   // Attention: res2 = x + atty @ attprojw^T + b
-  gemm_.backward(dbt.data(), grad(kAttprojw) + l * C_ * C, grad(kAttprojb) + l * C_, dres,
-                 a.atty.data(), param(kAttprojw) + l * C_ * C, lp_weight(kAttprojw, l), N, C, C,
+  gemm_.backward(dbt.data(), grad(kAttprojw) + l * C_ * Cl, grad(kAttprojb) + l * C_, dres,
+                 a.atty.data(), param(kAttprojw) + l * C_ * Cl, lp_weight(kAttprojw, l), N, Cl, C,
                  acc, prec);
-  float* dqkv = dbig.data();  // (B, T, 3C)
+  float* dqkv = dbig.data();  // (B, T, 3Cl)
   if (options_.attention == AttentionImpl::kFlash) {
-    ops::attention_flash_backward(dqkv, dbt.data(), a.qkv.data(), a.atty.data(), a.att.data(), B,
-                                  T, C, NH);
+    ops::attention_flash_backward(dqkv, dbt.data(), a.qkv.data(), a.atty.data(), a.att.data(), B, T,
+                                  Cl, NHl);
   } else {
     // The kernel keeps its (T, T) gradient tile per thread in L2; no (B, NH, T, T) scratch.
-    ops::attention_backward(dqkv, nullptr, dbt.data(), a.qkv.data(), a.att.data(), B, T, C, NH);
+    ops::attention_backward(dqkv, nullptr, dbt.data(), a.qkv.data(), a.att.data(), B, T, Cl, NHl);
   }
-  gemm_.backward(dbt.data(), grad(kQkvw) + l * 3 * C_ * C, grad(kQkvb) + l * 3 * C_, dqkv,
-                 a.ln1.data(), param(kQkvw) + l * 3 * C_ * C, lp_weight(kQkvw, l), N, C, 3 * C,
+  gemm_.backward(dbt.data(), grad(kQkvw) + l * 3 * Cl_ * C, grad(kQkvb) + l * 3 * Cl_, dqkv,
+                 a.ln1.data(), param(kQkvw) + l * 3 * Cl_ * C, lp_weight(kQkvw, l), N, C, 3 * Cl,
                  acc, prec);
+  if (tp) tp_reduce_input_grad(dbt.data(), N, C);
   ops::layernorm_backward(dres, grad(kLn1w) + l * C_, grad(kLn1b) + l * C_, dbt.data(), x,
                           param(kLn1w) + l * C_, a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
 }
@@ -247,7 +229,7 @@ void GptModel::run_forward(const int32_t* inputs, int B, int T, Workspace& w, bo
   for (int i = 0; i < nx; ++i) w.xs.emplace_back(alloc_, BT * C, "act.residual");
   w.acts.clear();
   w.acts.resize(per_layer ? L : 1);
-  for (auto& a : w.acts) a.allocate(alloc_, B, T, C, NH, options_.attention);
+  for (auto& a : w.acts) a.allocate(alloc_, B, T, C, C / tp_, NH / tp_, options_.attention);
   {
     FT_RANGE("fwd.encoder", RangeKind::kCompute);
     ops::encoder_forward(w.xs[0].data(), inputs, param(kWte), param(kWpe), B, T, C);
@@ -330,6 +312,9 @@ void GptModel::allocate_head(Workspace& w, int rows) {
 
 double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets, int B, int T,
                                   float dloss_per_token, bool first_micro) {
+  if (!whole_model()) {
+    throw Error("forward_backward needs the whole model; a stage runs stage_backward");
+  }
   const int C = config_.channels, L = config_.num_layers, N = B * T;
   const size_t BT = static_cast<size_t>(N);
   Workspace w;
@@ -380,6 +365,7 @@ double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets,
 }
 
 double GptModel::forward_loss(const int32_t* inputs, const int32_t* targets, int B, int T) {
+  if (!whole_model()) throw Error("forward_loss needs the whole model; a stage runs stage_loss");
   Workspace w;
   run_forward(inputs, B, T, w, /*keep=*/false);
   const int N = B * T;
@@ -393,11 +379,12 @@ double GptModel::forward_loss(const int32_t* inputs, const int32_t* targets, int
 }
 
 ActivationMemory GptModel::activation_memory(int B, int T) const {
-  const int C = config_.channels, NH = config_.num_heads, L = config_.num_layers;
+  // Per micro-batch in flight; a pipeline stage counts its own blocks and head.
+  const int C = config_.channels, NH = config_.num_heads, L = local_layers();
   const size_t BT = static_cast<size_t>(B) * T;
-  const size_t layer = LayerActs::bytes(B, T, C, NH, options_.attention);
+  const size_t layer = LayerActs::bytes(B, T, C, C / tp_, NH / tp_, options_.attention);
   const size_t stream = (L + 1) * BT * C * sizeof(float);
-  const size_t head = BT * C * sizeof(float) + 3 * BT * sizeof(float);
+  const size_t head = sharding_.has_head ? BT * C * sizeof(float) + 3 * BT * sizeof(float) : 0;
   ActivationMemory m;
   m.no_checkpoint_bytes = stream + L * layer + head;
   if (options_.checkpointing == Checkpointing::kBlock) {

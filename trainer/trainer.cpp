@@ -10,13 +10,18 @@
 #include <cstring>
 #include <filesystem>
 
+#include "fault_injection.h"
 #include "ft/core/annotate.h"
 #include "ft/core/env_info.h"
 #include "ft/core/error.h"
 #include "ft/trainer/checkpoint_io.h"
+#include "ft/trainer/grad_sync.h"
 #include "ft/trainer/h2d.h"
 #include "ft/trainer/ops.h"
+#include "ft/trainer/pipeline.h"
+#include "ft/trainer/tensor_parallel.h"
 #include "ft/trainer/tokenizer_gpt2.h"
+#include "ft/trainer/zero_optimizer.h"
 
 namespace ft::trainer {
 
@@ -25,8 +30,6 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
-constexpr const char* kCheckpointFile = "checkpoint.ft";
-constexpr int kCheckpointVersion = 1;
 }  // namespace
 
 namespace {
@@ -50,21 +53,28 @@ double default_peak_gflops(Precision p, int threads) {
 }
 
 nlohmann::json StepMetrics::to_json() const {
-  return {{"step", step},
-          {"loss", loss},
-          {"lr", lr},
-          {"grad_norm", grad_norm},
-          {"step_ms", step_ms},
-          {"data_ms", data_ms},
-          {"data_wait_ms", data_wait_ms},
-          {"data_preprocess_ms", data_preprocess_ms},
-          {"tokens_per_s", tokens_per_s},
-          {"mfu", mfu},
-          {"skipped", skipped},
-          {"loss_scale", loss_scale},
-          {"mem_allocated", mem_allocated},
-          {"mem_reserved", mem_reserved},
-          {"mem_peak", mem_peak}};
+  nlohmann::json j = {{"step", step},
+                      {"loss", loss},
+                      {"lr", lr},
+                      {"grad_norm", grad_norm},
+                      {"step_ms", step_ms},
+                      {"data_ms", data_ms},
+                      {"data_wait_ms", data_wait_ms},
+                      {"data_preprocess_ms", data_preprocess_ms},
+                      {"comm_ms", comm_ms},
+                      {"comm_exposed_share", comm_exposed_share()},
+                      {"tokens_per_s", tokens_per_s},
+                      {"mfu", mfu},
+                      {"skipped", skipped},
+                      {"loss_scale", loss_scale},
+                      {"mem_allocated", mem_allocated},
+                      {"mem_reserved", mem_reserved},
+                      {"mem_peak", mem_peak}};
+  if (pp_busy_ms > 0) {
+    j["pp_busy_ms"] = pp_busy_ms;
+    j["pp_wait_ms"] = pp_wait_ms;
+  }
+  return j;
 }
 
 nlohmann::json TrainSummary::to_json() const {
@@ -76,6 +86,8 @@ nlohmann::json TrainSummary::to_json() const {
                       {"mean_data_wait_ms", mean_data_wait_ms},
                       {"mean_data_preprocess_ms", mean_data_preprocess_ms},
                       {"data_wait_share", data_wait_share()},
+                      {"mean_comm_ms", mean_comm_ms},
+                      {"comm_exposed_share", comm_exposed_share()},
                       {"skipped_steps", skipped_steps},
                       {"mem_peak", memory.peak_allocated},
                       {"mem_reserved_peak", memory.peak_reserved},
@@ -112,16 +124,26 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                            : data::make_tokenizer(config_.tokenizer, config_.tokenizer_vocab,
                                                   config_.tokenizer_merges)) {
   config_.validate();
-  if (config_.parallel.tp > 1 || config_.parallel.pp > 1 || config_.parallel.zero > 0) {
-    throw ConfigError("tensor parallel, pipeline parallel and ZeRO are not implemented yet");
+  // Pipeline stage: blocks of this stage, embedding on the first, head on the last.
+  const int pp = config_.parallel.pp;
+  if (pp > 1 && !config_.export_llmc.empty()) {
+    throw ConfigError(
+        "--export-llmc is not supported with --pp > 1 (each stage holds part of the model)");
+  }
+  check_tp_degree(config_.model, config_.parallel.tp);
+  if (config_.parallel.zero > 0 && (config_.parallel.tp > 1 || pp > 1)) {
+    throw ConfigError(fmt::format(
+        "--zero {} with --tp {} / --pp {}: ZeRO is implemented for pure data parallelism only "
+        "(its shards and global norm do not yet account for tensor or pipeline sharding)",
+        config_.parallel.zero, config_.parallel.tp, pp));
   }
   const bool cuda = config_.device == DeviceKind::kCuda;
   if (cuda) {
     std::string why;
     if (cuda_devices(&why).empty()) throw ConfigError("--device cuda: no CUDA device: " + why);
-    if (groups_.world->world_size() > 1) {
-      throw ConfigError("--device cuda runs one process for now (the NCCL data-parallel path is "
-                        "not wired into the trainer)");
+    if (groups_.world->world_size() > 1 || config_.parallel.zero > 0) {
+      throw ConfigError("--device cuda runs one process without ZeRO for now (the NCCL "
+                        "data-parallel path is not wired into the trainer)");
     }
   }
   const int threads = config_.threads > 0 ? config_.threads : omp_get_num_procs();
@@ -168,7 +190,10 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                                   config_.seq_len, need));
   }
 
-  model_ = std::make_unique<GptModel>(config_.model, *alloc_, config_.options);
+  ModelSharding sharding =
+      pp > 1 ? pipeline_sharding(config_.model.num_layers, pp, groups_.pp_stage) : ModelSharding{};
+  sharding.tp = groups_.tp.get();  // size > 1: this rank holds 1/tp of the heads and MLP
+  model_ = std::make_unique<GptModel>(config_.model, *alloc_, config_.options, sharding);
   // Auto: bf16 logits in L3-sized chunks (48 MiB: less memory, no measured loss of
   // speed); fp32 logits whole up to 1 GiB, which measured 10-20% faster on config (B)
   // than 48 MiB chunks (docs/benchmarks.md).
@@ -179,10 +204,23 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
   model_->init_weights(config_.seed);
   rng_.reseed(config_.seed ^ 0x5eedull);
   const size_t n = model_->num_params();
-  adam_m_ = Buffer<float>(*alloc_, n, "adam.m");
-  adam_v_ = Buffer<float>(*alloc_, n, "adam.v");
-  std::memset(adam_m_.data(), 0, n * sizeof(float));
-  std::memset(adam_v_.data(), 0, n * sizeof(float));
+  const ParallelConfig& par = config_.parallel;
+  if (groups_.dp->world_size() > 1 || par.zero > 0) {
+    GradSyncOptions so;
+    so.overlap = par.overlap;
+    so.reduce_scatter = par.zero == 2;
+    so.bucket_bytes = static_cast<size_t>(par.bucket_mb * (1 << 20));
+    sync_ = std::make_unique<GradSync>(*model_, *groups_.dp, *alloc_, so);
+  }
+  if (par.zero > 0) {
+    zero_ = std::make_unique<ZeroOptimizer>(*model_, *groups_.dp, *alloc_, sync_->layout(),
+                                            sync_->staging());
+  } else {
+    adam_m_ = Buffer<float>(*alloc_, n, "adam.m");
+    adam_v_ = Buffer<float>(*alloc_, n, "adam.v");
+    std::memset(adam_m_.data(), 0, n * sizeof(float));
+    std::memset(adam_v_.data(), 0, n * sizeof(float));
+  }
   scaler_.scale = config_.options.precision == Precision::kFp16 ? config_.loss_scale : 1.0f;
   scaler_.growth_interval = config_.loss_scale_window;
 
@@ -196,19 +234,21 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
       throw ConfigError(fmt::format("--init-from '{}' holds {} but the run is configured as {}",
                                     config_.init_from, a.describe(), b.describe()));
     }
-    // wpe rows beyond our max_seq_len are dropped; the layout is otherwise identical.
+    // wpe rows beyond our max_seq_len are dropped; the layout is otherwise identical
+    // (a pipeline stage takes its slice; a tensor-parallel rank its shard of that).
     ParamLayout src = ParamLayout::make(a);
-    const ParamLayout& dst = model_->layout();
     for (int i = 0; i < kNumParamTensors; ++i) {
-      std::memcpy(model_->params() + dst.offsets[i], m.params.data() + src.offsets[i],
-                  dst.sizes[i] * sizeof(float));
+      model_->load_full_tensor(i, m.params.data() + src.offsets[i] + model_->stage_slice_offset(i));
     }
     model_->refresh_low_precision();
   }
-  if (groups_.world->world_size() > 1) {
-    groups_.world->broadcast(model_->params(), n, 0);
+  // Replicas of the same shard start identical (ranks of a DP group hold the same
+  // stage and TP shard; other ranks hold different parts, so this is not over the world).
+  if (groups_.dp->world_size() > 1) {
+    groups_.dp->broadcast(model_->params(), n, 0);
     model_->refresh_low_precision();
   }
+  if (pp > 1) pipeline_ = std::make_unique<Pipeline>(*model_, *groups_.pp, *alloc_);
   if (cuda) {
     CudaBackendOptions co;
     co.tf32 = config_.tf32;
@@ -221,6 +261,8 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
     // the previous micro-batch's compute; pageable: synchronous copies).
     uploader_ = make_batch_uploader(h2d_options(config_, 0), backend_->compute_stream());
   } else {
+    // The CPU engine behind the seam (the step below drives the CPU model, its gradient
+    // sync, pipeline and ZeRO directly; the seam serves memory, description and evaluation).
     backend_ = make_cpu_backend(*model_, adam_m_.data(), adam_v_.data(), *alloc_);
   }
   if (!config_.resume_dir.empty()) {
@@ -241,6 +283,12 @@ data::LoaderOptions Trainer::loader_options() const {
   o.preprocess_cost = config_.preprocess_cost;
   o.shuffle = config_.shuffle;
   o.seed = config_.seed;
+  // DP rank r of d takes micro-batches [r*K, r*K + K) of every d*K of the sequence: the global
+  // batch of a step is what one process with --grad-accum d*K reads.
+  const int d = groups_.dp->world_size(), K = config_.grad_accum;
+  o.shard_period = d * K;
+  o.shard_first = groups_.dp_rank * K;
+  o.shard_count = K;
   return o;
 }
 
@@ -266,32 +314,53 @@ StepMetrics Trainer::step() {
   const float loss_scale = scaler_.scale;
   Communicator& dp = *groups_.dp;
   const float dloss = loss_scale / (static_cast<float>(B) * T * K * dp.world_size());
-  double loss_sum = 0, data_ms = 0, wait_ms = 0, pre_ms = 0;
-  for (int k = 0; k < K; ++k) {
-    {
-      FT_RANGE("data.next", RangeKind::kData, k);
-      const auto td = Clock::now();
-      if (!train_loader_->next(batch_)) throw Error("the training data loader stopped");
-      data_ms += ms_since(td);
-      wait_ms += batch_.timing.wait_ns / 1e6;
-      pre_ms += batch_.timing.preprocess_ns / 1e6;
+  // Fault injection (--straggle-rank/--straggle-work): extra real compute on one rank.
+  run_straggle_work(config_.parallel, groups_.world->rank(), *model_, B, T);
+  double loss_sum = 0, data_ms = 0, wait_ms = 0, pre_ms = 0, comm_ms = 0;
+  auto next_batch = [&](int k) {
+    FT_RANGE("data.next", RangeKind::kData, k);
+    const auto td = Clock::now();
+    if (!train_loader_->next(batch_)) throw Error("the training data loader stopped");
+    data_ms += ms_since(td);
+    wait_ms += batch_.timing.wait_ns / 1e6;
+    pre_ms += batch_.timing.preprocess_ns / 1e6;
+  };
+  if (pipeline_) {
+    // 1F1B over the K micro-batches; every stage reads them all (the same data position).
+    loss_sum = pipeline_->run(K, B, T, dloss, [&](int k) {
+      next_batch(k);
+      return MicroBatch{batch_.inputs(), batch_.targets()};
+    });
+    pipeline_->sync_tied_grads();
+    // Data parallel over pipeline replicas: the buckets go after the schedule (arming
+    // earlier would send the first micro-batch's partial gradients).
+    if (sync_) sync_->arm();
+  } else if (backend_->device() == DeviceKind::kCuda) {
+    for (int k = 0; k < K; ++k) {
+      next_batch(k);
+      if (uploader_) {
+        const DeviceBatch d =
+            uploader_->upload_from(batch_.inputs(), batch_.targets(), batch_.timing.index);
+        backend_->use_device_tokens(d.inputs, d.targets);
+      }
+      // Only enqueued: the next micro-batch is fetched and uploaded while this one computes.
+      backend_->forward_backward_async(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
     }
-    if (uploader_) {
-      const DeviceBatch d =
-          uploader_->upload_from(batch_.inputs(), batch_.targets(), batch_.timing.index);
-      backend_->use_device_tokens(d.inputs, d.targets);
+    for (const double l : backend_->wait_losses()) loss_sum += l;
+  } else {
+    for (int k = 0; k < K; ++k) {
+      next_batch(k);
+      if (sync_ && k == K - 1) sync_->arm();  // only the last micro-batch communicates
+      loss_sum += model_->forward_backward(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
     }
-    // Device engines only enqueue here: the next micro-batch is fetched and uploaded while
-    // this one computes.
-    backend_->forward_backward_async(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
   }
-  for (const double l : backend_->wait_losses()) loss_sum += l;
   double loss = loss_sum / K;
-  const size_t n = model_->num_params();
+  if (sync_) comm_ms += sync_->finish();
   if (dp.world_size() > 1) {
-    dp.all_reduce_sum(model_->grads(), n);
+    const auto tc = Clock::now();
     dp.all_reduce_sum(&loss, 1);
     loss /= dp.world_size();
+    comm_ms += ms_since(tc);
   }
   StepMetrics m;
   m.step = step_;
@@ -301,7 +370,11 @@ StepMetrics Trainer::step() {
   {
     FT_RANGE("optimizer", RangeKind::kOptimizer);
     // One pass: a non-finite sum of squares means an fp16 overflow (or a real blow-up).
-    const double sq = backend_->grad_sum_squares();
+    // Under ZeRO each rank holds the reduced gradients of its shard only: the global norm is
+    // the shards' sums of squares summed over the DP group.
+    const auto tc = Clock::now();
+    const double sq = zero_ ? zero_->grad_sum_squares() : grad_sum_squares();
+    if (zero_) comm_ms += ms_since(tc);
     const double norm = std::sqrt(sq) / loss_scale;
     m.grad_norm = norm;
     bool skip = false;
@@ -314,12 +387,17 @@ StepMetrics Trainer::step() {
       if (config_.clip > 0 && std::isfinite(norm) && norm > config_.clip) {
         clip_factor = static_cast<float>(config_.clip / (norm + 1e-6));
       }
-      apply_update(m.lr, clip_factor / loss_scale);
+      comm_ms += apply_update(m.lr, clip_factor / loss_scale);
     }
   }
   m.data_ms = data_ms;
   m.data_wait_ms = wait_ms;
   m.data_preprocess_ms = pre_ms;
+  if (pipeline_) {
+    m.pp_busy_ms = pipeline_->stats().busy_ms;
+    m.pp_wait_ms = pipeline_->stats().wait_ms;
+  }
+  m.comm_ms = comm_ms;
   m.step_ms = ms_since(t0);
   const double tokens = static_cast<double>(B) * T * K * dp.world_size();
   m.tokens_per_s = tokens / (m.step_ms / 1000.0);
@@ -335,14 +413,55 @@ StepMetrics Trainer::step() {
   return m;
 }
 
-void Trainer::apply_update(float lr, float grad_scale) {
+double Trainer::grad_sum_squares() {
+  if (backend_->device() == DeviceKind::kCuda) return backend_->grad_sum_squares();
+  if (model_->tp_size() == 1 && !pipeline_) {
+    return ops::sum_squares(model_->grads(), model_->num_params());
+  }
+  // Tensor parallel: the global norm sums the shards of the split tensors over the TP
+  // group and counts the replicated tensors (identical on every TP rank) once.
+  const GptModel::SquareSums s = model_->grad_square_sums();
+  double sharded = s.sharded;
+  if (model_->tp_size() > 1) groups_.tp->all_reduce_sum(&sharded, 1);
+  double sq = sharded + s.replicated;
+  if (pipeline_) {
+    // Pipeline: the stages' sums add up; the tied wte, held by the first and the last
+    // stage, counts once (on the first).
+    const int stages = groups_.pp->world_size();
+    if (stages > 1 && groups_.pp_stage == stages - 1) {
+      sq -= ops::sum_squares(model_->grad(kWte), model_->layout().sizes[kWte]);
+    }
+    groups_.pp->all_reduce_sum(&sq, 1);
+  }
+  return sq;
+}
+
+double Trainer::apply_update(float lr, float grad_scale) {
   ++adam_t_;
-  AdamWSettings s;
-  s.beta1 = config_.beta1;
-  s.beta2 = config_.beta2;
-  s.eps = config_.eps;
-  s.weight_decay = config_.weight_decay;
-  backend_->adamw_step(s, lr, grad_scale, adam_t_);
+  if (zero_) {
+    const AdamWSettings s{config_.beta1, config_.beta2, config_.eps, config_.weight_decay};
+    return zero_->update(lr, s, grad_scale, adam_t_);
+  }
+  if (backend_->device() == DeviceKind::kCuda) {
+    const AdamWSettings s{config_.beta1, config_.beta2, config_.eps, config_.weight_decay};
+    backend_->adamw_step(s, lr, grad_scale, adam_t_);
+    return 0;
+  }
+  const ParamLayout& L = model_->layout();
+  // Chunks of 1 MiB of parameters: the low-precision copy of each chunk is made
+  // right after its update, while it is still in cache.
+  constexpr size_t kChunk = 256 * 1024;
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    const float wd = ParamLayout::decays(i) ? config_.weight_decay : 0.0f;
+    for (size_t off = L.offsets[i], end = off + L.sizes[i]; off < end; off += kChunk) {
+      const size_t n = std::min(kChunk, end - off);
+      ops::adamw_update(model_->params() + off, model_->grads() + off, adam_m_.data() + off,
+                        adam_v_.data() + off, n, lr, config_.beta1, config_.beta2, config_.eps,
+                        wd, grad_scale, adam_t_);
+      model_->refresh_low_precision(off, n);
+    }
+  }
+  return 0;
 }
 
 void Trainer::sync_host_state() {
@@ -358,101 +477,37 @@ double Trainer::evaluate() {
   o.finite = true;
   o.prefetch = std::min(o.prefetch, config_.val_batches);
   o.timing_capacity = 0;
+  // DP ranks share the val_batches batches (batch i on rank i % d) and sum the losses.
+  Communicator& dp = *groups_.dp;
+  const int d = dp.world_size();
+  o.shard_period = d;
+  o.shard_first = groups_.dp_rank;
+  o.shard_count = 1;
   data::PrefetchLoader loader(split_.val, o);
   data::Batch b;
-  double sum = 0;
-  int nb = 0;
-  while (nb < config_.val_batches && loader.next(b)) {
-    sum += backend_->forward_loss(b.inputs(), b.targets(), B, T);
-    ++nb;
+  if (pipeline_) {
+    // Every pipeline replica evaluates the same batches: the result is the same on all ranks.
+    // This replica's share of the val_batches batches: batch i on replica i % d.
+    const int mine = (config_.val_batches - groups_.dp_rank + d - 1) / d;
+    int nb = 0;
+    const double v = pipeline_->evaluate(B, T, [&](MicroBatch* mb) {
+      if (nb >= mine || !loader.next(b)) return false;
+      ++nb;
+      *mb = MicroBatch{b.inputs(), b.targets()};
+      return true;
+    });
+    if (d == 1) return v;
+    double acc[2] = {nb > 0 ? v * nb : 0.0, static_cast<double>(nb)};  // loss sum, batches
+    dp.all_reduce_sum(acc, 2);
+    return acc[1] > 0 ? acc[0] / acc[1] : -1;
   }
-  return nb > 0 ? sum / nb : -1;
-}
-
-void Trainer::save(const std::string& dir) {
-  FT_RANGE("checkpoint.save", RangeKind::kHost);
-  sync_host_state();
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw IoError(fmt::format("cannot create checkpoint directory '{}': {}", dir, ec.message()));
-  const auto rs = rng_.state();
-  nlohmann::json meta = {
-      {"format", "ft-checkpoint"},
-      {"version", kCheckpointVersion},
-      {"next_step", step_},
-      {"adam_t", adam_t_},
-      {"config", config_.to_json()},
-      {"loss_scale", scaler_.scale},
-      {"loss_scale_clean_steps", scaler_.clean_steps},
-      {"loss_scale_overflows", scaler_.overflows},
-      {"data_position", train_loader_->state().batches},
-      {"data_epoch", train_loader_->epoch()},
-      {"data_chunk", train_loader_->state().chunk},
-      {"data_row", train_loader_->state().row},
-      {"rng", {rs[0], rs[1], rs[2], rs[3]}},
-      {"num_params", model_->num_params()}};
-  CheckpointWriter w;
-  w.set_meta(meta);
-  const size_t bytes = model_->num_params() * sizeof(float);
-  w.add_section("params", model_->params(), bytes);
-  w.add_section("adam_m", adam_m_.data(), bytes);
-  w.add_section("adam_v", adam_v_.data(), bytes);
-  w.commit(std::filesystem::path(dir) / kCheckpointFile);
-}
-
-void Trainer::load(const std::string& dir) {
-  const auto path = std::filesystem::path(dir) / kCheckpointFile;
-  if (!std::filesystem::exists(path)) {
-    throw IoError(fmt::format("no checkpoint at '{}'", path.string()));
+  double acc[2] = {0, 0};  // loss sum, batches
+  for (int i = groups_.dp_rank; i < config_.val_batches && loader.next(b); i += d) {
+    acc[0] += backend_->forward_loss(b.inputs(), b.targets(), B, T);
+    acc[1] += 1;
   }
-  CheckpointReader r(path);
-  const nlohmann::json& meta = r.meta();
-  try {
-    if (meta.at("format") != "ft-checkpoint" || meta.at("version").get<int>() != kCheckpointVersion) {
-      throw FormatError(fmt::format("'{}' is not a version-{} ft checkpoint", path.string(),
-                                    kCheckpointVersion));
-    }
-    const nlohmann::json& c = meta.at("config");
-    const GptConfig& g = config_.model;
-    if (c.at("layers") != g.num_layers || c.at("heads") != g.num_heads ||
-        c.at("channels") != g.channels || c.at("vocab") != g.vocab_size ||
-        c.at("padded_vocab") != g.padded_vocab || c.at("max_seq_len") != g.max_seq_len) {
-      throw ConfigError(fmt::format(
-          "checkpoint '{}' holds a model L{} NH{} C{} V{} Tmax{}, but the run is configured as {}",
-          path.string(), c.at("layers").get<int>(), c.at("heads").get<int>(),
-          c.at("channels").get<int>(), c.at("vocab").get<int>(), c.at("max_seq_len").get<int>(),
-          g.describe()));
-    }
-    if (meta.at("num_params").get<size_t>() != model_->num_params()) {
-      throw FormatError(fmt::format("checkpoint '{}' has {} parameters, expected {}", path.string(),
-                                    meta.at("num_params").get<size_t>(), model_->num_params()));
-    }
-    const size_t bytes = model_->num_params() * sizeof(float);
-    r.read("params", model_->params(), bytes);
-    r.read("adam_m", adam_m_.data(), bytes);
-    r.read("adam_v", adam_v_.data(), bytes);
-    step_ = meta.at("next_step").get<int>();
-    adam_t_ = meta.at("adam_t").get<int>();
-    scaler_.scale = meta.at("loss_scale").get<float>();
-    scaler_.clean_steps = meta.at("loss_scale_clean_steps").get<int>();
-    scaler_.overflows = meta.at("loss_scale_overflows").get<uint64_t>();
-    if (!meta.contains("data_chunk")) {
-      throw FormatError(fmt::format(
-          "checkpoint '{}' predates the chunked data loader (no data_chunk): its data position "
-          "cannot be restored",
-          path.string()));
-    }
-    restart_loader(data::LoaderState{meta.at("data_chunk").get<uint64_t>(),
-                                     meta.at("data_row").get<uint64_t>(),
-                                     meta.at("data_position").get<uint64_t>()});
-    const auto& rs = meta.at("rng");
-    rng_.set_state({rs.at(0).get<uint64_t>(), rs.at(1).get<uint64_t>(), rs.at(2).get<uint64_t>(),
-                    rs.at(3).get<uint64_t>()});
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(fmt::format("checkpoint '{}' metadata is malformed: {}", path.string(), e.what()));
-  }
-  model_->refresh_low_precision();
-  backend_->upload_state(model_->params(), adam_m_.data(), adam_v_.data());
+  if (d > 1) dp.all_reduce_sum(acc, 2);
+  return acc[1] > 0 ? acc[0] / acc[1] : -1;
 }
 
 }  // namespace ft::trainer

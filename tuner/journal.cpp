@@ -57,6 +57,9 @@ json entry_to_json(const JournalEntry& e) {
   j["skipped"] = e.skipped;
   j["tokens_per_s"] = num(r.tokens_per_s);
   j["step_ms"] = num(r.step_ms);
+  j["step_tps_median"] = num(r.step_tps_median);
+  j["step_tps_spread"] = num(r.step_tps_spread);
+  j["measured_steps"] = r.measured_steps;
   j["mem_peak"] = num(r.mem_peak);
   j["predicted_mem"] = num(e.predicted_mem);
   j["final_loss"] = num(r.final_loss);
@@ -86,6 +89,9 @@ JournalEntry entry_from_json(const json& j, const std::string& where) {
     r.reason = j.value("reason", std::string());
     r.tokens_per_s = get_num(j, "tokens_per_s");
     r.step_ms = get_num(j, "step_ms");
+    r.step_tps_median = j.contains("step_tps_median") ? get_num(j, "step_tps_median") : 0;
+    r.step_tps_spread = j.contains("step_tps_spread") ? get_num(j, "step_tps_spread") : 0;
+    r.measured_steps = j.value("measured_steps", 0);
     r.mem_peak = get_num(j, "mem_peak");
     e.predicted_mem = get_num(j, "predicted_mem");
     r.final_loss = get_num(j, "final_loss");

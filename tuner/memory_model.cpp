@@ -1,8 +1,11 @@
 // memory_model.cpp: ft's peak-memory prediction from the model shape, precision and recompute policy.
 #include "ft/tuner/memory_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
+#include "ft/core/error.h"
 #include "ft/trainer/gpt_config.h"
 #include "ft/trainer/matmul.h"
 #include "ft/trainer/model.h"
@@ -38,17 +41,62 @@ std::vector<std::pair<std::string, size_t>> MemoryEstimate::components() const {
           {"batch", batch}};
 }
 
-MemoryEstimate predict_memory(const trainer::TrainConfig& config, const ParallelLayout& layout) {
+ParallelLayout ParallelLayout::of(const trainer::ParallelConfig& p) {
+  ParallelLayout l;
+  l.dp = p.dp;
+  l.zero_stage = p.zero;
+  l.tp = p.tp;
+  l.pp = p.pp;
+  return l;
+}
+
+namespace {
+
+// One stage of one rank (the whole model when tp = pp = 1).
+MemoryEstimate predict_stage(const trainer::TrainConfig& config, const ParallelLayout& layout,
+                             int stage) {
   trainer::GptConfig g = config.model;
   g.validate();
+  const int tp = std::max(1, layout.tp), pp = std::max(1, layout.pp);
+  const int L = g.num_layers;
+  const bool first = stage == 0, last = stage == pp - 1;
+  const int Ls = L / pp + (stage < L % pp ? 1 : 0);  // this stage's blocks
+  // Parameters this rank holds, tensor by tensor.
   const trainer::ParamLayout pl = trainer::ParamLayout::make(g);
-  const size_t P = pl.total;
+  size_t P = 0;
+  for (int i = 0; i < trainer::kNumParamTensors; ++i) {
+    size_t n = pl.sizes[static_cast<size_t>(i)];
+    switch (i) {
+      case trainer::kWte:
+        n = first || last ? n : 0;  // the tied embedding: lookup on stage 0, head on the last
+        break;
+      case trainer::kWpe:
+        n = first ? n : 0;
+        break;
+      case trainer::kLnfw:
+      case trainer::kLnfb:
+        n = last ? n : 0;
+        break;
+      case trainer::kQkvw:
+      case trainer::kQkvb:
+      case trainer::kAttprojw:
+      case trainer::kFcw:
+      case trainer::kFcb:
+      case trainer::kFcprojw:
+        n = n / static_cast<size_t>(L) * Ls / static_cast<size_t>(tp);
+        break;
+      default:  // LayerNorms and the row-parallel biases: whole on every TP rank
+        n = n / static_cast<size_t>(L) * Ls;
+    }
+    P += n;
+  }
   const int B = config.micro_batch, T = config.seq_len, C = g.channels, NH = g.num_heads;
-  const int L = g.num_layers, Vp = g.padded_vocab;
+  const int Vp = g.padded_vocab;
   const size_t BT = static_cast<size_t>(B) * T, N = BT;
   const trainer::Precision prec = config.options.precision;
   const bool bf16 = prec == trainer::Precision::kBf16, fp16 = prec == trainer::Precision::kFp16;
   const size_t dp = static_cast<size_t>(std::max(1, layout.dp));
+  const size_t t = static_cast<size_t>(tp);
 
   MemoryEstimate m;
   m.params = rounded(4 * P);
@@ -60,36 +108,47 @@ MemoryEstimate predict_memory(const trainer::TrainConfig& config, const Parallel
 
   // Activations, buffer by buffer as GptModel allocates them (each rounded by the allocator).
   const size_t act = rounded(4 * BT * C), stat = rounded(4 * BT);
+  const size_t heads = static_cast<size_t>(NH) / t;
   const size_t att = config.options.attention == trainer::AttentionImpl::kFlash
-                         ? rounded(4 * static_cast<size_t>(B) * NH * T)
-                         : rounded(4 * static_cast<size_t>(B) * NH * T * T);
-  // ln1, atty, res2, ln2 (B,T,C); qkv (B,T,3C); fch, fch_gelu (B,T,4C); 4 row statistics.
-  m.activations_per_layer = 4 * act + rounded(12 * BT * C) + 2 * rounded(16 * BT * C) + 4 * stat + att;
+                         ? rounded(4 * static_cast<size_t>(B) * heads * T)
+                         : rounded(4 * static_cast<size_t>(B) * heads * T * T);
+  // ln1, res2, ln2 (B,T,C); atty (B,T,C/t); qkv (B,T,3C/t); fch, fch_gelu (B,T,4C/t); 4 row
+  // statistics.
+  m.activations_per_layer = 3 * act + rounded(4 * BT * C / t) + rounded(12 * BT * C / t) +
+                            2 * rounded(16 * BT * C / t) + 4 * stat + att;
   const bool recompute = config.options.checkpointing == trainer::Checkpointing::kBlock;
-  const size_t stream = static_cast<size_t>(L + 1) * act;
-  const size_t head_saved = act + 3 * stat;  // lnf, its mean and rstd, per-token losses
-  m.activations = stream + (recompute ? 1 : L) * m.activations_per_layer + head_saved;
+  const size_t stream = static_cast<size_t>(Ls + 1) * act;
+  const size_t head_saved = last ? act + 3 * stat : 0;  // lnf, its mean and rstd, token losses
+  // 1F1B: stage s holds the activations of up to pp - s micro-batches at once.
+  const size_t in_flight =
+      pp > 1 ? static_cast<size_t>(std::min(std::max(1, config.grad_accum), pp - stage)) : 1;
+  m.activations = in_flight * (stream + head_saved) +
+                  (recompute ? 1 : in_flight * static_cast<size_t>(Ls)) * m.activations_per_layer +
+                  (pp > 1 ? 2 * act : 0);  // received activation and gradient
 
-  // LM-head phase: dres and dlnf (B,T,C), the logits chunk, and the larger of the head GEMMs'
-  // transients (converted operands and oneDNN scratchpad, as Gemm routes them).
+  // LM-head phase (last stage): dres and dlnf (B,T,C), the logits chunk, and the larger of the
+  // head GEMMs' transients (converted operands and oneDNN scratchpad, as Gemm routes them).
   using Call = trainer::Gemm::Call;
-  const int rows = head_rows(config, static_cast<int>(N));
-  const size_t logits = rounded(static_cast<size_t>(rows) * Vp * (bf16 ? 2 : 4));
-  size_t head_gemm = 0;
-  for (bool acc : {false, true}) {
-    head_gemm = std::max(
-        {head_gemm,
-         trainer::Gemm::transient_bytes(bf16 ? Call::kForwardBf16Out : Call::kForward, rows, C, Vp,
-                                        prec, false, acc, kRound),
-         trainer::Gemm::transient_bytes(bf16 ? Call::kBackwardBf16Dout : Call::kBackward, rows, C,
-                                        Vp, prec, false, acc, kRound)});
+  if (last) {
+    const int rows = head_rows(config, static_cast<int>(N));
+    const size_t logits = rounded(static_cast<size_t>(rows) * Vp * (bf16 ? 2 : 4));
+    size_t head_gemm = 0;
+    for (bool acc : {false, true}) {
+      head_gemm =
+          std::max({head_gemm,
+                    trainer::Gemm::transient_bytes(bf16 ? Call::kForwardBf16Out : Call::kForward,
+                                                   rows, C, Vp, prec, false, acc, kRound),
+                    trainer::Gemm::transient_bytes(bf16 ? Call::kBackwardBf16Dout : Call::kBackward,
+                                                   rows, C, Vp, prec, false, acc, kRound)});
+    }
+    m.head_transient = 2 * act + logits + head_gemm;
   }
-  m.head_transient = 2 * act + logits + head_gemm;
 
-  // Block phases: backward holds dres, dbt (B,T,C) and dbig (B,T,4C) plus the largest of its
+  // Block phases: backward holds dres, dbt (B,T,C) and dbig (B,T,4C/t) plus the largest of its
   // four GEMMs' transients; forward (and recompute) only the GEMM transient.
   const int n = static_cast<int>(N);
-  const int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};  // (IC, OC)
+  const int Ct = C / tp;
+  const int shapes[4][2] = {{C, 3 * Ct}, {Ct, C}, {C, 4 * Ct}, {4 * Ct, C}};  // (IC, OC)
   size_t bwd_gemm = 0, fwd_gemm = 0;
   for (const auto& sh : shapes) {
     bwd_gemm = std::max(bwd_gemm, trainer::Gemm::transient_bytes(Call::kBackward, n, sh[0], sh[1],
@@ -97,14 +156,37 @@ MemoryEstimate predict_memory(const trainer::TrainConfig& config, const Parallel
     fwd_gemm = std::max(fwd_gemm, trainer::Gemm::transient_bytes(Call::kForward, n, sh[0], sh[1],
                                                                  prec, true, false, kRound));
   }
-  m.block_transient = std::max(2 * act + rounded(16 * BT * C) + bwd_gemm,
-                               (recompute ? act : 0) + fwd_gemm);
+  if (Ls > 0) {
+    m.block_transient =
+        std::max(2 * act + rounded(16 * BT * C / t) + bwd_gemm, (recompute ? act : 0) + fwd_gemm);
+  }
 
   const bool head_wins = m.head_transient >= m.block_transient;
   m.phase_at_peak = head_wins ? "lm-head" : "block backward";
+  if (pp > 1) m.phase_at_peak += fmt::format(" (stage {} of {})", stage, pp);
   m.peak = m.params + m.grads + m.optimizer + m.low_precision_weights + m.batch + m.activations +
            std::max(m.head_transient, m.block_transient);
   return m;
+}
+
+}  // namespace
+
+MemoryEstimate predict_memory(const trainer::TrainConfig& config, const ParallelLayout& layout) {
+  const int pp = std::max(1, layout.pp);
+  if (layout.tp > 1 && (config.model.num_heads % layout.tp || config.model.channels % layout.tp)) {
+    throw ConfigError(fmt::format("--tp {} must divide --heads {} and --channels {}", layout.tp,
+                                  config.model.num_heads, config.model.channels));
+  }
+  if (pp > config.model.num_layers) {
+    throw ConfigError(fmt::format("--pp {} stages for {} layers", pp, config.model.num_layers));
+  }
+  if (layout.stage >= 0) return predict_stage(config, layout, std::min(layout.stage, pp - 1));
+  MemoryEstimate worst = predict_stage(config, layout, 0);
+  for (int s = 1; s < pp; ++s) {
+    MemoryEstimate m = predict_stage(config, layout, s);
+    if (m.peak > worst.peak) worst = std::move(m);
+  }
+  return worst;
 }
 
 double korthikanti_activation_bytes_per_layer(int B, int T, int C, int NH, bool recompute) {

@@ -14,7 +14,8 @@ using nlohmann::json;
 namespace {
 
 bool is_short(const JournalEntry& e) {
-  return e.phase == "baseline" || e.phase == "trial" || e.phase == "grid" || e.phase == "repeat";
+  return e.phase == "baseline" || e.phase == "trial" || e.phase == "grid" || e.phase == "repeat" ||
+         e.phase == "confirm";
 }
 
 double mib(double b) { return b / 1048576.0; }
@@ -24,10 +25,24 @@ const JournalEntry* at(const SweepOutcome& o, int id) {
                                                            : nullptr;
 }
 
+// The best configuration's throughput over the baseline's: the confirmation round's median
+// ratio when one chose it, else the ratio of the two short trials.
 double speedup(const SweepOutcome& o) {
+  if (o.confirmed_ratio > 0) return o.confirmed_ratio;
   const JournalEntry* b = at(o, o.baseline_trial);
   const JournalEntry* t = at(o, o.best_trial);
   return b && t && b->result.tokens_per_s > 0 ? t->result.tokens_per_s / b->result.tokens_per_s : 1;
+}
+
+const char* speedup_basis(const SweepOutcome& o) {
+  return o.confirmed_ratio > 0 ? "median ratio in the confirmation round"
+                               : "short trials, unconfirmed";
+}
+
+std::string ratios_text(const ConfirmRow& row) {
+  std::string s;
+  for (double x : row.ratios) s += fmt::format("{}{:.3f}", s.empty() ? "" : " ", x);
+  return s.empty() ? "-" : s;
 }
 
 std::string md_cell(std::string s) {
@@ -110,6 +125,20 @@ json report_json(const SweepOutcome& o, const SweepOptions& opt) {
   if (const auto* b = at(o, o.baseline_trial)) j["baseline_tokens_per_s"] = b->result.tokens_per_s;
   if (const auto* t = at(o, o.best_trial)) j["best_tokens_per_s"] = t->result.tokens_per_s;
   j["speedup"] = speedup(o);
+  j["speedup_basis"] = speedup_basis(o);
+  j["confirmed_ratio"] = o.confirmed_ratio;
+  j["confirmation"] = json::array();
+  for (const auto& row : o.confirmation) {
+    j["confirmation"].push_back({{"change", row.change},
+                                 {"config", row.knobs},
+                                 {"trials", row.trials},
+                                 {"tokens_per_s", row.tokens_per_s},
+                                 {"ratios", row.ratios},
+                                 {"median_tokens_per_s", row.median_tps},
+                                 {"median_ratio", row.median_ratio},
+                                 {"ratio_spread", row.ratio_spread},
+                                 {"beats_baseline", row.beats_baseline}});
+  }
   j["stop_reason"] = o.stop_reason;
   j["trials_run"] = o.trials_run;
   j["diagnoses"] = o.diagnoses;
@@ -117,10 +146,10 @@ json report_json(const SweepOutcome& o, const SweepOptions& opt) {
   j["verification_rules"] = describe_rules(opt.verify);
   j["baseline_verify"] = o.baseline_verify;
   j["accepted_verifies"] = o.accepted_verifies;
+  j["best_verify"] = o.best_verify;
   if (const auto* bv = at(o, o.baseline_verify)) {
     j["baseline_verify_final_loss"] = bv->result.final_loss;
-    if (!o.accepted_verifies.empty()) {
-      const auto* v = at(o, o.accepted_verifies.back());
+    if (const auto* v = at(o, o.best_verify)) {
       const VerifyResult r = verify_curve(Curve{bv->result.tokens, bv->result.losses},
                                           Curve{v->result.tokens, v->result.losses}, opt.verify);
       j["verified"] = {{"baseline_smoothed_loss", r.base_final},
@@ -142,19 +171,32 @@ json report_json(const SweepOutcome& o, const SweepOptions& opt) {
 
 std::string report_markdown(const SweepOutcome& o, const SweepOptions& opt) {
   std::string s = fmt::format("# ft-tune sweep ({})\n\n", o.strategy);
-  s += fmt::format("- best: **{}** ({:.2f}x the baseline's short-trial throughput)\n",
-                   md_cell(describe_diff(o.baseline, o.best)), speedup(o));
+  s += fmt::format("- best: **{}** ({:.2f}x the baseline's throughput; {})\n",
+                   md_cell(describe_diff(o.baseline, o.best)), speedup(o), speedup_basis(o));
   s += fmt::format("- trials run: {} ({:.1f} s of trial time), diagnoses: {}, seed {}\n",
                    o.trials_run, o.spent_s, o.diagnoses, opt.seed);
   s += fmt::format("- stopped: {}\n", md_cell(o.stop_reason));
   s += fmt::format("- verification: {}\n\n", describe_rules(opt.verify));
-  s += "## Trials\n\n| id | phase | change | status | tokens/s | peak MiB | predicted MiB | final "
-       "loss | reason |\n|---|---|---|---|---|---|---|---|---|\n";
+  if (!o.confirmation.empty()) {
+    s += "## Confirmation round (side by side, alternating order)\n\n| configuration | median "
+         "tokens/s | median ratio to baseline | per-round ratios | beats the baseline |\n"
+         "|---|---|---|---|---|\n";
+    for (const auto& row : o.confirmation) {
+      s += fmt::format("| {} | {:.0f} | {:.3f} | {} | {} |\n", md_cell(row.change), row.median_tps,
+                       row.median_ratio, ratios_text(row), row.beats_baseline ? "yes" : "no");
+    }
+    s += "\n";
+  }
+  s += "## Trials\n\n(tokens/s: the measured steps' tokens over their time; step spread: "
+       "interquartile range of the per-step rates over their median)\n\n| id | phase | change | "
+       "status | tokens/s | step spread | peak MiB | predicted MiB | final loss | reason |\n"
+       "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& e : o.trials) {
     const auto& r = e.result;
-    s += fmt::format("| {} | {} | {} | {} | {:.0f} | {:.1f} | {:.1f} | {:.4f} | {} |\n", e.id,
-                     e.phase, md_cell(e.change), trial_status_name(r.status), r.tokens_per_s,
-                     mib(r.mem_peak), mib(e.predicted_mem), r.final_loss, md_cell(r.reason));
+    s += fmt::format("| {} | {} | {} | {} | {:.0f} | {:.0f}% | {:.1f} | {:.1f} | {:.4f} | {} |\n",
+                     e.id, e.phase, md_cell(e.change), trial_status_name(r.status), r.tokens_per_s,
+                     100 * r.step_tps_spread, mib(r.mem_peak), mib(e.predicted_mem), r.final_loss,
+                     md_cell(r.reason));
   }
   s += "\n## Pareto front (throughput vs peak memory)\n\n";
   for (int i : pareto_front(o.trials)) {
@@ -292,7 +334,8 @@ std::string report_html(const SweepOutcome& o, const SweepOptions& opt) {
       ".rejected,.oom,.crash,.timeout{color:#b00}</style></head><body>";
   s += "<h1>ft-tune sweep (" + esc(o.strategy) + ")</h1><ul>";
   s += "<li>best: <b>" + esc(describe_diff(o.baseline, o.best)) +
-       fmt::format("</b> ({:.2f}x the baseline's short-trial throughput)</li>", speedup(o));
+       fmt::format("</b> ({:.2f}x the baseline's throughput; {})</li>", speedup(o),
+                   speedup_basis(o));
   s += fmt::format("<li>trials run: {} ({:.1f} s), diagnoses: {}, seed {}</li>", o.trials_run,
                    o.spent_s, o.diagnoses, opt.seed);
   s += "<li>stopped: " + esc(o.stop_reason) + "</li>";
@@ -300,6 +343,17 @@ std::string report_html(const SweepOutcome& o, const SweepOptions& opt) {
   s += "<h2>Throughput vs peak memory (red: Pareto front, green: best)</h2>" + scatter_svg(o);
   s += "<h2>Loss curves of the verification runs (black: baseline; dashed red: rejected)</h2>" +
        curves_svg(o);
+  if (!o.confirmation.empty()) {
+    s += "<h2>Confirmation round (side by side, alternating order)</h2><table><tr>"
+         "<th>configuration</th><th>median tokens/s</th><th>median ratio to baseline</th>"
+         "<th>per-round ratios</th><th>beats the baseline</th></tr>";
+    for (const auto& row : o.confirmation) {
+      s += fmt::format("<tr><td>{}</td><td>{:.0f}</td><td>{:.3f}</td><td>{}</td><td>{}</td></tr>",
+                       esc(row.change), row.median_tps, row.median_ratio, ratios_text(row),
+                       row.beats_baseline ? "yes" : "no");
+    }
+    s += "</table>";
+  }
   s += "<h2>Decisions</h2><ol>";
   for (const auto& d : o.decisions) {
     s += fmt::format("<li>[round {}] <b>{}</b>: {}</li>", d.round, esc(d.kind), esc(d.text));

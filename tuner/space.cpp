@@ -21,7 +21,7 @@
 namespace ft::tuner {
 using nlohmann::json;
 
-std::vector<Finding> read_diagnosis(const std::filesystem::path& report_json) {
+Diagnosis read_diagnosis(const std::filesystem::path& report_json) {
   const std::string text = read_file(report_json);
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
@@ -54,7 +54,14 @@ std::vector<Finding> read_diagnosis(const std::filesystem::path& report_json) {
     }
     ++i;
   }
-  return out;
+  Diagnosis d(std::move(out));
+  if (j.contains("totals") && j["totals"].is_object()) {
+    const auto& t = j["totals"];
+    if (t.contains("compute") && t["compute"].is_number()) {
+      d.compute_share = std::clamp(t["compute"].get<double>(), 0.0, 1.0);
+    }
+  }
+  return d;
 }
 
 std::set<std::string> help_flags(const std::string& help_text) {
@@ -78,16 +85,29 @@ std::map<std::string, std::string> help_defaults(const std::string& help_text) {
 }
 
 std::string effective_key(const Config& c, const std::map<std::string, std::string>& defaults) {
-  static const char* kKnobs[] = {"precision",   "checkpoint", "attention",      "allocator-caching",
-                                 "micro-batch", "grad-accum", "loader-workers", "prefetch"};
+  static const char* kKnobs[] = {"precision",
+                                 "checkpoint",
+                                 "attention",
+                                 "allocator-caching",
+                                 "micro-batch",
+                                 "grad-accum",
+                                 "loader-workers",
+                                 "prefetch",
+                                 "dp",
+                                 "tp",
+                                 "pp",
+                                 "zero",
+                                 "bucket-mb",
+                                 "overlap"};
   Config e = c;
   for (const char* k : kKnobs) {
     const auto d = defaults.find(k);
     if (!e.count(k) && d != defaults.end()) e[k] = d->second;
   }
   for (auto& [k, v] : e) {
-    if (v == "1" && k == "allocator-caching") v = "true";
-    if (v == "0" && k == "allocator-caching") v = "false";
+    if (k != "allocator-caching" && k != "overlap") continue;
+    if (v == "1") v = "true";
+    if (v == "0") v = "false";
   }
   return config_key(e);
 }
@@ -138,7 +158,7 @@ double predicted_peak(const Config& c) {
   const auto tc = to_train_config(c);
   if (!tc) return 0;
   try {
-    return static_cast<double>(predict_memory(*tc).peak);
+    return static_cast<double>(predict_memory(*tc, ParallelLayout::of(tc->parallel)).peak);
   } catch (const Error&) {
     return 0;
   }
@@ -187,7 +207,7 @@ std::optional<Config> apply_knob(const Config& incumbent, const Config& patch,
 }
 
 std::vector<Dimension> default_space(const Config& baseline, const std::set<std::string>& flags,
-                                     const BatchRule& rule) {
+                                     const BatchRule& rule, int ranks) {
   std::vector<Dimension> dims;
   dims.push_back(
       {"precision", {{{"precision", "fp32"}}, {{"precision", "bf16"}}, {{"precision", "fp16"}}}});
@@ -219,7 +239,55 @@ std::vector<Dimension> default_space(const Config& baseline, const std::set<std:
   dims.push_back(
       {"allocator", {{{"allocator-caching", "true"}}, {{"allocator-caching", "false"}}}});
   dims.push_back({"attention", {{{"attention", "flash"}}, {{"attention", "naive"}}}});
+  if (ranks > 1 && flags.count("dp") && flags.count("tp") && flags.count("pp")) {
+    const auto tc = to_train_config(baseline);
+    Dimension split{"parallel split", {}};
+    for (int dp = ranks; dp >= 1; --dp) {
+      if (ranks % dp) continue;
+      for (int tp = 1; tp <= ranks / dp; ++tp) {
+        if ((ranks / dp) % tp) continue;
+        const int pp = ranks / dp / tp;
+        if (tc &&
+            (tc->model.num_heads % tp || tc->model.channels % tp || pp > tc->model.num_layers)) {
+          continue;
+        }
+        for (int zero = 0; zero <= (dp > 1 && flags.count("zero") ? 2 : 0); ++zero) {
+          Config c{
+              {"dp", std::to_string(dp)}, {"tp", std::to_string(tp)}, {"pp", std::to_string(pp)}};
+          if (flags.count("zero")) c["zero"] = std::to_string(zero);
+          split.settings.push_back(c);
+        }
+      }
+    }
+    dims.push_back(split);
+    if (flags.count("overlap") && flags.count("bucket-mb")) {
+      const double b = tc ? tc->parallel.bucket_mb : 25;
+      dims.push_back({"dp communication",
+                      {{{"overlap", "true"}, {"bucket-mb", fmt_num(b)}},
+                       {{"overlap", "true"}, {"bucket-mb", fmt_num(b / 4)}},
+                       {{"overlap", "false"}, {"bucket-mb", fmt_num(b)}}}});
+    }
+  }
   return dims;
+}
+
+std::vector<Config> derived_knobs(const Finding& f, const Config& inc) {
+  const auto tc = to_train_config(inc);
+  if (!tc) return {};
+  const int B = tc->micro_batch, K = tc->grad_accum;
+  std::vector<Config> out;
+  if (f.cls == "comm") {
+    if (!tc->parallel.overlap) out.push_back({{"overlap", "true"}});
+    out.push_back({{"bucket-mb", fmt_num(2 * tc->parallel.bucket_mb)}});
+    out.push_back({{"grad-accum", std::to_string(2 * K)}});
+  } else if (f.cls == "parallel" && f.title.find("bubble") != std::string::npos) {
+    if (B >= 2 && B % 2 == 0) {
+      out.push_back(
+          {{"micro-batch", std::to_string(B / 2)}, {"grad-accum", std::to_string(2 * K)}});
+    }
+    out.push_back({{"grad-accum", std::to_string(4 * K)}});
+  }
+  return out;
 }
 
 std::vector<Config> grid_configs(const Config& baseline, const std::vector<Dimension>& space,
@@ -283,13 +351,13 @@ void validate_config(const Config& c, const std::set<std::string>& train_flags) 
   }
 }
 
-std::vector<Finding> run_diagnosis(const std::filesystem::path& ft_diagnose,
-                                   const std::filesystem::path& dir, const Config& config,
-                                   double timeout_s) {
+Diagnosis run_diagnosis(const std::filesystem::path& ft_diagnose, const std::filesystem::path& dir,
+                        const Config& config, double timeout_s, int ranks) {
   const auto report = dir / "report.json";
   if (std::filesystem::exists(report)) return read_diagnosis(report);
   std::filesystem::create_directories(dir);
   std::vector<std::string> cmd{ft_diagnose.string(), "run", "--out", dir.string()};
+  if (ranks > 1) cmd.insert(cmd.end(), {"--ranks", std::to_string(ranks)});
   for (const auto& w : config_args(config)) cmd.push_back(w);
   const auto log = dir.string() + ".log";
   const ChildResult r = run_child(cmd, log, timeout_s);

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -15,6 +16,8 @@
 #include <thread>
 
 #include "ft/core/error.h"
+#include "ft/trainer/launch.h"
+#include "ft/trainer/parallel.h"
 
 namespace ft::tuner {
 namespace fs = std::filesystem;
@@ -104,7 +107,31 @@ bool parse_trial_status(const std::string& s, TrialStatus* out) {
   return false;
 }
 
-bool read_metrics(const fs::path& path, TrialResult* r) {
+namespace {
+
+double quantile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (pos - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
+}
+
+}  // namespace
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return quantile(v, 0.5);
+}
+
+double iqr_spread(std::vector<double> v) {
+  if (v.size() < 4) return 0;
+  std::sort(v.begin(), v.end());
+  const double m = quantile(v, 0.5);
+  return m > 0 ? (quantile(v, 0.75) - quantile(v, 0.25)) / m : 0;
+}
+
+bool read_metrics(const fs::path& path, TrialResult* r, int warmup_steps) {
   std::ifstream in(path);
   if (!in) {
     r->reason = "no metrics file " + path.string();
@@ -115,24 +142,53 @@ bool read_metrics(const fs::path& path, TrialResult* r) {
   r->losses.clear();
   r->tokens.clear();
   double tokens = 0;
+  struct Step {
+    double tokens, ms, tps;
+  };
+  std::vector<Step> steps;
+  double summary_tps = 0, summary_ms = 0;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) continue;  // a torn last line of a killed run
     if (j.contains("summary")) {
       const auto& s = j["summary"];
-      r->tokens_per_s = s.value("mean_tokens_per_s", 0.0);
-      r->step_ms = s.value("mean_step_ms", 0.0);
+      summary_tps = s.value("mean_tokens_per_s", 0.0);
+      summary_ms = s.value("mean_step_ms", 0.0);
       r->mem_peak = s.value("mem_peak", 0.0);
       r->final_loss = s.value("final_loss", std::nan(""));
       summary = true;
     } else if (j.contains("loss")) {
       const double loss = j["loss"].is_number() ? j["loss"].get<double>() : std::nan("");
+      const double tps = j.value("tokens_per_s", 0.0), ms = j.value("step_ms", 0.0);
       // Tokens of this step: throughput x duration (B T K, exactly up to rounding).
-      tokens += std::round(j.value("tokens_per_s", 0.0) * j.value("step_ms", 0.0) / 1000.0);
+      const double step_tokens = std::round(tps * ms / 1000.0);
+      tokens += step_tokens;
       r->losses.push_back(loss);
       r->tokens.push_back(tokens);
+      steps.push_back({step_tokens, ms, tps});
     }
+  }
+  // The measured steps: those after the warm-up, or all when the run is no longer than it.
+  const size_t skip = steps.size() > static_cast<size_t>(std::max(0, warmup_steps))
+                          ? static_cast<size_t>(std::max(0, warmup_steps))
+                          : 0;
+  double sum_tokens = 0, sum_ms = 0;
+  std::vector<double> rates;
+  for (size_t i = skip; i < steps.size(); ++i) {
+    sum_tokens += steps[i].tokens;
+    sum_ms += steps[i].ms;
+    rates.push_back(steps[i].tps);
+  }
+  r->measured_steps = static_cast<int>(rates.size());
+  if (sum_ms > 0) {
+    r->tokens_per_s = sum_tokens / (sum_ms / 1000.0);
+    r->step_ms = sum_ms / static_cast<double>(rates.size());
+    r->step_tps_median = median_of(rates);
+    r->step_tps_spread = iqr_spread(rates);
+  } else {  // no per-step lines: ft-train's own summary
+    r->tokens_per_s = summary_tps;
+    r->step_ms = summary_ms;
   }
   if (!summary) r->reason = "metrics have no summary line";
   return summary;
@@ -203,6 +259,16 @@ ChildResult run_child(const std::vector<std::string>& command, const fs::path& l
   return r;
 }
 
+std::vector<std::string> trial_command(const Config& config, const TrialOptions& options) {
+  std::vector<std::string> args = config_args(config);
+  if (options.ranks > 1) {
+    return trainer::mpirun_command(options.mpirun.string(), options.ranks,
+                                   options.ft_train.string(), args);
+  }
+  args.insert(args.begin(), options.ft_train.string());
+  return args;
+}
+
 TrialResult run_trial(const std::string& id, const Config& config, const TrialOptions& options) {
   fs::create_directories(options.work_dir);
   // The pid in the names keeps a trial orphaned by a killed sweep from writing into the file of
@@ -213,16 +279,26 @@ TrialResult run_trial(const std::string& id, const Config& config, const TrialOp
   fs::remove(metrics);
   Config c = config;
   c["metrics"] = metrics.string();
-  std::vector<std::string> args = config_args(c);
-  args.insert(args.begin(), options.ft_train.string());
-  const ChildResult child = run_child(args, log, options.timeout_s);
+  int warmup = 2;  // ft-train's --warmup-excluded default
+  if (const auto it = c.find("warmup-excluded"); it != c.end()) {
+    try {
+      warmup = std::stoi(it->second);
+    } catch (const std::exception&) {
+      // ft-train rejects the value itself; the trial fails with its message
+    }
+  }
+  // Under mpirun every rank writes its own FILE.rankN.jsonl; rank 0's speaks for the job.
+  const fs::path read_from =
+      options.ranks > 1 ? fs::path(trainer::rank_path(metrics.string(), 0)) : metrics;
+  fs::remove(read_from);
+  const ChildResult child = run_child(trial_command(c, options), log, options.timeout_s);
   TrialResult r;
   const bool timed_out = child.timed_out;
   const int status_signal = child.signal;
   r.wall_s = child.wall_s;
   if (timed_out) {
     r.status = TrialStatus::kTimeout;
-    read_metrics(metrics, &r);  // the steps it finished, if any
+    read_metrics(read_from, &r, warmup);  // the steps it finished, if any
     r.reason = fmt::format("killed after the {:.0f} s time limit", options.timeout_s);
     return r;
   }
@@ -246,7 +322,7 @@ TrialResult run_trial(const std::string& id, const Config& config, const TrialOp
         r.exit_code == 127 ? "cannot execute " + options.ft_train.string() : last_error_line(log));
     return r;
   }
-  if (!read_metrics(metrics, &r)) {
+  if (!read_metrics(read_from, &r, warmup)) {
     r.status = TrialStatus::kCrash;
     return r;
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "ft/core/error.h"
 #include "ft/profiler/findings.h"
@@ -26,10 +27,15 @@ Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options, const Fin
   for (double& x : d.totals) x = wall > 0 ? x / wall : 0;
 
   // Loss series: a step with a loss counter contributes it (NaN included); others are skipped.
+  // Memory counters or run facts present: memory was recorded (legacy PyTorch traces have none).
   std::map<int64_t, double> loss_by_step, mfu_by_step;
+  bool memory_recorded = run.mem_peak > 0 || run.mem_reserved_peak > 0;
   for (const Event& ev : trace.events) {
-    if (ev.phase != Phase::kCounter || ev.step < 0 || ev.name >= trace.names.size()) continue;
+    if (ev.phase != Phase::kCounter || ev.name >= trace.names.size()) continue;
     const std::string& name = trace.names.at(ev.name);
+    if (name == kCounterMemAllocated || name == kCounterMemReserved || name == kCounterMemPeak)
+      memory_recorded = true;
+    if (ev.step < 0) continue;
     if (name == kCounterLoss) loss_by_step[ev.step] = ev.value;
     if (name == kCounterMfu) mfu_by_step[ev.step] = ev.value;
   }
@@ -69,6 +75,13 @@ Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options, const Fin
     if (k.rfind("env.", 0) == 0) d.environment[k.substr(4)] = v;
   }
   d.findings = find_issues(trace, d.steps, facts, d.loss_health, rules);
+  if (!memory_recorded) {
+    // Not recorded, not zero: NaN ("not recorded" in the reports, null in report.json).
+    const double unknown = std::numeric_limits<double>::quiet_NaN();
+    d.memory.peak = d.memory.reserved = d.memory.fragmentation = unknown;
+    d.memory_timeline.clear();
+    for (StepBreakdown& s : d.steps) s.mem_allocated = s.mem_reserved = unknown;
+  }
   return d;
 }
 

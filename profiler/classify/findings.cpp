@@ -450,7 +450,7 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
     out.push_back(std::move(f));
   }
   // Loss stability.
-  if (loss.verdict != "healthy" && !loss.verdict.empty()) {
+  if (loss.verdict != "healthy" && loss.verdict != "unknown" && !loss.verdict.empty()) {
     Finding f;
     f.cls = "loss";
     f.severity = loss.has_nan || loss.diverged ? Severity::kCritical : Severity::kWarning;

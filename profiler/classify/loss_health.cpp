@@ -67,7 +67,9 @@ LossHealth assess_loss(const std::vector<double>& losses, const LossHealthRules&
     const double best = *std::min_element(l.begin(), l.end());
     h.diverged = final_loss > l.front() || (best > 0 && final_loss > rules.diverge_ratio * best);
   }
-  if (h.has_nan) {
+  if (losses.empty()) {
+    h.verdict = "unknown";  // no loss recorded (e.g. a PyTorch trace)
+  } else if (h.has_nan) {
     h.verdict = "nan";
   } else if (h.diverged) {
     h.verdict = "diverging";

@@ -54,6 +54,7 @@ struct Segment {
 std::vector<Segment> sweep(std::vector<Interval> ivs, int64_t lo, int64_t hi) {
   std::vector<Segment> out;
   std::vector<std::pair<int64_t, int>> edges;  // (time, +i+1 start / -(i+1) end)
+  edges.reserve(2 * ivs.size());
   for (size_t i = 0; i < ivs.size(); ++i) {
     ivs[i].a = std::max(ivs[i].a, lo);
     ivs[i].b = std::min(ivs[i].b, hi);
@@ -202,9 +203,24 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
         "trace ({}) has no training steps: no '{}' spans on a host thread",
         trace.source.empty() ? "unnamed" : trace.source, category_name(Category::kStep)));
   }
-  // Outermost step spans on the training thread, in time order.
-  std::vector<const Event*> steps, spans, device;
+  // Outermost step spans on the training thread, in time order. The vectors are sized first:
+  // on large traces, growth by doubling would hold two copies of the biggest one.
+  std::vector<const Event*> steps, spans;
   std::vector<const Event*> faults, system;
+  std::map<uint32_t, std::vector<const Event*>> device_by_pid;
+  size_t n_steps = 0, n_spans = 0;
+  std::map<uint32_t, size_t> n_device;
+  for (const Event& ev : trace.events) {
+    if (ev.phase != Phase::kSpan || ev.dur_ns < 0) continue;
+    if (ev.track.device) {
+      ++n_device[ev.track.pid];
+    } else if (ev.track == main) {
+      ++(is_step_span(trace, ev) ? n_steps : n_spans);
+    }
+  }
+  steps.reserve(n_steps);
+  spans.reserve(n_spans);
+  for (const auto& [pid, n] : n_device) device_by_pid[pid].reserve(n);
   for (const Event& ev : trace.events) {
     if (ev.phase == Phase::kCounter) {
       if (ev.name < trace.names.size()) {
@@ -216,7 +232,7 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
     }
     if (ev.phase != Phase::kSpan || ev.dur_ns < 0) continue;
     if (ev.track.device) {
-      device.push_back(&ev);
+      device_by_pid[ev.track.pid].push_back(&ev);
     } else if (ev.track == main) {
       (is_step_span(trace, ev) ? steps : spans).push_back(&ev);
     }
@@ -230,8 +246,6 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
   }
   std::sort(spans.begin(), spans.end(),
             [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
-  std::map<uint32_t, std::vector<const Event*>> device_by_pid;
-  for (const Event* d : device) device_by_pid[d->track.pid].push_back(d);
 
   const double fault_ns = page_fault_cost_ns(trace, options);
   int64_t t0 = std::numeric_limits<int64_t>::max();
@@ -261,6 +275,11 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
     }
     std::vector<Interval> ivs;
     std::vector<const Event*> owners;
+    const auto past =
+        std::lower_bound(spans.begin() + static_cast<std::ptrdiff_t>(first_span), spans.end(), hi,
+                         [](const Event* a, int64_t t) { return a->ts_ns < t; });
+    ivs.reserve(static_cast<size_t>(past - spans.begin()) - first_span);
+    owners.reserve(ivs.capacity());
     for (size_t i = first_span; i < spans.size() && spans[i]->ts_ns < hi; ++i) {
       const Event& ev = *spans[i];
       if (ev.end_ns() <= lo || ev.dur_ns == 0) continue;
@@ -269,8 +288,9 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
                      class_priority(c)});
       owners.push_back(&ev);
     }
-    const std::vector<Segment> host = sweep(ivs, lo, hi);
+    const std::vector<Segment> host = sweep(std::move(ivs), lo, hi);
     std::vector<Segment> host_cls;  // labelled by WaitClass, for the device split
+    host_cls.reserve(host.size());
     for (const Segment& s : host) {
       const int64_t len = s.b - s.a;
       WaitClass c = WaitClass::kOther;
@@ -340,7 +360,7 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
         dv.push_back({s.a, s.b, c, 4, 0, 0});
       }
       const std::string prefix = fmt::format("device{}.", pid);
-      for (const Segment& s : sweep(dv, lo, hi)) {
+      for (const Segment& s : sweep(std::move(dv), lo, hi)) {
         const std::string key =
             s.label == 100 ? prefix + "busy"
             : s.label == kDeviceCommSync

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "ft/profiler/hta.h"
+#include "ft/profiler/kineto_reader.h"
 #include "hta_frame.h"
 
 namespace ft::profiler {
@@ -441,7 +442,11 @@ void queue_summary(const HtaFrame& f, const std::vector<uint8_t>& kinds, json* o
 
 }  // namespace
 
-json hta_analyses(const std::vector<Trace>& ranks, const HtaOptions& options) {
+namespace {
+
+// Analyses of every rank; `release` (may be null) frees a rank's records once its frame is built.
+json analyses(const std::vector<KinetoTrace>& ranks, const HtaOptions& options,
+              KinetoTrace* release) {
   json out;
   out["ranks"] = json::array();
   out["events_after_load_filter"] = json::object();
@@ -452,8 +457,9 @@ json hta_analyses(const std::vector<Trace>& ranks, const HtaOptions& options) {
   out["cuda_kernel_launch_stats"] = json::object();
   std::map<std::string, int64_t> type_sums;
   size_t breakdown_rows = 0;
-  for (const Trace& t : ranks) {
-    const HtaFrame f = kineto::make_hta_frame(t);
+  for (size_t ri = 0; ri < ranks.size(); ++ri) {
+    const KinetoTrace& t = ranks[ri];
+    const HtaFrame f = kineto::make_hta_frame(t, release ? &release[ri] : nullptr);
     const std::vector<uint8_t> kinds = launch_kinds(t.names);
     out["ranks"].push_back(f.rank);
     out["events_after_load_filter"][std::to_string(f.rank)] = f.events_after_load_filter();
@@ -484,6 +490,25 @@ json hta_analyses(const std::vector<Trace>& ranks, const HtaOptions& options) {
   }
   out["kernel_breakdown_rows"] = breakdown_rows;
   return out;
+}
+
+}  // namespace
+
+json hta_analyses(const std::vector<KinetoTrace>& ranks, const HtaOptions& options) {
+  return analyses(ranks, options, nullptr);
+}
+
+json hta_analyses(std::vector<KinetoTrace>&& ranks, const HtaOptions& options) {
+  json out = analyses(ranks, options, ranks.data());
+  ranks.clear();
+  return out;
+}
+
+json hta_analyses_of(const std::string& trace_path, const HtaOptions& options) {
+  KinetoReadOptions read;
+  read.keep_memory = false;
+  read.assign_steps = false;
+  return hta_analyses(read_kineto_rank_records(trace_path, read), options);
 }
 
 std::string hta_entry_key(const std::string& trace_path, const std::string& traces_root) {

@@ -22,7 +22,7 @@ double micros_double(int64_t ns) {
 
 }  // namespace
 
-HtaFrame make_hta_frame(const Trace& trace) {
+HtaFrame make_hta_frame(const KinetoTrace& trace, KinetoTrace* consume) {
   HtaFrame f;
   f.rank = trace_rank(trace);
   // Kernel type and "is a ProfilerStep" are functions of the name: classify each name once.
@@ -38,61 +38,86 @@ HtaFrame make_hta_frame(const Trace& trace) {
   auto kept = [](const Event& e) {
     return e.phase == Phase::kSpan && !(e.flags & kNoSourceCategory);
   };
-  auto rounded_ts = [](const Event& e) {
+  auto make_row = [&](const Event& e) {
     // HTA works on the JSON's float µs: ts = ceil(ts), end = floor(ts + dur), computed on the
     // same doubles the JSON text parses to (see micros_double).
-    return static_cast<int64_t>(std::ceil(micros_double(e.ts_ns)));
-  };
-  // Pass 1: the last ProfilerStep (HTA cuts the trace there when it has two or more).
-  int64_t last_step = INT64_MIN;
-  size_t steps = 0, n = 0;
-  for (const Event& e : trace.events) {
-    if (!kept(e)) continue;
-    ++n;
-    classify(e.name);
-    if (is_step[e.name]) {
-      ++steps;
-      last_step = std::max(last_step, rounded_ts(e));
-    }
-  }
-  const bool cut = steps >= 2;
-  // Pass 2: rows. CPU rows without a correlation id take part in no analysis; they are only
-  // counted (HTA's events_after_load_filter), which keeps the frame to launches and GPU work.
-  f.rows.reserve(n);
-  for (const Event& e : trace.events) {
-    if (!kept(e)) continue;
     HtaRow r;
-    r.ts = rounded_ts(e);
+    r.ts = static_cast<int64_t>(std::ceil(micros_double(e.ts_ns)));
     r.dur =
         static_cast<int64_t>(std::floor(micros_double(e.ts_ns) + micros_double(e.dur_ns))) - r.ts;
     r.stream = e.track.device && !(e.flags & kNoStream) ? static_cast<int64_t>(e.track.tid) : -1;
     r.corr = e.id;
-    if (!r.gpu() && r.corr == 0) {
-      f.uncorrelated_cpu_rows += !cut || r.ts < last_step;
-      continue;
-    }
     r.name = e.name;
     r.sync = e.category == Category::kSync && e.track.device;
     r.type = static_cast<HtaKernelType>(type_of[e.name]);
-    f.rows.push_back(r);
+    return r;
+  };
+  // Frees the records a pass has walked past (its last pass only).
+  auto walked = [&](size_t i) {
+    if (consume && ((i + 1) & KinetoTrace::kBlockMask) == 0) consume->release_until(i + 1);
+  };
+  // Pass 1: the last ProfilerStep (HTA cuts the trace there when it has two or more), and the
+  // row count. CPU rows without a correlation id take part in no analysis; they are only counted
+  // (HTA's events_after_load_filter), which keeps the frame to launches and GPU work.
+  int64_t last_step = INT64_MIN;
+  size_t steps = 0, cpu_rows = 0, gpu_rows = 0;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const Event e = trace.event(i);
+    if (!kept(e)) continue;
+    classify(e.name);
+    const HtaRow r = make_row(e);
+    if (is_step[e.name]) {
+      ++steps;
+      last_step = std::max(last_step, r.ts);
+    }
+    if (r.gpu()) {
+      ++gpu_rows;
+    } else if (r.corr != 0) {
+      ++cpu_rows;
+    }
+  }
+  if (steps < 2) {
+    // No cut: every row, in file order.
+    f.rows.reserve(cpu_rows + gpu_rows);
+    for (size_t i = 0; i < trace.size(); ++i) {
+      const Event e = trace.event(i);
+      walked(i);
+      if (!kept(e)) continue;
+      const HtaRow r = make_row(e);
+      if (r.gpu() || r.corr != 0) {
+        f.rows.push_back(r);
+      } else {
+        ++f.uncorrelated_cpu_rows;
+      }
+    }
+    if (consume) consume->release_all();
+    return f;
   }
   // The cut keeps CPU rows that start before the last step and the GPU rows correlated with a
-  // kept CPU row, CPU rows first.
-  if (cut) {
-    std::vector<uint64_t> kept_corr;
-    for (const HtaRow& r : f.rows) {
-      if (!r.gpu() && r.ts < last_step && r.corr != 0) kept_corr.push_back(r.corr);
+  // kept CPU row, CPU rows first (each side in file order).
+  f.rows.reserve(cpu_rows + gpu_rows);
+  std::vector<uint64_t> kept_corr;
+  kept_corr.reserve(cpu_rows);
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const Event e = trace.event(i);
+    if (!kept(e)) continue;
+    const HtaRow r = make_row(e);
+    if (r.gpu() || r.ts >= last_step) continue;
+    if (r.corr == 0) {
+      ++f.uncorrelated_cpu_rows;
+    } else {
+      f.rows.push_back(r);
+      kept_corr.push_back(r.corr);
     }
-    std::sort(kept_corr.begin(), kept_corr.end());
-    auto keep = [&](const HtaRow& r) {
-      if (!r.gpu()) return r.ts < last_step;
-      return r.corr != 0 && std::binary_search(kept_corr.begin(), kept_corr.end(), r.corr);
-    };
-    auto end =
-        std::remove_if(f.rows.begin(), f.rows.end(), [&](const HtaRow& r) { return !keep(r); });
-    f.rows.erase(end, f.rows.end());
-    std::stable_partition(f.rows.begin(), f.rows.end(), [](const HtaRow& r) { return !r.gpu(); });
   }
+  std::sort(kept_corr.begin(), kept_corr.end());
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const Event e = trace.event(i);
+    walked(i);
+    if (!kept(e) || !e.track.device || (e.flags & kNoStream) || e.id == 0) continue;
+    if (std::binary_search(kept_corr.begin(), kept_corr.end(), e.id)) f.rows.push_back(make_row(e));
+  }
+  if (consume) consume->release_all();
   return f;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ft/profiler/event.h"
+#include "ft/profiler/kineto_trace.h"
 #include "kineto_names.h"
 
 namespace ft::profiler::kineto {
@@ -49,7 +50,8 @@ class CorrIndex {
 };
 
 // Applies HTA's loading rules: spans with a source category, integer-µs rounding, and the
-// last-ProfilerStep cut (see docs/hta_parity.md).
-HtaFrame make_hta_frame(const Trace& trace);
+// last-ProfilerStep cut (see docs/hta_parity.md). With `consume` (== &trace), the records are
+// freed as the last pass walks past them.
+HtaFrame make_hta_frame(const KinetoTrace& trace, KinetoTrace* consume = nullptr);
 
 }  // namespace ft::profiler::kineto

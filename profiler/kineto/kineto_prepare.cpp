@@ -9,8 +9,10 @@
 #include <unordered_map>
 
 #include "ft/profiler/classifier.h"
+#include "ft/profiler/collectives.h"
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/load_trace.h"
+#include "kineto_steps.h"
 
 namespace ft::profiler {
 namespace {
@@ -21,53 +23,37 @@ constexpr int kWarmupExcluded = 1;
 
 using Waits = std::vector<std::unordered_map<size_t, int64_t>>;  // per rank: event index -> ns
 
-CollectiveSplit match_collectives(const std::vector<Trace>& ranks, Waits* waits) {
+// The k-th device kernel of a given collective name on each rank is one collective (the shared
+// matcher, collectives.h, with the kernel name as the key).
+CollectiveSplit match_kineto_collectives(const std::vector<KinetoTrace>& ranks, Waits* waits) {
   CollectiveSplit out;
   out.ranks = static_cast<int>(ranks.size());
   waits->assign(ranks.size(), {});
   if (ranks.size() < 2) return out;
-  // Per rank: name -> event indices in time order.
-  std::vector<std::map<std::string, std::vector<size_t>>> by_name(ranks.size());
+  std::vector<std::vector<CollectiveCall>> calls(ranks.size());
   for (size_t r = 0; r < ranks.size(); ++r) {
-    const Trace& t = ranks[r];
-    for (size_t i = 0; i < t.events.size(); ++i) {
-      const Event& e = t.events[i];
-      if (!e.track.device || e.phase != Phase::kSpan || e.category != Category::kComm) continue;
-      by_name[r][t.names.at(e.name)].push_back(i);
-    }
-    for (auto& [name, v] : by_name[r]) {
-      std::stable_sort(v.begin(), v.end(),
-                       [&](size_t a, size_t b) { return t.events[a].ts_ns < t.events[b].ts_ns; });
+    const KinetoTrace& t = ranks[r];
+    for (size_t i = 0; i < t.size(); ++i) {
+      const KinetoRecord& rec = t.record(i);
+      if (static_cast<Phase>(rec.kind >> 4) != Phase::kSpan ||
+          static_cast<Category>(rec.kind & 15) != Category::kComm || !t.track_of(i).device) {
+        continue;
+      }
+      const Event e = t.event(i);
+      calls[r].push_back({t.names.at(e.name), e.ts_ns, e.dur_ns, i, 0});
     }
   }
   std::vector<int64_t> late_wait(ranks.size(), 0), late_count(ranks.size(), 0);
-  for (const auto& [name, first] : by_name[0]) {
-    size_t groups = first.size();
-    for (size_t r = 1; r < ranks.size(); ++r) {
-      const auto it = by_name[r].find(name);
-      groups = std::min(groups, it == by_name[r].end() ? size_t{0} : it->second.size());
+  for (const MatchedCollective& m : match_collectives(calls)) {
+    for (size_t i = 0; i < m.calls.size(); ++i) {
+      const auto& [r, c] = m.calls[i];
+      out.transfer_ns += m.transfer_ns;
+      out.sync_ns += m.sync_ns(i);
+      if (m.sync_ns(i) > 0) (*waits)[static_cast<size_t>(r)][c->ref] = m.sync_ns(i);
     }
-    for (size_t k = 0; k < groups; ++k) {
-      int64_t min_dur = std::numeric_limits<int64_t>::max(), last_start = 0;
-      size_t last = 0;
-      for (size_t r = 0; r < ranks.size(); ++r) {
-        const Event& e = ranks[r].events[by_name[r].at(name)[k]];
-        min_dur = std::min(min_dur, e.dur_ns);
-        if (r == 0 || e.ts_ns > last_start) last_start = e.ts_ns, last = r;
-      }
-      int64_t waited = 0;
-      for (size_t r = 0; r < ranks.size(); ++r) {
-        const size_t idx = by_name[r].at(name)[k];
-        const Event& e = ranks[r].events[idx];
-        out.transfer_ns += min_dur;
-        out.sync_ns += e.dur_ns - min_dur;
-        if (e.dur_ns > min_dur) (*waits)[r][idx] = e.dur_ns - min_dur;
-        if (r != last) waited += std::max<int64_t>(0, last_start - e.ts_ns);
-      }
-      late_wait[last] += waited;
-      ++late_count[last];
-      ++out.collectives;
-    }
+    late_wait[static_cast<size_t>(m.last)] += m.waited_ns;
+    ++late_count[static_cast<size_t>(m.last)];
+    ++out.collectives;
   }
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (late_wait[r] > out.straggler_wait_ns) {
@@ -79,76 +65,69 @@ CollectiveSplit match_collectives(const std::vector<Trace>& ranks, Waits* waits)
   return out;
 }
 
+uint32_t rank_of(const Track& k) { return k.device ? k.pid / 256u : k.pid >> 24; }
+
+bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
+
+// What prepare needs to know about a rank's names.
+struct NameFacts {
+  std::vector<uint8_t> step;      // "ProfilerStep#..." (is_step_span by name)
+  std::vector<uint8_t> memory;    // "[memory]"
+  std::vector<uint8_t> reserved;  // "[memory] Total Reserved"
+  explicit NameFacts(const StringTable& names) {
+    step.resize(names.size());
+    memory.resize(names.size());
+    reserved.resize(names.size());
+    for (uint32_t i = 0; i < names.size(); ++i) {
+      const std::string& n = names.at(i);
+      step[i] = starts_with(n, kProfilerStep);
+      memory[i] = n == "[memory]";
+      reserved[i] = n == "[memory] Total Reserved";
+    }
+  }
+  bool is_step(const Event& e) const { return e.category == Category::kStep || step[e.name]; }
+};
+
+// A device copy's facts that its host runtime call (cudaMemcpy*) takes over.
+struct CopyFacts {
+  Category category;
+  uint64_t bytes;
+  uint8_t flags;
+};
+using Copies = std::unordered_map<uint64_t, CopyFacts>;  // correlation id -> first device copy
+
 // Host runtime memcpys (cudaMemcpy, cudaMemcpyAsync, ...) block for as long as their copy needs
 // the host: they take the device copy's category, bytes and pinned/pageable flags, so the
 // partition counts that host time as PCIe.
-void link_runtime_copies(Trace* t) {
-  std::unordered_map<uint64_t, const Event*> copies;
-  for (const Event& e : t->events) {
-    if (e.track.device && e.id != 0 &&
-        (e.category == Category::kH2D || e.category == Category::kD2H)) {
-      copies.emplace(e.id, &e);
-    }
+Copies device_copies(const KinetoTrace& t) {
+  Copies copies;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const KinetoRecord& rec = t.record(i);
+    const auto cat = static_cast<Category>(rec.kind & 15);
+    if ((cat != Category::kH2D && cat != Category::kD2H) || !t.track_of(i).device) continue;
+    const Event e = t.event(i);
+    if (e.id != 0) copies.emplace(e.id, CopyFacts{e.category, e.bytes, e.flags});
   }
-  if (copies.empty()) return;
-  std::vector<std::pair<size_t, const Event*>> fix;
-  for (size_t i = 0; i < t->events.size(); ++i) {
-    const Event& e = t->events[i];
-    if (e.track.device || e.id == 0 || e.phase != Phase::kSpan) continue;
-    if (e.category != Category::kHost && e.category != Category::kSync) continue;
-    const auto it = copies.find(e.id);
-    if (it != copies.end()) fix.emplace_back(i, it->second);
-  }
-  for (const auto& [i, copy] : fix) {
-    Event& e = t->events[i];
-    e.category = copy->category;
-    e.bytes = copy->bytes;
-    e.flags |= copy->flags & (kPinned | kPageable);
-  }
+  return copies;
 }
 
-// Splits each collective with a synchronizing part into "comm sync: NAME" (first, the wait for
-// late ranks) and NAME (the transfer, the group minimum).
-void split_comm_events(Trace* t, const std::unordered_map<size_t, int64_t>& waits) {
-  std::vector<Event> added;
-  for (const auto& [idx, wait] : waits) {
-    Event& e = t->events[idx];
-    if (wait <= 0 || wait >= e.dur_ns) continue;
-    Event s = e;
-    s.dur_ns = wait;
-    s.name = t->names.intern(kCommSyncPrefix + t->names.at(e.name));
-    s.bytes = 0;
-    e.ts_ns += wait;
-    e.dur_ns -= wait;
-    added.push_back(s);
-  }
-  t->events.insert(t->events.end(), added.begin(), added.end());
+void link_runtime_copy(const Copies& copies, Event* e) {
+  if (copies.empty() || e->track.device || e->id == 0 || e->phase != Phase::kSpan) return;
+  if (e->category != Category::kHost && e->category != Category::kSync) return;
+  const auto it = copies.find(e->id);
+  if (it == copies.end()) return;
+  e->category = it->second.category;
+  e->bytes = it->second.bytes;
+  e->flags |= it->second.flags & (kPinned | kPageable);
 }
 
-uint32_t rank_of(const Track& k) { return k.device ? k.pid / 256u : k.pid >> 24; }
+using Spans = std::vector<std::pair<int64_t, int64_t>>;
 
-// PyTorch runs backward on the autograd engine's thread (and may use others): while the
-// training thread runs nothing classified (no span, or only user annotations such as
-// "## backward ##"), what the process's other host threads run is what it waits for. Their spans,
-// clipped to the training thread's uncovered stretches inside steps, are copied onto the training
-// thread (nesting is kept: a clipped child stays inside its clipped parent and still wins the
-// innermost rule). Returns the copies added.
-int64_t fill_training_gaps(Trace* t) {
-  Track main;
-  if (!find_training_track(*t, &main)) return 0;
-  std::vector<std::pair<int64_t, int64_t>> steps, own;
-  for (const Event& e : t->events) {
-    if (e.phase != Phase::kSpan || !(e.track == main) || e.dur_ns <= 0) continue;
-    if (is_step_span(*t, e)) {
-      steps.emplace_back(e.ts_ns, e.end_ns());
-    } else if (wait_class_of(e.category) != WaitClass::kOther) {
-      own.emplace_back(e.ts_ns, e.end_ns());  // user annotations ("## backward ##") do not cover
-    }
-  }
+// Stretches inside steps that the training thread's own classified spans do not cover.
+Spans training_gaps(Spans steps, Spans own) {
   std::sort(steps.begin(), steps.end());
   std::sort(own.begin(), own.end());
-  // Gaps: inside steps, not covered by the training thread's own spans.
-  std::vector<std::pair<int64_t, int64_t>> gaps;
+  Spans gaps;
   size_t j = 0;
   for (const auto& [a, b] : steps) {
     while (j < own.size() && own[j].second <= a) ++j;
@@ -159,126 +138,319 @@ int64_t fill_training_gaps(Trace* t) {
     }
     if (cur < b) gaps.emplace_back(cur, b);
   }
-  if (gaps.empty()) return 0;
-  std::vector<Event> added;
-  for (const Event& e : t->events) {
-    if (e.phase != Phase::kSpan || e.track.device || e.track.pid != main.pid || e.track == main ||
-        e.dur_ns <= 0 || is_step_span(*t, e)) {
-      continue;
-    }
-    auto it = std::upper_bound(gaps.begin(), gaps.end(), std::make_pair(e.ts_ns, INT64_MAX));
-    if (it != gaps.begin()) --it;
-    for (; it != gaps.end() && it->first < e.end_ns(); ++it) {
-      const int64_t a = std::max(it->first, e.ts_ns), b = std::min(it->second, e.end_ns());
-      if (a >= b) continue;
-      Event c = e;
-      c.track = main;
-      c.ts_ns = a;
-      c.dur_ns = b - a;
-      c.id = 0;  // the copy is not the runtime call a device event correlates with
-      added.push_back(c);
+  return gaps;
+}
+
+// Calls fn(a, b) for each part of [ts, end) inside a gap.
+template <typename Fn>
+void clip_to_gaps(const Spans& gaps, int64_t ts, int64_t end, Fn fn) {
+  auto it = std::upper_bound(gaps.begin(), gaps.end(), std::make_pair(ts, INT64_MAX));
+  if (it != gaps.begin()) --it;
+  for (; it != gaps.end() && it->first < end; ++it) {
+    const int64_t a = std::max(it->first, ts), b = std::min(it->second, end);
+    if (a < b) fn(a, b);
+  }
+}
+
+// The classifier's view of the run: the training thread and what decides what is kept.
+struct Plan {
+  bool has_main = false;
+  Track main;                        // merged track of the training thread
+  size_t t0_rank = 0, t0_index = 0;  // the earliest event (the classifier's time origin)
+  Spans gaps;                        // training-thread gaps that other threads' spans fill
+  // Exact sizes, so that no vector grows by doubling.
+  size_t kept = 0, gap_sources = 0, gap_copies = 0, main_steps = 0;
+  size_t alloc_samples = 0, reserved_samples = 0;
+};
+
+// Whether a host event of the training process (merged track) is a source for the training
+// gaps; `step`: it is a step span.
+bool gap_source(const Plan& p, const Event& e, bool step) {
+  return p.has_main && e.phase == Phase::kSpan && !e.track.device && e.track.pid == p.main.pid &&
+         !(e.track == p.main) && e.dur_ns > 0 && !step;
+}
+
+// Whether the classifier reads a (linked, merged) event: partition_steps, classify_steps,
+// diagnose and find_issues read device spans, counters, spans on the training thread, step spans
+// on every host thread (to find the training thread) and PCIe copies anywhere. `reserved`: a
+// "[memory] Total Reserved" sample, which the mem.reserved counters below stand for.
+bool classifier_reads(const Plan& p, const Event& e, bool step, bool reserved) {
+  if (e.track.device) return true;
+  if (e.phase == Phase::kCounter) return !reserved;  // Total Reserved: per-step counters instead
+  if (e.phase != Phase::kSpan) return false;
+  return (p.has_main && e.track == p.main) || step || e.category == Category::kH2D ||
+         e.category == Category::kD2H;
+}
+
+Plan make_plan(const std::vector<KinetoTrace>& ranks, const std::vector<NameFacts>& facts,
+               const std::vector<Copies>& copies) {
+  Plan p;
+  // The training thread, by the classifier's own rule over every rank's host step spans.
+  Trace steps;
+  int64_t t0 = std::numeric_limits<int64_t>::max();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const KinetoTrace& t = ranks[r];
+    const auto rank = static_cast<uint32_t>(trace_rank(t));
+    for (size_t i = 0; i < t.size(); ++i) {
+      const KinetoRecord& rec = t.record(i);
+      if (rec.ts_ns < t0) t0 = rec.ts_ns, p.t0_rank = r, p.t0_index = i;
+      if (static_cast<Phase>(rec.kind >> 4) != Phase::kSpan) continue;
+      const Event e = t.event(i);
+      if (e.track.device || !facts[r].is_step(e)) continue;
+      Event s;
+      s.track = rank_track(e.track, rank);
+      s.dur_ns = e.dur_ns;
+      s.category = Category::kStep;
+      steps.events.push_back(s);
     }
   }
-  t->events.insert(t->events.end(), added.begin(), added.end());
-  return static_cast<int64_t>(added.size());
+  p.has_main = find_training_track(steps, &p.main);
+  // Counts (exact reserve: the event vector never grows by doubling) and the training gaps.
+  Spans step_spans, own;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const KinetoTrace& t = ranks[r];
+    const auto rank = static_cast<uint32_t>(trace_rank(t));
+    for (size_t i = 0; i < t.size(); ++i) {
+      Event e = t.event(i);
+      link_runtime_copy(copies[r], &e);
+      e.track = rank_track(e.track, rank);
+      const bool step = facts[r].is_step(e);
+      p.kept += classifier_reads(p, e, step, facts[r].reserved[e.name]) ||
+                (r == p.t0_rank && i == p.t0_index);
+      if (p.has_main && !e.track.device && rank_of(e.track) == rank_of(p.main)) {
+        p.alloc_samples += e.phase == Phase::kInstant && facts[r].memory[e.name];
+        p.reserved_samples += e.phase == Phase::kCounter && facts[r].reserved[e.name];
+      }
+      if (!p.has_main || !(e.track == p.main) || e.phase != Phase::kSpan) continue;
+      p.main_steps += step;
+      if (e.dur_ns <= 0) continue;
+      if (step) {
+        step_spans.emplace_back(e.ts_ns, e.end_ns());
+      } else if (wait_class_of(e.category) != WaitClass::kOther) {
+        own.emplace_back(e.ts_ns, e.end_ns());  // user annotations ("## backward ##") do not cover
+      }
+    }
+  }
+  p.gaps = training_gaps(std::move(step_spans), std::move(own));
+  if (p.gaps.empty()) return p;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const KinetoTrace& t = ranks[r];
+    const auto rank = static_cast<uint32_t>(trace_rank(t));
+    for (size_t i = 0; i < t.size(); ++i) {
+      Event e = t.event(i);
+      e.track = rank_track(e.track, rank);
+      if (!gap_source(p, e, facts[r].is_step(e))) continue;
+      const size_t before = p.gap_copies;
+      clip_to_gaps(p.gaps, e.ts_ns, e.end_ns(), [&](int64_t, int64_t) { ++p.gap_copies; });
+      p.gap_sources += p.gap_copies > before;
+    }
+  }
+  return p;
 }
 
 // [memory] samples of the training rank -> per-step mem.allocated / mem.reserved counters (the
 // last sample at or before the step's end) and run.mem_peak / run.mem_reserved_peak.
-void add_memory_counters(Trace* t) {
-  Track main;
-  if (!find_training_track(*t, &main)) return;
-  const uint32_t rank = rank_of(main);
+struct MemorySamples {
   struct Step {
     int64_t a, b, n;
   };
-  std::vector<Step> steps;
-  for (const Event& e : t->events) {
-    if (e.phase == Phase::kSpan && e.track == main && is_step_span(*t, e))
-      steps.push_back({e.ts_ns, e.end_ns(), e.step});
-  }
-  std::sort(steps.begin(), steps.end(), [](const Step& x, const Step& y) { return x.a < y.a; });
-  const uint32_t reserved_name = t->names.intern("[memory] Total Reserved");
-  const uint32_t memory_name = t->names.intern("[memory]");
-  // (ts, value) samples in time order; Kineto writes Total Reserved only when it changes, so a
-  // step's value is the last sample at or before its end, wherever that sample lies.
+  std::vector<Step> steps;  // the training thread's step spans
   std::vector<std::pair<int64_t, double>> alloc, reserved;
   double peak = 0, reserved_peak = 0;
-  for (const Event& e : t->events) {
-    if (rank_of(e.track) != rank || e.track.device) continue;
-    if (e.phase == Phase::kInstant && e.name == memory_name) {
-      alloc.emplace_back(e.ts_ns, e.value);
-      peak = std::max(peak, e.value);
-    } else if (e.phase == Phase::kCounter && e.name == reserved_name) {
-      reserved.emplace_back(e.ts_ns, e.value);
-      reserved_peak = std::max(reserved_peak, e.value);
-    }
+
+  void emit(const Track& main, Trace* t) {
+    std::sort(steps.begin(), steps.end(), [](const Step& x, const Step& y) { return x.a < y.a; });
+    const auto samples = static_cast<int64_t>(alloc.size());
+    if (samples == 0) return;
+    auto counters = [&](const char* name, std::vector<std::pair<int64_t, double>>* v) {
+      // Kineto writes Total Reserved only when it changes, so a step's value is the last sample
+      // at or before its end, wherever that sample lies.
+      std::stable_sort(v->begin(), v->end(),
+                       [](const auto& x, const auto& y) { return x.first < y.first; });
+      const uint32_t id = t->names.intern(name);
+      for (const Step& st : steps) {
+        auto it =
+            std::upper_bound(v->begin(), v->end(), st.b - 1,
+                             [](int64_t ts, const auto& sample) { return ts < sample.first; });
+        if (it == v->begin()) continue;  // no sample yet
+        --it;
+        Event c;
+        c.ts_ns = std::max(it->first, st.a);
+        c.step = st.n;
+        c.value = it->second;
+        c.phase = Phase::kCounter;
+        c.category = Category::kCounter;
+        c.name = id;
+        c.track = main;
+        t->events.push_back(c);
+      }
+    };
+    counters(kCounterMemAllocated, &alloc);
+    counters(kCounterMemReserved, &reserved);
+    t->metadata["run.mem_peak"] = fmt::format("{:.0f}", peak);
+    t->metadata["run.mem_reserved_peak"] = fmt::format("{:.0f}", reserved_peak);
+    t->metadata["run.memory_samples"] = std::to_string(samples);
+    decltype(alloc)().swap(alloc);
+    decltype(reserved)().swap(reserved);
   }
-  const auto samples = static_cast<int64_t>(alloc.size());
-  if (samples == 0) return;
-  auto emit = [&](const char* name, std::vector<std::pair<int64_t, double>>* v) {
-    std::stable_sort(v->begin(), v->end(),
-                     [](const auto& x, const auto& y) { return x.first < y.first; });
-    const uint32_t id = t->names.intern(name);
-    for (const Step& st : steps) {
-      auto it = std::upper_bound(v->begin(), v->end(), st.b - 1,
-                                 [](int64_t ts, const auto& sample) { return ts < sample.first; });
-      if (it == v->begin()) continue;  // no sample yet
-      --it;
-      Event c;
-      c.ts_ns = std::max(it->first, st.a);
-      c.step = st.n;
-      c.value = it->second;
-      c.phase = Phase::kCounter;
-      c.category = Category::kCounter;
-      c.name = id;
-      c.track = main;
-      t->events.push_back(c);
-    }
-  };
-  emit(kCounterMemAllocated, &alloc);
-  emit(kCounterMemReserved, &reserved);
-  t->metadata["run.mem_peak"] = fmt::format("{:.0f}", peak);
-  t->metadata["run.mem_reserved_peak"] = fmt::format("{:.0f}", reserved_peak);
-  t->metadata["run.memory_samples"] = std::to_string(samples);
-}
+};
 
 }  // namespace
 
-CollectiveSplit split_collectives(const std::vector<Trace>& ranks) {
+CollectiveSplit split_collectives(const std::vector<KinetoTrace>& ranks) {
   Waits waits;
-  return match_collectives(ranks, &waits);
+  return match_kineto_collectives(ranks, &waits);
 }
 
-Trace prepare_kineto_trace(std::vector<Trace> ranks) {
+Trace prepare_kineto_trace(std::vector<KinetoTrace> ranks) {
   Waits waits;
-  const CollectiveSplit split = match_collectives(ranks, &waits);
-  std::map<std::string, std::string> first_meta;
-  if (!ranks.empty()) first_meta = ranks[0].metadata;
+  const CollectiveSplit split = match_kineto_collectives(ranks, &waits);
+  std::vector<NameFacts> facts;
+  std::vector<Copies> copies;
+  // Collectives with a synchronizing part become "comm sync: NAME" (the wait for late ranks,
+  // appended after the rank's events) and NAME (the transfer, the group minimum).
+  std::vector<std::vector<std::pair<size_t, int64_t>>> splits(ranks.size());
   for (size_t r = 0; r < ranks.size(); ++r) {
-    link_runtime_copies(&ranks[r]);
-    split_comm_events(&ranks[r], waits[r]);
+    KinetoTrace& t = ranks[r];
+    for (const auto& [idx, wait] : waits[r]) {
+      const Event e = t.event(idx);
+      if (wait <= 0 || wait >= e.dur_ns) continue;
+      t.names.intern(kCommSyncPrefix + t.names.at(e.name));
+      splits[r].emplace_back(idx, wait);
+    }
+    facts.emplace_back(t.names);
+    copies.push_back(device_copies(t));
   }
-  Trace t = merge_ranks(std::move(ranks));
+  Plan plan = make_plan(ranks, facts, copies);
+
+  Trace out;
+  out.source = "kineto";
   std::string format = "kineto";
-  const auto fit = first_meta.find("source_format");
-  if (fit != first_meta.end()) format = fit->second;
-  t.source = fmt::format("kineto trace ({})", format);
-  t.metadata["source_format"] = format;
-  t.metadata["run.warmup_excluded"] = std::to_string(kWarmupExcluded);
-  add_memory_counters(&t);
-  t.metadata["run.gap_fill_spans"] = std::to_string(fill_training_gaps(&t));
+  if (!ranks.empty()) {
+    const auto fit = ranks[0].metadata.find("source_format");
+    if (fit != ranks[0].metadata.end()) format = fit->second;
+  }
+  size_t total = plan.kept + plan.gap_copies + 2 * plan.main_steps;
+  for (const auto& s : splits) total += s.size();
+  out.events.reserve(total);
+  // Sources of the training-thread gap copies (linked, merged), which go last: 32-byte records
+  // until then, not the copies themselves; their steps come from their rank's step spans.
+  KinetoTrace gap_sources;
+  std::vector<std::pair<size_t, kineto::StepIndex>> source_steps;  // (first source, its rank's)
+  MemorySamples mem;
+  mem.alloc.reserve(plan.alloc_samples);
+  mem.reserved.reserve(plan.reserved_samples);
+  mem.steps.reserve(plan.main_steps);
+  const uint32_t main_rank = rank_of(plan.main);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    KinetoTrace& t = ranks[r];
+    const auto rank = static_cast<uint32_t>(trace_rank(t));
+    const NameFacts& nf = facts[r];
+    std::vector<uint32_t> remap(t.names.size());
+    for (uint32_t i = 0; i < t.names.size(); ++i) remap[i] = out.names.intern(t.names.at(i));
+    kineto::StepIndex steps(t);
+    const size_t first_source = gap_sources.size();
+    std::unordered_map<size_t, int64_t> shift;  // split collective -> its wait
+    std::vector<Event> added;
+    for (const auto& [idx, wait] : splits[r]) {
+      Event s = t.event(idx);
+      s.step = steps.step_of(s);
+      s.dur_ns = wait;
+      s.name = remap[t.names.intern(kCommSyncPrefix + t.names.at(s.name))];
+      s.track = rank_track(s.track, rank);
+      s.bytes = 0;
+      added.push_back(s);
+      shift.emplace(idx, wait);
+    }
+    for (size_t i = 0; i < t.size(); ++i) {
+      Event e = t.event(i);
+      e.step = steps.step_of(e);
+      link_runtime_copy(copies[r], &e);
+      if (!shift.empty() && e.track.device) {
+        const auto it = shift.find(i);
+        if (it != shift.end()) e.ts_ns += it->second, e.dur_ns -= it->second;
+      }
+      const bool is_memory = nf.memory[e.name], is_reserved = nf.reserved[e.name];
+      const bool step = nf.is_step(e);
+      e.track = rank_track(e.track, rank);
+      e.name = remap[e.name];
+      if (plan.has_main && !e.track.device && rank_of(e.track) == main_rank) {
+        if (e.phase == Phase::kInstant && is_memory) {
+          mem.alloc.emplace_back(e.ts_ns, e.value);
+          mem.peak = std::max(mem.peak, e.value);
+        } else if (e.phase == Phase::kCounter && is_reserved) {
+          mem.reserved.emplace_back(e.ts_ns, e.value);
+          mem.reserved_peak = std::max(mem.reserved_peak, e.value);
+        }
+        if (e.track == plan.main && e.phase == Phase::kSpan && step)
+          mem.steps.push_back({e.ts_ns, e.end_ns(), e.step});
+      }
+      // PyTorch runs backward on the autograd engine's thread (and may use others): while the
+      // training thread runs nothing classified (no span, or only user annotations such as
+      // "## backward ##"), what the process's other host threads run is what it waits for.
+      // Their spans, clipped to those gaps, are copied onto the training thread (nesting is
+      // kept: a clipped child stays inside its clipped parent and wins the innermost rule).
+      if (!plan.gaps.empty() && gap_source(plan, e, step)) {
+        bool in_gap = false;
+        clip_to_gaps(plan.gaps, e.ts_ns, e.end_ns(), [&](int64_t, int64_t) { in_gap = true; });
+        if (in_gap) gap_sources.append(e);
+      }
+      if (classifier_reads(plan, e, step, is_reserved) || (r == plan.t0_rank && i == plan.t0_index))
+        out.events.push_back(e);
+      if (((i + 1) & KinetoTrace::kBlockMask) == 0) t.release_until(i + 1);
+    }
+    t.release_all();
+    Copies().swap(copies[r]);
+    if (gap_sources.size() > first_source) {
+      steps.drop_links();  // the sources are host events
+      source_steps.emplace_back(first_source, std::move(steps));
+    }
+    out.events.insert(out.events.end(), added.begin(), added.end());
+    for (const auto& [k, v] : t.tracks)
+      out.tracks[rank_track(k, rank)] = "rank " + std::to_string(rank) + " " + v;
+    for (const auto& [pid, v] : t.processes)
+      out.processes[(rank << 24) | (pid & 0xffffffu)] = "rank " + std::to_string(rank) + " " + v;
+    for (const auto& [k, v] : t.metadata) out.metadata["rank" + std::to_string(rank) + "." + k] = v;
+    t = KinetoTrace{};
+  }
+  out.metadata["ranks"] = std::to_string(ranks.size());
+  ranks.clear();
+  out.source = fmt::format("kineto trace ({})", format);
+  out.metadata["source_format"] = format;
+  out.metadata["run.warmup_excluded"] = std::to_string(kWarmupExcluded);
+  if (plan.has_main) {
+    out.names.intern("[memory] Total Reserved");
+    out.names.intern("[memory]");
+    mem.emit(plan.main, &out);
+  }
+  size_t gap_copies = 0, segment = 0;
+  for (size_t i = 0; i < gap_sources.size(); ++i) {
+    while (segment + 1 < source_steps.size() && source_steps[segment + 1].first <= i) ++segment;
+    Event e = gap_sources.event(i);
+    e.step = source_steps[segment].second.step_of(e);
+    clip_to_gaps(plan.gaps, e.ts_ns, e.end_ns(), [&](int64_t a, int64_t b) {
+      Event c = e;
+      c.track = plan.main;
+      c.ts_ns = a;
+      c.dur_ns = b - a;
+      c.id = 0;  // the copy is not the runtime call a device event correlates with
+      out.events.push_back(c);
+      ++gap_copies;
+    });
+    if (((i + 1) & KinetoTrace::kBlockMask) == 0) gap_sources.release_until(i + 1);
+  }
+  out.metadata["run.gap_fill_spans"] = std::to_string(gap_copies);
   if (split.ranks > 1) {
-    t.metadata["run.comm_collectives"] = std::to_string(split.collectives);
-    t.metadata["run.comm_transfer_ns"] = std::to_string(split.transfer_ns);
-    t.metadata["run.comm_sync_ns"] = std::to_string(split.sync_ns);
+    out.metadata["run.comm_collectives"] = std::to_string(split.collectives);
+    out.metadata["run.comm_transfer_ns"] = std::to_string(split.transfer_ns);
+    out.metadata["run.comm_sync_ns"] = std::to_string(split.sync_ns);
     if (split.straggler_rank >= 0) {
-      t.metadata["run.straggler_rank"] = std::to_string(split.straggler_rank);
-      t.metadata["run.straggler_wait_ns"] = std::to_string(split.straggler_wait_ns);
-      t.metadata["run.straggler_late"] = std::to_string(split.straggler_late);
+      out.metadata["run.straggler_rank"] = std::to_string(split.straggler_rank);
+      out.metadata["run.straggler_wait_ns"] = std::to_string(split.straggler_wait_ns);
+      out.metadata["run.straggler_late"] = std::to_string(split.straggler_late);
     }
   }
-  return t;
+  return out;
 }
 
 }  // namespace ft::profiler

@@ -7,17 +7,34 @@
 
 namespace ft::profiler {
 
-int trace_rank(const Trace& trace) {
-  const auto it = trace.metadata.find("rank");
-  return it == trace.metadata.end() ? 0 : std::stoi(it->second);
+namespace {
+
+int rank_of_metadata(const std::map<std::string, std::string>& metadata) {
+  const auto it = metadata.find("rank");
+  return it == metadata.end() ? 0 : std::stoi(it->second);
 }
 
-std::vector<Trace> read_kineto_ranks(const std::string& path, const KinetoReadOptions& options) {
+}  // namespace
+
+int trace_rank(const Trace& trace) { return rank_of_metadata(trace.metadata); }
+int trace_rank(const KinetoTrace& trace) { return rank_of_metadata(trace.metadata); }
+
+Track rank_track(Track k, uint32_t rank) {
+  if (k.device) {
+    k.pid = rank * 256u + (k.pid & 0xffu);
+  } else {
+    k.pid = (rank << 24) | (k.pid & 0xffffffu);
+  }
+  return k;
+}
+
+std::vector<KinetoTrace> read_kineto_rank_records(const std::string& path,
+                                                  const KinetoReadOptions& options) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
-    std::vector<Trace> one;
-    one.push_back(read_kineto_trace(path, options));
+    std::vector<KinetoTrace> one;
+    one.push_back(read_kineto_records(path, options));
     return one;
   }
   std::vector<std::string> files;
@@ -33,8 +50,8 @@ std::vector<Trace> read_kineto_ranks(const std::string& path, const KinetoReadOp
   if (ec) throw IoError(path + ": cannot list directory: " + ec.message());
   if (files.empty()) throw IoError(path + ": no *.json or *.json.gz trace files in the directory");
   std::sort(files.begin(), files.end());
-  std::vector<Trace> ranks;
-  for (const auto& f : files) ranks.push_back(read_kineto_trace(f, options));
+  std::vector<KinetoTrace> ranks;
+  for (const auto& f : files) ranks.push_back(read_kineto_records(f, options));
   int next = 0;
   for (const auto& t : ranks) {
     if (t.metadata.at("has_rank") == "1") next = std::max(next, trace_rank(t) + 1);
@@ -42,8 +59,9 @@ std::vector<Trace> read_kineto_ranks(const std::string& path, const KinetoReadOp
   for (auto& t : ranks) {
     if (t.metadata.at("has_rank") != "1") t.metadata["rank"] = std::to_string(next++);
   }
-  std::stable_sort(ranks.begin(), ranks.end(),
-                   [](const Trace& a, const Trace& b) { return trace_rank(a) < trace_rank(b); });
+  std::stable_sort(ranks.begin(), ranks.end(), [](const KinetoTrace& a, const KinetoTrace& b) {
+    return trace_rank(a) < trace_rank(b);
+  });
   for (size_t i = 1; i < ranks.size(); ++i) {
     if (trace_rank(ranks[i]) == trace_rank(ranks[i - 1])) {
       throw FormatError(path + ": two traces claim rank " + std::to_string(trace_rank(ranks[i])) +
@@ -54,19 +72,19 @@ std::vector<Trace> read_kineto_ranks(const std::string& path, const KinetoReadOp
   return ranks;
 }
 
+std::vector<Trace> read_kineto_ranks(const std::string& path, const KinetoReadOptions& options) {
+  std::vector<Trace> out;
+  for (KinetoTrace& t : read_kineto_rank_records(path, options))
+    out.push_back(to_trace(std::move(t), options.assign_steps));
+  return out;
+}
+
 Trace merge_ranks(std::vector<Trace> ranks) {
   Trace out;
   out.source = "kineto";
   for (auto& t : ranks) {
     const uint32_t rank = static_cast<uint32_t>(trace_rank(t));
-    auto map_track = [&](Track k) {
-      if (k.device) {
-        k.pid = rank * 256u + (k.pid & 0xffu);
-      } else {
-        k.pid = (rank << 24) | (k.pid & 0xffffffu);
-      }
-      return k;
-    };
+    auto map_track = [&](Track k) { return rank_track(k, rank); };
     std::vector<uint32_t> remap(t.names.size());
     for (size_t i = 0; i < t.names.size(); ++i) remap[i] = out.names.intern(t.names.at(i));
     for (Event e : t.events) {

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "ft/core/error.h"
+#include "ft/profiler/kineto_trace.h"
 #include "json_stream.h"
 #include "kineto_names.h"
 
@@ -25,10 +26,6 @@ using kineto::JsonNumber;
 using kineto::JsonType;
 
 constexpr uint32_t kStringIdBase = 0x80000000u;
-// Kineto JSON spends at least ~90 bytes per event; reserving address space for one event per
-// 64 JSON bytes costs no resident memory (untouched pages) and avoids the 2x copy of growth.
-constexpr uint64_t kMinJsonBytesPerEvent = 64;
-constexpr uint64_t kMaxReserveEvents = uint64_t{1} << 28;
 // |ts|, |dur| below 2^62 ns (~146 years) so that ts + dur never overflows.
 constexpr int64_t kMaxNs = int64_t{1} << 62;
 
@@ -101,10 +98,8 @@ class Reader {
   Reader(JsonCursor* cur, const KinetoReadOptions& opt, std::string label)
       : cur_(*cur), opt_(opt), label_(std::move(label)) {}
 
-  Trace run() {
+  KinetoTrace run() {
     trace_.source = "kineto";
-    trace_.events.reserve(static_cast<size_t>(
-        std::min(kMaxReserveEvents, cur_.size_hint() / kMinJsonBytesPerEvent + 1024)));
     const JsonType t = cur_.peek();
     if (t == JsonType::kArray) {
       bare_array_ = true;
@@ -371,8 +366,6 @@ class Reader {
     return id;
   }
 
-  Event& push() { return trace_.events.emplace_back(); }
-
   void map_metadata() {
     const uint32_t pid = id_of(ev_.pid, true);
     if (ev_.name == "process_name" && !ev_.arg_name.empty()) {
@@ -412,7 +405,7 @@ class Reader {
     }
     if (!ev_.has_ts) cur_.fail("event without ts");
     if (ev_.has_cat && ev_.cat == "Trace") return;  // the profiler's own span
-    Event& e = push();
+    Event e;
     e.ts_ns = ev_.ts_ns;
     e.dur_ns = ev_.ph == 'X' ? ev_.dur_ns : 0;
     e.phase = ev_.ph == 'X' ? Phase::kSpan : Phase::kInstant;
@@ -437,7 +430,6 @@ class Reader {
       e.track.tid = id_of(ev_.tid, false);
     }
     e.category = kineto::classify_event(kind, ev_.name, device, &e.flags);
-    if (e.category == Category::kStep) e.step = kineto::profiler_step_number(ev_.name);
     if (ev_.bytes >= 0) {
       e.bytes = static_cast<uint64_t>(ev_.bytes);
     } else if (ev_.in_nelems >= 0) {
@@ -448,10 +440,11 @@ class Reader {
       if (ev_.direction == "DEVICE_TO_HOST") e.category = Category::kD2H;
     }
     if (device) device_tracks_.emplace(e.track, has_stream);
+    trace_.append(e);
   }
 
   void map_memory() {
-    Event& e = push();
+    Event e;
     e.ts_ns = ev_.ts_ns;
     e.phase = Phase::kInstant;
     e.category = Category::kAlloc;
@@ -459,24 +452,27 @@ class Reader {
     e.track.pid = id_of(ev_.pid, true);
     e.track.tid = id_of(ev_.tid, false);
     e.arg = ev_.mem_bytes;
-    e.bytes = static_cast<uint64_t>(ev_.mem_bytes < 0 ? -ev_.mem_bytes : ev_.mem_bytes);
+    e.bytes = ev_.mem_bytes < 0 ? uint64_t{0} - static_cast<uint64_t>(ev_.mem_bytes)
+                                : static_cast<uint64_t>(ev_.mem_bytes);
     e.value = ev_.total_allocated;
+    trace_.append(e);
     // Total Reserved changes rarely: a counter sample only when it does.
     if (ev_.total_reserved != last_reserved_) {
       last_reserved_ = ev_.total_reserved;
       const Track track = e.track;
-      Event& r = push();
+      Event r;
       r.ts_ns = ev_.ts_ns;
       r.phase = Phase::kCounter;
       r.category = Category::kCounter;
       r.name = intern("[memory] Total Reserved");
       r.track = track;
       r.value = ev_.total_reserved;
+      trace_.append(r);
     }
   }
 
   void map_flow() {
-    Event& e = push();
+    Event e;
     e.ts_ns = ev_.ts_ns;
     e.phase = ev_.ph == 's' ? Phase::kFlowStart : Phase::kFlowEnd;
     e.category = Category::kOther;
@@ -484,10 +480,11 @@ class Reader {
     e.id = ev_.flow_id;
     e.track.pid = id_of(ev_.pid, true);
     e.track.tid = id_of(ev_.tid, false);
+    trace_.append(e);
   }
 
   void map_counter() {
-    Event& e = push();
+    Event e;
     e.ts_ns = ev_.ts_ns;
     e.phase = Phase::kCounter;
     e.category = Category::kCounter;
@@ -495,6 +492,7 @@ class Reader {
     e.value = ev_.counter_value;
     e.track.pid = id_of(ev_.pid, true);
     e.track.tid = id_of(ev_.tid, false);
+    trace_.append(e);
   }
 
   void note_schema(const std::string& cat) {
@@ -503,38 +501,6 @@ class Reader {
       saw_2021_ = true;
     } else {
       saw_current_ = true;
-    }
-  }
-
-  void assign_steps() {
-    struct Step {
-      int64_t start, end, n;
-    };
-    std::vector<Step> steps;
-    for (const Event& e : trace_.events) {
-      if (e.category == Category::kStep && !e.track.device && e.phase == Phase::kSpan)
-        steps.push_back({e.ts_ns, e.end_ns(), e.step});
-    }
-    if (steps.empty()) return;
-    std::sort(steps.begin(), steps.end(),
-              [](const Step& a, const Step& b) { return a.start < b.start; });
-    std::unordered_map<uint64_t, int64_t> corr_step;
-    auto find = [&](int64_t ts) -> int64_t {
-      auto it = std::upper_bound(steps.begin(), steps.end(), ts,
-                                 [](int64_t t, const Step& s) { return t < s.start; });
-      if (it == steps.begin()) return -1;
-      --it;
-      return ts < it->end ? it->n : -1;
-    };
-    for (Event& e : trace_.events) {
-      if (e.track.device || e.step >= 0) continue;
-      e.step = find(e.ts_ns);
-      if (e.id != 0 && e.step >= 0) corr_step.emplace(e.id, e.step);
-    }
-    for (Event& e : trace_.events) {
-      if (!e.track.device || e.id == 0 || e.step >= 0) continue;
-      const auto it = corr_step.find(e.id);
-      if (it != corr_step.end()) e.step = it->second;
     }
   }
 
@@ -560,13 +526,12 @@ class Reader {
       trace_.metadata["has_rank"] = "0";
       trace_.metadata["rank"] = "0";
     }
-    if (opt_.assign_steps) assign_steps();
   }
 
   JsonCursor& cur_;
   const KinetoReadOptions& opt_;
   std::string label_;
-  Trace trace_;
+  KinetoTrace trace_;
   RawEvent ev_;
   std::string key_, arg_key_, scratch_;
   InternMap names_;
@@ -579,19 +544,28 @@ class Reader {
 
 }  // namespace
 
-Trace read_kineto_trace(const std::string& path, const KinetoReadOptions& options) {
+KinetoTrace read_kineto_records(const std::string& path, const KinetoReadOptions& options) {
   JsonCursor cur(kineto::open_byte_source(path), path, options.buffer_bytes);
   Reader reader(&cur, options, path);
-  Trace t = reader.run();
+  KinetoTrace t = reader.run();
   t.metadata["path"] = path;
   return t;
 }
 
-Trace read_kineto_trace_from_memory(const std::string& data, const std::string& label,
-                                    const KinetoReadOptions& options) {
+KinetoTrace read_kineto_records_from_memory(const std::string& data, const std::string& label,
+                                            const KinetoReadOptions& options) {
   JsonCursor cur(kineto::memory_byte_source(data), label, options.buffer_bytes);
   Reader reader(&cur, options, label);
   return reader.run();
+}
+
+Trace read_kineto_trace(const std::string& path, const KinetoReadOptions& options) {
+  return to_trace(read_kineto_records(path, options), options.assign_steps);
+}
+
+Trace read_kineto_trace_from_memory(const std::string& data, const std::string& label,
+                                    const KinetoReadOptions& options) {
+  return to_trace(read_kineto_records_from_memory(data, label, options), options.assign_steps);
 }
 
 }  // namespace ft::profiler

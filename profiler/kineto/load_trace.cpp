@@ -9,6 +9,7 @@
 #include "ft/core/error.h"
 #include "ft/profiler/hta.h"
 #include "ft/profiler/kineto_reader.h"
+#include "ft/profiler/multi_rank.h"
 #include "ft/profiler/trace_reader.h"
 
 namespace ft::profiler {
@@ -45,6 +46,7 @@ TraceFormat detect_trace_format(const fs::path& path) {
     // of ranks holds Kineto's *.json / *.json.gz files under other names.
     const fs::path own = path / "trace.json";
     if (fs::exists(own, ec)) return TraceFormat::kFt;
+    if (!find_rank_traces(path).empty()) return TraceFormat::kFt;  // ft-train under mpirun
     for (const auto& e : fs::directory_iterator(path, ec)) {
       const std::string n = e.path().filename().string();
       if (e.is_regular_file() && (n.ends_with(".json") || n.ends_with(".json.gz")))
@@ -60,16 +62,19 @@ TraceFormat detect_trace_format(const fs::path& path) {
 Trace load_trace(const fs::path& path) {
   if (detect_trace_format(path) == TraceFormat::kFt) {
     std::error_code ec;
+    if (fs::is_directory(path, ec) && !fs::exists(path / "trace.json", ec)) {
+      return merge_rank_traces(read_rank_traces(path));
+    }
     return read_trace_json(fs::is_directory(path, ec) ? path / "trace.json" : path);
   }
-  Trace t = prepare_kineto_trace(read_kineto_ranks(path.string()));
+  Trace t = prepare_kineto_trace(read_kineto_rank_records(path.string()));
   t.metadata["path"] = path.string();
   return t;
 }
 
 void write_hta_json(const fs::path& trace_path, const fs::path& out) {
   nlohmann::json doc = nlohmann::json::object();
-  doc[hta_entry_key(trace_path.string())] = hta_analyses(read_kineto_ranks(trace_path.string()));
+  doc[hta_entry_key(trace_path.string())] = hta_analyses_of(trace_path.string());
   write_file_atomic(out, doc.dump(1) + "\n");
 }
 

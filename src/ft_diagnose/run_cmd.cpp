@@ -2,11 +2,22 @@
 // bar.
 #include "run_cmd.h"
 
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "ft/core/error.h"
 #include "ft/profiler/training_profile.h"
+#include "ft/trainer/communicator.h"
+#include "ft/trainer/launch.h"
 #include "ft/trainer/trainer.h"
 
 namespace ft::diagnose {
@@ -22,7 +33,102 @@ void progress_bar(int done, int total, double ms, bool profiled) {
   std::fflush(stderr);
 }
 
+namespace fs = std::filesystem;
+
+fs::path self_dir() {
+  std::error_code ec;
+  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::current_path() : p.parent_path();
+}
+
 }  // namespace
+
+int run_ranks(const std::vector<std::string>& train_args, const RunOptions& options, int ranks,
+              const std::string& out_dir, bool* help) {
+  *help = false;
+  std::vector<const char*> argv = {"ft-diagnose run"};
+  for (const auto& a : train_args) argv.push_back(a.c_str());
+  auto parsed =
+      trainer::parse_train_args(static_cast<int>(argv.size()), argv.data(), "ft-diagnose run");
+  if (!parsed) {
+    *help = true;
+    return 0;
+  }
+  if (!parsed->trace.empty()) {
+    throw ConfigError("ft-diagnose run writes DIR/trace.rankN.json: use --out DIR, not --trace");
+  }
+  if (!parsed->metrics.empty()) {
+    throw ConfigError("ft-diagnose run --ranks writes DIR/metrics.rankN.jsonl: drop --metrics");
+  }
+  if (!trainer::mpi_supported()) {
+    throw ConfigError(
+        fmt::format("--ranks {} launches ft-train under mpirun, but this ft was built without MPI "
+                    "(configure with -DFT_WITH_MPI=ON and install libopenmpi-dev)",
+                    ranks));
+  }
+  const std::string mpirun = trainer::find_mpirun();
+  if (mpirun.empty()) {
+    throw ConfigError(fmt::format(
+        "--ranks {} launches mpirun, which is not on PATH (Debian: apt-get install openmpi-bin; "
+        "or set FT_MPIRUN)",
+        ranks));
+  }
+  const char* env_train = std::getenv("FT_TRAIN");
+  const fs::path ft_train = env_train && *env_train ? fs::path(env_train) : self_dir() / "ft-train";
+  if (access(ft_train.c_str(), X_OK) != 0) {
+    throw IoError(fmt::format("ft-train not found at {} (set FT_TRAIN)", ft_train.string()));
+  }
+  std::vector<std::string> cmd =
+      trainer::mpirun_command(mpirun, ranks, ft_train.string(), train_args);
+  const trainer::ParallelConfig& pc = parsed->parallel;
+  if (pc.size() == 1) {
+    cmd.insert(cmd.end(), {"--dp", std::to_string(ranks)});
+    std::fprintf(stderr, "ft-diagnose: no --dp/--tp/--pp given: running data-parallel, --dp %d\n",
+                 ranks);
+  } else if (pc.size() != ranks) {
+    throw ConfigError(fmt::format("--dp {} x --tp {} x --pp {} = {} processes, but --ranks {}",
+                                  pc.dp, pc.tp, pc.pp, pc.size(), ranks));
+  }
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) throw IoError(fmt::format("cannot create '{}': {}", out_dir, ec.message()));
+  // Stale rank files of an earlier run must not be mixed with this one.
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if ((n.rfind("trace.rank", 0) == 0 || n.rfind("metrics.rank", 0) == 0) &&
+        (n.ends_with(".json") || n.ends_with(".jsonl"))) {
+      fs::remove(e.path(), ec);
+    }
+  }
+  cmd.insert(cmd.end(), {"--trace", (fs::path(out_dir) / "trace.json").string(), "--metrics",
+                         (fs::path(out_dir) / "metrics.jsonl").string()});
+  if (!options.profile_steps.empty())
+    cmd.insert(cmd.end(), {"--profile-steps", options.profile_steps});
+  std::string line;
+  for (const auto& w : cmd) line += (line.empty() ? "" : " ") + w;
+  std::fprintf(stderr, "ft-diagnose: %s\n", line.c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  std::vector<char*> av;
+  for (auto& w : cmd) av.push_back(w.data());
+  av.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw IoError(fmt::format("cannot fork for mpirun: {}", std::strerror(errno)));
+  if (pid == 0) {
+    trainer::allow_mpirun_as_root();
+    execv(av[0], av.data());
+    std::fprintf(stderr, "ft-diagnose: cannot execute %s: %s\n", av[0], std::strerror(errno));
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (rc != 0) {
+    std::fprintf(stderr, "ft-diagnose: ft-train under mpirun failed (exit status %d)\n", rc);
+  }
+  return rc;
+}
 
 bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& options,
                   profiler::Trace* out) {

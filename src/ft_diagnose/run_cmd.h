@@ -20,4 +20,14 @@ struct RunOptions {
 bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& options,
                   profiler::Trace* trace);
 
+// `ft-diagnose run --ranks N` (N > 1): launches `mpirun -np N --oversubscribe ft-train ARGS
+// --trace OUT/trace.json --metrics OUT/metrics.jsonl`, so every rank writes OUT/trace.rankR.json
+// and OUT/metrics.rankR.jsonl. ft-train is found next to ft-diagnose (FT_TRAIN overrides),
+// mpirun on PATH (FT_MPIRUN overrides); as root the OMPI_ALLOW_RUN_AS_ROOT* variables are set.
+// Without --dp/--tp/--pp the run is data-parallel (--dp N). Throws ConfigError when ft was built
+// without MPI, mpirun is missing, or the degrees do not multiply to N. Returns mpirun's exit
+// status (0: the traces are there); `help` is set when --help was asked for (nothing launched).
+int run_ranks(const std::vector<std::string>& train_args, const RunOptions& options, int ranks,
+              const std::string& out_dir, bool* help);
+
 }  // namespace ft::diagnose

@@ -9,7 +9,7 @@
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (r && std::string(r) != "0") {
+  if (r && std::string(r) != "0" && !std::getenv("FT_TEST_ALL_RANKS")) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
   }

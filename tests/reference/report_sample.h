@@ -99,6 +99,52 @@ inline profiler::Diagnosis sample_diagnosis(int num_steps = 12) {
   return d;
 }
 
+// The sample as a 2-rank data-parallel run with a straggler (multi-rank reports: per-rank table
+// and cross-rank summary); closed-form numbers as above.
+inline profiler::Diagnosis sample_ranks_diagnosis() {
+  profiler::Diagnosis d = sample_diagnosis(6);
+  d.source = "2 ranks (ft-train run (synthetic sample)); steps and totals are rank 0's";
+  auto& p = d.parallel;
+  p.ranks = 2;
+  p.dp = 2;
+  p.micro_batches = 1;
+  p.collectives = 12;
+  p.transfer_ms = 1.58;
+  p.sync_ms = 1.26;
+  p.straggler = 1;
+  p.straggler_late_ms = 2.5;
+  p.straggler_late_frac = 0.5;
+  p.clock = "one host: every rank reads the same CLOCK_MONOTONIC, no offsets";
+  for (int r = 0; r < 2; ++r) {
+    profiler::RankBreakdown b;
+    b.rank = r;
+    b.dp_rank = r;
+    b.host = r ? "node<1>" : "node0";
+    b.steps = 4;
+    b.step_ms = 10.0;
+    b.totals = {0.4 + 0.25 * r, 0, 0, r ? 0.158 : 0.41, 0, 0.002 * r, 0, 0.19 - 0.002 * r};
+    b.exposed_comm_ms = r ? 1.58 : 4.1;
+    b.exposed_wait_ms = r ? 0 : 2.52;
+    b.collective_ms = b.exposed_comm_ms;
+    b.collective_sync_ms = b.exposed_wait_ms;
+    b.collectives = 12;
+    b.late = r ? 6 : 0;
+    b.late_ms = r ? 2.5 : 0;
+    d.ranks.push_back(b);
+  }
+  profiler::Finding s;
+  s.cls = "parallel";
+  s.share = 0.252;
+  s.severity = profiler::Severity::kCritical;
+  s.title = "Straggler: rank 1 arrives late by 2.50 ms at 50% of collectives";
+  s.explanation = "A collective completes only when its last rank joins.";
+  s.evidence.share = 0.252;
+  s.evidence.detail = "rank 1 (host node<1>) reached 6 of 12 comparable collectives last";
+  s.knobs = {"check rank 1's host (node<1>) for other load"};
+  d.findings.insert(d.findings.begin(), s);
+  return d;
+}
+
 // The sample with hostile names in every place a trace or the command line can reach.
 inline profiler::Diagnosis hostile_diagnosis(int num_steps = 6) {
   profiler::Diagnosis d = sample_diagnosis(num_steps);

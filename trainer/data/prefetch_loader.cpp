@@ -193,11 +193,60 @@ class PrefetchLoader::Impl {
     return r;
   }
 
-  // Cuts the next batch out of the ordered row stream. `get(s)` yields chunk s.
+  // Makes cur_ the chunk holding the next row of the stream; false at the end of a finite one.
+  template <typename Get>
+  bool seek_row(Get& get) {
+    size_t skipped = 0;
+    for (;;) {
+      if (!have_cur_) {
+        if (o_.finite && cur_s_ >= nc_) return false;
+        cur_ = get(cur_s_);
+        have_cur_ = true;
+        if (cur_.error) std::rethrow_exception(cur_.error);
+      }
+      if (cur_row_ < cur_.order.size()) return true;
+      have_cur_ = false;
+      ++cur_s_;
+      cur_row_ = 0;
+      if (++skipped > nc_ + 1) {
+        throw ConfigError(
+            fmt::format("the data yields no sequence of {} tokens in a whole epoch ({} chunks)",
+                        o_.seq_len + 1, nc_));
+      }
+    }
+  }
+
+  void end_of_batch() {
+    if (cur_row_ >= cur_.order.size()) {  // normalise: the next batch starts the next chunk
+      have_cur_ = false;
+      ++cur_s_;
+      cur_row_ = 0;
+    }
+  }
+
+  bool in_shard(uint64_t g) const {
+    const uint64_t k = g % static_cast<uint64_t>(o_.shard_period);
+    return k >= static_cast<uint64_t>(o_.shard_first) &&
+           k < static_cast<uint64_t>(o_.shard_first + o_.shard_count);
+  }
+
+  // Cuts the next batch out of the ordered row stream. `get(s)` yields chunk s. Batches outside
+  // this loader's shard only advance the position (no copy, no staging buffer).
   template <typename Get>
   Ready assemble(int worker_hint, Get&& get) {
     Ready r;
     const size_t T = static_cast<size_t>(o_.seq_len), B = static_cast<size_t>(o_.batch_size);
+    while (!in_shard(batches_)) {
+      for (size_t b = 0; b < B; ++b) {
+        if (!seek_row(get)) {
+          r.end = true;
+          return r;
+        }
+        ++cur_row_;
+      }
+      end_of_batch();
+      ++batches_;
+    }
     int32_t* buf = pool_->acquire(/*wait=*/o_.workers > 0);
     if (!buf) {
       if (o_.workers > 0) throw Stopped{};
@@ -205,33 +254,14 @@ class PrefetchLoader::Impl {
     }
     int64_t pre_ns = 0;
     int worker = worker_hint;
-    size_t skipped = 0;
     uint64_t mixed_s = ~0ull;  // the chunk whose checksum was last mixed into this batch's
     try {
       for (size_t b = 0; b < B; ++b) {
-        // Find the chunk holding the next row.
-        for (;;) {
-          if (!have_cur_) {
-            if (o_.finite && cur_s_ >= nc_) {
-              pool_->release(buf);
-              r.end = true;
-              return r;
-            }
-            cur_ = get(cur_s_);
-            have_cur_ = true;
-            if (cur_.error) std::rethrow_exception(cur_.error);
-          }
-          if (cur_row_ < cur_.order.size()) break;
-          have_cur_ = false;
-          ++cur_s_;
-          cur_row_ = 0;
-          if (++skipped > nc_ + 1) {
-            throw ConfigError(
-                fmt::format("the data yields no sequence of {} tokens in a whole epoch ({} chunks)",
-                            T + 1, nc_));
-          }
+        if (!seek_row(get)) {
+          pool_->release(buf);
+          r.end = true;
+          return r;
         }
-        skipped = 0;
         const auto tc = Clock::now();
         const int32_t* row = cur_.tokens.data() + static_cast<size_t>(cur_.order[cur_row_]) * T;
         std::memcpy(buf + b * T, row, T * sizeof(int32_t));
@@ -242,11 +272,7 @@ class PrefetchLoader::Impl {
         mixed_s = cur_s_;
         ++cur_row_;
       }
-      if (cur_row_ >= cur_.order.size()) {  // normalise: the next batch starts the next chunk
-        have_cur_ = false;
-        ++cur_s_;
-        cur_row_ = 0;
-      }
+      end_of_batch();
       pool_->backend().on_filled(buf, pool_->bytes(), static_cast<int64_t>(batches_));
     } catch (...) {
       pool_->release(buf);
@@ -398,6 +424,11 @@ PrefetchLoader::PrefetchLoader(std::shared_ptr<const ChunkedDataset> dataset, Lo
     throw ConfigError(fmt::format("--prefetch {} must be in [1, 1024]", o.prefetch));
   }
   if (o.preprocess_cost < 0) throw ConfigError("--preprocess-cost must be >= 0");
+  if (o.shard_period < 1 || o.shard_first < 0 || o.shard_count < 1 ||
+      o.shard_first + o.shard_count > o.shard_period) {
+    throw ConfigError(fmt::format("loader shard: batches [{}, {}) of every {} is not a valid share",
+                                  o.shard_first, o.shard_first + o.shard_count, o.shard_period));
+  }
   if (dataset->num_chunks() == 0) {
     throw ConfigError(fmt::format("the data ({}) holds no sequence of {} tokens",
                                   dataset->describe(), o.seq_len + 1));

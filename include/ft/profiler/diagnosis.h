@@ -54,13 +54,50 @@ struct LossHealth {
   bool diverged = false;
   int spikes = 0;               // steps whose loss jumps above the trend by the spike rule
   double oscillation = 0;       // normalised spread of loss differences
-  std::string verdict;          // "healthy", "spiky", "oscillating", "diverging", "nan"
+  std::string verdict;          // "healthy", "spiky", "oscillating", "diverging", "nan", "unknown"
 };
 
 struct MemorySummary {
-  double peak = 0, reserved = 0, fragmentation = 0;  // bytes, bytes, 0..1
+  // bytes, bytes, 0..1; NaN when the trace recorded no memory (legacy PyTorch traces)
+  double peak = 0, reserved = 0, fragmentation = 0;
   int64_t alloc_retries = 0, ooms = 0;
   int64_t page_faults = 0;  // minor faults over the profiled steps
+};
+
+// One rank of a multi-rank run (ft-diagnose of a directory of per-rank traces). Per-step values
+// are means over the rank's steady steps (warm-up excluded).
+struct RankBreakdown {
+  int rank = 0;
+  int dp_rank = 0, tp_rank = 0, pp_stage = 0;
+  std::string host;
+  int64_t steps = 0;                             // steady steps analysed
+  double step_ms = 0;                            // mean wall time of those
+  std::array<double, kNumWaitClasses> totals{};  // shares of its steady wall time
+  double exposed_comm_ms = 0;                    // training thread inside comm or sync ranges
+  double exposed_wait_ms = 0;     // ... of which waiting for other ranks (synchronizing)
+  double collective_ms = 0;       // inside collectives matched across ranks, any thread
+  double collective_sync_ms = 0;  // ... of which synchronizing (duration - the minimum)
+  int64_t collectives = 0;        // matched collectives whose arrival it is compared on
+  int64_t late = 0;            // of those, the ones it reached last by more than the noise margin
+  double late_ms = 0;          // median margin of those
+  double bubble = -1;          // pipeline idle / busy inside the pipeline span; -1: no pipeline
+  double bubble_ms = 0;        // pipeline idle per step
+  double clock_offset_ms = 0;  // subtracted from its timestamps to line up with rank 0
+};
+
+// Cross-rank facts of a multi-rank run.
+struct ParallelSummary {
+  int ranks = 0;
+  int dp = 1, tp = 1, pp = 1, micro_batches = 1;
+  int64_t collectives = 0;         // matched across ranks (steady steps)
+  double transfer_ms = 0;          // per rank per step: the minimum duration of each collective
+  double sync_ms = 0;              // per rank per step: the rest (waiting for the slowest rank)
+  int straggler = -1;              // the rank that arrives late, -1: none
+  double straggler_late_ms = 0;    // its median lateness
+  double straggler_late_frac = 0;  // share of comparable collectives it reached late
+  double bubble = -1;              // mean over stages of pipeline idle / busy; -1: no pipeline
+  double bubble_theory = -1;       // (p - 1) / m
+  std::string clock;               // how the ranks' timestamps were lined up
 };
 
 struct Diagnosis {
@@ -74,6 +111,9 @@ struct Diagnosis {
   std::vector<std::pair<double, double>> memory_timeline;  // (ms, allocated bytes)
   std::map<std::string, std::string> config;       // ft-train flags as run
   std::map<std::string, std::string> environment;  // CPU, BLAS core type, threads, versions
+  // Multi-rank runs only (empty / ranks == 0 otherwise): steps and totals above are rank 0's.
+  std::vector<RankBreakdown> ranks;
+  ParallelSummary parallel;
 };
 
 }  // namespace ft::profiler

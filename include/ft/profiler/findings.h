@@ -54,6 +54,13 @@ struct FindingRules {
   double bf16_speedup = 2.0;      // assumed bf16-over-fp32 speed-up of compute (conservative)
   int underfilled_tokens = 512;   // batch rule: tokens per micro-batch at most this
   double underfilled_mfu = 0.30;  // ... and MFU below this
+  // Across ranks (multi_rank.h).
+  double bubble_share = 0.05;        // pipeline idle share of step time worth a finding
+  double straggler_dominance = 2.0;  // the straggler's late arrivals cost the others this many
+                                     // times the wait any other rank's cost,
+  double straggler_steps = 0.5;      // and it arrives late in at least this share of the steps
+  double late_margin_ms = 0.05;      // reaching a collective last by less is not arriving late,
+  double late_margin_step = 0.02;    // nor by less than this share of the median step
 };
 
 // Findings from the steps, ranked: unstable loss (warning or worse) first, then by recoverable

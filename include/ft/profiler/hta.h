@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ft/profiler/event.h"
+#include "ft/profiler/kineto_trace.h"
 
 namespace ft::profiler {
 
@@ -18,13 +19,20 @@ struct HtaOptions {
   double duration_ratio = 0.8;               // kernel breakdown: cumulative share kept
 };
 
-// All analyses for one run (one Trace per rank, as read by read_kineto_ranks), as one entry of
-// hta_outputs.json: ranks, events_after_load_filter, temporal_breakdown, idle_time_breakdown,
+// All analyses for one run (one trace per rank, as read by read_kineto_rank_records), as one entry
+// of hta_outputs.json: ranks, events_after_load_filter, temporal_breakdown, idle_time_breakdown,
 // comm_comp_overlap, kernel_type_breakdown, kernel_breakdown_rows, queue_length_summary,
 // cuda_kernel_launch_stats. Times are integer µs after HTA's rounding. Traces without a
 // source category (legacy autograd JSON) have no rows HTA would keep; their entry has zero
 // events and empty analyses.
-nlohmann::json hta_analyses(const std::vector<Trace>& ranks, const HtaOptions& options = {});
+nlohmann::json hta_analyses(const std::vector<KinetoTrace>& ranks, const HtaOptions& options = {});
+// The same, freeing each rank's records as soon as its HTA frame is built (peak memory: the
+// records plus one rank's frame, not both for the whole run).
+nlohmann::json hta_analyses(std::vector<KinetoTrace>&& ranks, const HtaOptions& options = {});
+
+// Reads the trace at `trace_path` (a file or a directory of ranks) without the [memory] samples,
+// which no analysis uses, and runs hta_analyses, freeing each rank's records as it goes.
+nlohmann::json hta_analyses_of(const std::string& trace_path, const HtaOptions& options = {});
 
 // The key hta_outputs.json uses for a trace path: a directory's path relative to `traces_root`
 // (e.g. "trace_diff/control"); a directory without a root is keyed relative to the nearest

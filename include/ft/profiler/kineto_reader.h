@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ft/profiler/event.h"
+#include "ft/profiler/kineto_trace.h"
 
 namespace ft::profiler {
 
@@ -22,7 +23,8 @@ namespace ft::profiler {
 //    value = Total Allocated; a kCounter "[memory] Total Reserved" follows whenever the
 //    reserved total changes.
 //  - ProfilerStep#N: Category::kStep with step = N; every host span inside a step's interval
-//    (and every GPU event whose launch is inside) gets step = N after loading.
+//    (and every GPU event whose launch is inside) gets step = N when converted to a Trace
+//    (to_trace, prepare_kineto_trace); KinetoTrace records do not store it.
 // Trace::metadata: "source_format" (kineto | kineto-2021 | autograd-legacy), "rank" (from
 // distributedInfo.rank when present), "has_rank" ("1"/"0"), "path", "schemaVersion".
 struct KinetoReadOptions {
@@ -33,23 +35,34 @@ struct KinetoReadOptions {
   size_t buffer_bytes = 1 << 20;
 };
 
-// Reads one trace file (plain or gzip, detected by magic bytes). Throws IoError if it cannot be
+// Reads one trace file (plain or gzip, detected by magic bytes) into compact records (32 B per
+// event; the form the HTA analyses and prepare_kineto_trace take). Throws IoError if it cannot be
 // read and FormatError (with the byte offset in the decompressed JSON) if it is malformed or
 // truncated.
-Trace read_kineto_trace(const std::string& path, const KinetoReadOptions& options = {});
-
+KinetoTrace read_kineto_records(const std::string& path, const KinetoReadOptions& options = {});
 // Parses a trace from memory (tests, fuzzing). `label` names it in errors.
+KinetoTrace read_kineto_records_from_memory(const std::string& data, const std::string& label,
+                                            const KinetoReadOptions& options = {});
+
+// The same as a Trace of Events (80 B each; steps assigned when options.assign_steps).
+Trace read_kineto_trace(const std::string& path, const KinetoReadOptions& options = {});
 Trace read_kineto_trace_from_memory(const std::string& data, const std::string& label,
                                     const KinetoReadOptions& options = {});
 
-// A directory of ranks: every *.json / *.json.gz file directly inside `dir`, one Trace per file,
+// A directory of ranks: every *.json / *.json.gz file directly inside `dir`, one trace per file,
 // sorted by rank (files without distributedInfo.rank get ranks after the highest known one, in
-// file-name order). A plain file path returns a single Trace.
+// file-name order). A plain file path returns a single trace.
+std::vector<KinetoTrace> read_kineto_rank_records(const std::string& path,
+                                                  const KinetoReadOptions& options = {});
 std::vector<Trace> read_kineto_ranks(const std::string& path,
                                      const KinetoReadOptions& options = {});
 
 // Rank of a trace read by this reader (metadata "rank", 0 if absent).
 int trace_rank(const Trace& trace);
+int trace_rank(const KinetoTrace& trace);
+
+// Where rank `rank`'s track goes when ranks are merged into one Trace (merge_ranks).
+Track rank_track(Track track, uint32_t rank);
 
 // Merges ranks into one Trace whose pid space is split by rank: host pids become
 // rank * 2^24 + (pid mod 2^24) and device pids rank * 256 + device, so tracks never collide.

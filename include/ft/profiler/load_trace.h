@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ft/profiler/event.h"
+#include "ft/profiler/kineto_trace.h"
 
 namespace ft::profiler {
 
@@ -16,13 +17,15 @@ enum class TraceFormat : uint8_t {
 };
 
 // Detects the format of a file (gzip, or no ft header: Kineto), or of a directory: one holding
-// trace.json is an ft run directory, else a directory of Kineto ranks (*.json / *.json.gz).
+// trace.json or ft's per-rank traces (NAME.rankN.json, multi_rank.h) is an ft run directory,
+// else a directory of Kineto ranks (*.json / *.json.gz).
 // Throws IoError when there is no trace.
 TraceFormat detect_trace_format(const std::filesystem::path& path);
 
-// Loads ft's trace.json (a file, or DIR/trace.json) or a Kineto trace (a file, or a directory of
-// per-rank files) into a Trace the classifier understands. Kineto traces go through
-// read_kineto_ranks + prepare_kineto_trace. Throws IoError / FormatError.
+// Loads ft's trace.json (a file, or DIR/trace.json; a directory of ft rank traces merged by
+// merge_rank_traces: use diagnose_ranks to analyse them across ranks) or a Kineto trace (a file, or
+// a directory of per-rank files) into a Trace the classifier understands. Kineto traces go through
+// read_kineto_rank_records + prepare_kineto_trace. Throws IoError / FormatError.
 Trace load_trace(const std::filesystem::path& path);
 
 // `ft-diagnose --hta-json`: HTA's analyses (hta_analyses) of the Kineto trace at `trace_path`,
@@ -44,7 +47,7 @@ struct CollectiveSplit {
 // Matches device collective kernels (Category::kComm on device tracks) across ranks: the k-th
 // kernel of a given name on each rank is one collective. Its minimum duration over the ranks is
 // the transfer; the rest of each rank's kernel is synchronizing (waiting for late ranks).
-CollectiveSplit split_collectives(const std::vector<Trace>& ranks);
+CollectiveSplit split_collectives(const std::vector<KinetoTrace>& ranks);
 
 // Turns Kineto ranks into one classifier-ready Trace (merge_ranks, then): host runtime memcpys
 // take their device copy's category, bytes and pageable/pinned flags (exposed PCIe time);
@@ -53,6 +56,10 @@ CollectiveSplit split_collectives(const std::vector<Trace>& ranks);
 // split_collectives; run.comm_* / run.straggler_* metadata record the cross-rank facts; where
 // the training thread has no span of its own inside a step, the spans other threads of its
 // process run then (the autograd engine's backward) are copied onto it, clipped to those gaps.
-Trace prepare_kineto_trace(std::vector<Trace> ranks);
+// The Trace holds the events the classifier reads (device events, counters, the training
+// thread's spans, step spans and PCIe copies on every thread, and the earliest event, the time
+// origin); other threads' spans, [memory] instants and flows are consumed here and left out.
+// Each rank's records are freed as it is converted.
+Trace prepare_kineto_trace(std::vector<KinetoTrace> ranks);
 
 }  // namespace ft::profiler

@@ -16,13 +16,31 @@ namespace ft::profiler {
 // p.finish(trainer). The session observes the trainer (per-step counters, ProfilerStep#N spans);
 // finish() adds what the classifier reads about the run ("config.*", "env.*", "run.*",
 // page_fault_ns; docs/classification.md).
+// This rank's CLOCK_MONOTONIC minus rank 0's, estimated through the world communicator.
+struct ClockOffset {
+  bool measured = false;
+  int64_t offset_ns = 0;  // from the round with the shortest round trip
+  int64_t error_ns = 0;   // half that round trip: the estimate's bound
+  int rounds = 0;
+};
+
+// Collective over `world` (every rank calls it). Rank 0 exchanges `rounds` ping-pongs with each
+// other rank in turn (NTP-style): t0 = rank 0 sends, t1 = the peer reads its clock and replies,
+// t3 = rank 0 receives; offset = t1 - (t0 + t3) / 2, within +-(t3 - t0) / 2. The round with the
+// shortest round trip is kept (scheduling delays only lengthen a round trip). On one host every
+// rank reads the same CLOCK_MONOTONIC and the true offset is 0; the diagnosis applies offsets only
+// to ranks on other hosts.
+ClockOffset estimate_clock_offset(trainer::Communicator& world, int rounds = 8);
+
 class TrainingProfile {
  public:
   // `window`: "A-B", "A" or "" (whole run). Throws ConfigError on a malformed window.
   explicit TrainingProfile(std::string_view window, bool quiet = false);
 
   // Measures the page-fault cost (before any profiled step), starts the session and attaches
-  // it to `t`. Throws ConfigError when the window starts after the run's last step.
+  // it to `t`. Throws ConfigError when the window starts after the run's last step. In a
+  // multi-rank run (world size > 1) every rank must call it: it also estimates this rank's
+  // clock offset from rank 0 (collective; see estimate_clock_offset).
   void start(trainer::Trainer& t);
   // Detaches from `t`, collects the trace and fills its metadata.
   Trace finish(trainer::Trainer& t);
@@ -36,6 +54,7 @@ class TrainingProfile {
   double load_average_ = -1;  // 1-minute load before the run
   double page_fault_ns_ = 0;
   int64_t probe_faults_ = 0;
+  ClockOffset clock_;
   std::unique_ptr<Session> session_;
 };
 

@@ -132,7 +132,8 @@ struct BatchTiming {
 struct LoaderState {
   uint64_t chunk = 0;
   uint64_t row = 0;
-  uint64_t batches = 0;  // batches delivered before this position (informational)
+  uint64_t batches = 0;  // batches of the sequence before this position (with a shard: all
+                         // of them, delivered or skipped; it places the shard on resume)
 };
 
 struct LoaderOptions {
@@ -145,6 +146,11 @@ struct LoaderOptions {
   uint64_t seed = 1337;
   bool finite = false;  // one epoch, then next() returns false; else epochs repeat
   LoaderState start;
+  // Data-parallel share of the batch sequence: batch g (its number in the whole sequence,
+  // LoaderState::batches) is delivered only when g % shard_period is in
+  // [shard_first, shard_first + shard_count); the others advance the position without being
+  // copied (their chunks are still read). Default: every batch.
+  int shard_period = 1, shard_first = 0, shard_count = 1;
   std::shared_ptr<StagingBackend> staging;  // null: make_host_staging()
   size_t timing_capacity = 1 << 16;         // timings kept for take_timings()
 };

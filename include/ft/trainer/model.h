@@ -77,6 +77,24 @@ class GptModel {
   const float* grads() const { return grads_.data(); }
   float* param(int index) { return params_.data() + layout_.offsets[index]; }
   float* grad(int index) { return grads_.data() + layout_.offsets[index]; }
+  const float* grad(int index) const { return grads_.data() + layout_.offsets[index]; }
+
+  // Tensor parallelism (ModelSharding::tp of size t > 1, see tensor_parallel.h):
+  // layout() is this rank's shard; full_layout() the whole model's.
+  int tp_size() const { return tp_; }
+  int tp_rank() const { return tp_rank_; }
+  const ParamLayout& full_layout() const { return full_layout_; }
+  // Sets tensor `index` from the whole tensor (full_layout().sizes[index] elements),
+  // keeping this rank's shard. Call refresh_low_precision() afterwards.
+  void load_full_tensor(int index, const float* full);
+  // The whole model's parameters in the llm.c layout; collective over the TP group.
+  std::vector<float> gather_full_params();
+  // Sums of squared gradients over the TP-sharded tensors and the replicated ones
+  // (the global squared norm is the TP all-reduce of `sharded` plus `replicated`).
+  struct SquareSums {
+    double sharded = 0, replicated = 0;
+  };
+  SquareSums grad_square_sums() const;
 
   // Re-derives the low-precision weight copies after params changed.
   void refresh_low_precision();
@@ -101,15 +119,57 @@ class GptModel {
   Gemm& gemm() { return gemm_; }
   const ModelSharding& sharding() const { return sharding_; }
   // Installs (or, with an empty function, removes) the gradient-ready hook.
+  // `layer` is the local block index (0..local_layers()-1), as in layout().
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
+
+  // ---- Pipeline stages (model_stage.cpp) ----------------------------------
+  // A stage holds blocks [first_layer(), first_layer() + local_layers()) of the
+  // config's num_layers; layout() has the 16 tensors with only the local blocks
+  // and size 0 for the tensors it lacks (wte: neither embedding nor head; wpe:
+  // no embedding; lnf: no head). forward_backward and forward_loss need the whole model.
+  int first_layer() const { return sharding_.first_layer; }
+  int local_layers() const { return sharding_.num_layers; }
+  bool whole_model() const {
+    return sharding_.has_embedding && sharding_.has_head && local_layers() == config_.num_layers;
+  }
+  // Element offset of this stage's part within the whole model's tensor `index`.
+  size_t stage_slice_offset(int index) const;
+  // Sizes `slots` micro-batch workspaces for (B, T); kept across steps.
+  void stage_prepare(int slots, int B, int T);
+  // (B, T, C) buffer to receive slot's input activation into (stages without the embedding).
+  float* stage_input(int slot);
+  // Forward of one micro-batch in `slot`: from `tokens` (B, T) on the stage with the
+  // embedding, else from stage_input(slot). The last stage keeps a copy of `targets`
+  // for the loss, which it computes in stage_backward. Both may be null where unused.
+  void stage_forward(int slot, const int32_t* tokens, const int32_t* targets);
+  // (B, T, C) output of the slot's forward: the next stage's input (not on the last stage).
+  const float* stage_output(int slot) const;
+  // (B, T, C) gradient buffer: before stage_backward it must hold the gradient of the
+  // stage's output (not on the last stage); after it, the gradient of the stage's input.
+  float* stage_grad();
+  // Backward of the slot's micro-batch (frees the slot). Gradients scale and accumulate
+  // as in forward_backward. Calls the grad-ready hook after each block and -1 at the
+  // end. Returns the mean loss over B*T on the last stage, 0 elsewhere.
+  double stage_backward(int slot, float dloss_per_token, bool first_micro);
+  // Last stage, evaluation: the slot's mean loss without backward (frees the slot).
+  double stage_loss(int slot);
+  // Frees the slot without backward (evaluation on stages before the last).
+  void stage_release(int slot);
 
  private:
   struct LayerActs;
   struct Workspace;
+  struct StageSlot;
+  struct StageState;
   void layer_forward(int l, const float* x, float* x_out, LayerActs& a, int B, int T);
   void layer_backward(int l, const float* x, float* dres, LayerActs& a, int B, int T,
                       bool first_micro);
   const void* lp_weight(int index, int layer);
+  void setup_tensor_parallel();
+  // Row-parallel output: sum the TP ranks' partials in place, then add the bias (may be null).
+  void tp_reduce_output(float* out, const float* bias, int N, int C);
+  // Column-parallel input gradient: sum the TP ranks' partials in place.
+  void tp_reduce_input_grad(float* dinp, int N, int C);
   // Embeddings, blocks and the final LayerNorm; the LM head runs in head_chunk().
   void run_forward(const int32_t* inputs, int B, int T, Workspace& w, bool keep);
   int head_chunk_rows(int N) const;
@@ -129,6 +189,17 @@ class GptModel {
   size_t head_chunk_bytes_ = size_t{48} << 20;
   ModelSharding sharding_;
   GradReadyHook grad_ready_;
+  std::unique_ptr<StageState> stage_;  // pipeline-stage workspaces (model_stage.cpp)
+  StageSlot& stage_slot(int slot, const char* what);
+  int tp_ = 1, tp_rank_ = 0;  // tensor-parallel degree and this rank's place
+  ParamLayout full_layout_;   // the unsharded layout (== layout_ when tp_ == 1)
 };
+
+// The sharding with num_layers resolved (-1: the blocks from first_layer on), after
+// checking the layer range against the model (ConfigError naming both otherwise).
+ModelSharding resolve_stage(const GptConfig& config, ModelSharding sharding);
+// The flat layout of a pipeline stage: the whole model's 16 tensors with only the
+// stage's blocks, and size 0 for the tensors the stage lacks.
+ParamLayout make_stage_layout(const GptConfig& config, const ModelSharding& resolved);
 
 }  // namespace ft::trainer

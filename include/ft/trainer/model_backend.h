@@ -14,13 +14,9 @@
 #include "ft/trainer/device.h"
 #include "ft/trainer/gpt_config.h"
 #include "ft/trainer/model.h"
+#include "ft/trainer/zero_optimizer.h"  // AdamWSettings
 
 namespace ft::trainer {
-
-struct AdamWSettings {
-  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
-  float weight_decay = 0.1f;  // applied to the tensors ParamLayout::decays() names
-};
 
 // What one optimizer step needs from the engine. The trainer keeps a host mirror of the
 // fp32 master parameters and AdamW moments (in the CPU GptModel and its own buffers): for

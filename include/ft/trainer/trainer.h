@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 namespace ft::trainer {
 
 class BatchUploader;  // ft/trainer/h2d.h
+class Pipeline;
 
 struct StepMetrics {
   int step = 0;             // 0-based optimizer step
@@ -37,6 +39,13 @@ struct StepMetrics {
   double data_ms = 0;       // time spent in the loader's next() (training thread)
   double data_wait_ms = 0;  // of which blocked waiting for a batch (in-line: all of it)
   double data_preprocess_ms = 0;  // preprocessing of this step's batches (worker side)
+  double pp_busy_ms = 0;          // pipeline (--pp > 1): this stage's forward/backward compute
+  double pp_wait_ms = 0;          // pipeline: blocked on neighbour stages (the bubble)
+  // Training thread blocked on data-parallel communication: waiting for the gradient buckets
+  // (without overlap: all of their synchronisation), the loss and norm reductions and ZeRO's
+  // parameter all-gather. 0 on one process.
+  double comm_ms = 0;
+  double comm_exposed_share() const { return step_ms > 0 ? comm_ms / step_ms : 0; }
   nlohmann::json to_json() const;
 };
 
@@ -49,6 +58,8 @@ struct TrainSummary {
   double mean_data_wait_ms = 0;        // loader wait per step (same steps as the means above)
   double mean_data_preprocess_ms = 0;  // loader preprocessing per step
   double data_wait_share() const { return mean_step_ms > 0 ? mean_data_wait_ms / mean_step_ms : 0; }
+  double mean_comm_ms = 0;  // StepMetrics::comm_ms per step (same steps as the means above)
+  double comm_exposed_share() const { return mean_step_ms > 0 ? mean_comm_ms / mean_step_ms : 0; }
   double val_loss = -1;          // < 0 when not measured
   uint64_t skipped_steps = 0;
   AllocatorStats memory;
@@ -69,6 +80,9 @@ class StepObserver {
   virtual void on_step_end(const StepMetrics& metrics) noexcept = 0;
 };
 
+class GradSync;
+class ZeroOptimizer;
+
 class Trainer {
  public:
   // Loads the data and builds the model (initialised, or restored from
@@ -84,9 +98,12 @@ class Trainer {
   StepMetrics step();
   // Mean validation loss over config.val_batches micro-batches from the start of the split.
   double evaluate();
-  // Writes DIR/checkpoint.ft atomically.
+  // Writes DIR/checkpoint.ft atomically. With several ranks (collective: every rank calls it):
+  // DIR/rank{r}/checkpoint.ft per rank, then, once all are written, DIR/parallel.json (the
+  // layout and step) from rank 0, which marks the checkpoint complete.
   void save(const std::string& dir);
-  // Restores model, optimizer, loss scaler, data position and RNG from DIR.
+  // Restores model, optimizer (this rank's shard under ZeRO), loss scaler, data position and
+  // RNG from DIR; a multi-rank checkpoint must match this run's layout (ConfigError otherwise).
   void load(const std::string& dir);
 
   int next_step() const { return step_; }
@@ -108,15 +125,22 @@ class Trainer {
   std::string peak_source() const { return peak_source_; }
   const LossScaler& loss_scaler() const { return scaler_; }
   const ParallelGroups& groups() const { return groups_; }
+  // The pipeline of this stage (--pp > 1), else null.
+  Pipeline* pipeline() { return pipeline_.get(); }
+  const GradSync* grad_sync() const { return sync_.get(); }  // null on one process without ZeRO
   // Installs (or, with nullptr, removes) the step observer; not owned.
   void set_observer(StepObserver* observer) { observer_ = observer; }
-  uint64_t data_position() const;  // training batches delivered so far
+  uint64_t data_position() const;  // batch sequence position after this rank's last batch
   data::LoaderState loader_state() const;
   // Per-batch loader timings since the last call (for the profiler).
   std::vector<data::BatchTiming> take_loader_timings();
 
  private:
-  void apply_update(float lr, float grad_scale);
+  // Returns the milliseconds spent in communication (ZeRO's parameter all-gather).
+  double apply_update(float lr, float grad_scale);
+  // Squared L2 norm of the whole model's gradient (collective over TP when tp > 1, and
+  // over the pipeline stages when pp > 1).
+  double grad_sum_squares();
   void restart_loader(const data::LoaderState& start);
   data::LoaderOptions loader_options() const;
 
@@ -128,9 +152,12 @@ class Trainer {
   std::unique_ptr<data::PrefetchLoader> train_loader_;
   data::Batch batch_;  // the micro-batch in use (its staging buffer)
   std::unique_ptr<GptModel> model_;
-  std::unique_ptr<ModelBackend> backend_;  // runs model_ (cpu) or its device copy (cuda)
+  std::unique_ptr<Pipeline> pipeline_;  // --pp > 1
+  Buffer<float> adam_m_, adam_v_;  // (num_params); unused under ZeRO
+  std::unique_ptr<GradSync> sync_;        // data parallelism (dp > 1) or ZeRO
+  std::unique_ptr<ZeroOptimizer> zero_;   // ZeRO-1/2: AdamW state of this rank's shard
+  std::unique_ptr<ModelBackend> backend_;  // --device cuda: the device model; cpu: model_
   std::unique_ptr<BatchUploader> uploader_;  // --device cuda: batches to the device (--h2d)
-  Buffer<float> adam_m_, adam_v_;  // (num_params)
   LossScaler scaler_;
   Rng rng_;
   int step_ = 0;

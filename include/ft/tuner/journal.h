@@ -12,13 +12,13 @@ namespace ft::tuner {
 
 // One journal line: a trial that ran (or was skipped before running) and what it measured.
 struct JournalEntry {
-  int id = 0;                // sequential from 0; a sweep's decisions depend only on seed + results
-  std::string phase;         // baseline | trial | repeat | verify | verify-baseline | grid
-  int repeat = 0;            // repetition index within a repeated measurement
-  int round = 0;             // guided: the diagnosis round that proposed it
-  Config config;             // the full ft-train flags the trial ran with (without --metrics)
-  std::string change;        // the change against the incumbent, e.g. "precision bf16"
-  bool skipped = false;      // not run (e.g. predicted out of memory); status is rejected
+  int id = 0;            // sequential from 0; a sweep's decisions depend only on seed + results
+  std::string phase;     // baseline | trial | repeat | confirm | verify | verify-baseline | grid
+  int repeat = 0;        // repetition index within a repeated measurement
+  int round = 0;         // guided: the diagnosis round that proposed it
+  Config config;         // the full ft-train flags the trial ran with (without --metrics)
+  std::string change;    // the change against the incumbent, e.g. "precision bf16"
+  bool skipped = false;  // not run (e.g. predicted out of memory); status is rejected
   double predicted_mem = 0;  // bytes, from the memory model (0 when unknown)
   TrialResult result;        // status, reason, tokens_per_s, step_ms, mem_peak, final_loss, curve
 };

@@ -40,10 +40,20 @@ struct MemoryEstimate {
 struct ParallelLayout {
   int dp = 1;          // data-parallel ranks sharing ZeRO state
   int zero_stage = 0;  // 0, 1 (optimizer states sharded) or 2 (and gradients)
+  int tp = 1;          // tensor-parallel ranks: QKV/FC1 rows and attproj/FC2 columns sharded
+  int pp = 1;      // pipeline stages: blocks split evenly (the first L % pp stages get one more)
+  int stage = -1;  // the stage to predict; -1: the stage with the highest peak
+  static ParallelLayout of(const trainer::ParallelConfig& p);
 };
 
 // Predicts the peak bytes the engine's caching allocator reports (`mem_peak`) for one
-// training step of `config` on one rank. Measured (tests/memory_model_test): within 1.6% on
+// training step of `config` on one rank. Parallel layouts (model, not yet measured against the
+// sharded engine): ZeRO divides the optimizer states (1, 2) and gradients (2) by dp; TP divides
+// the sharded block tensors, their activations (QKV, attention output, FC1, GELU, attention
+// state) and the block GEMMs' operands by tp (LayerNorms, residual stream, embeddings and head
+// stay whole); PP keeps a stage's blocks, the embeddings on stage 0 and final LayerNorm + tied
+// head on the last, activations of up to min(m, pp - stage) micro-batches in flight (1F1B) plus
+// the received activation and gradient buffers. Measured (tests/memory_model_test): within 1.6% on
 // models of 120-290 MB peak across precisions, recompute and attention variants; small models
 // read up to ~7% low, because a recycled large block keeps up to 1 MiB unsplit tail that the
 // model does not predict. Accumulation does not change the peak (micro-batches

@@ -23,8 +23,16 @@ struct Finding {
   std::string severity, title, evidence;
   std::vector<std::string> knobs;  // ft-train flag strings, e.g. "--micro-batch 16 --grad-accum 2"
 };
+// What the guided loop reads from a diagnosis: the findings and the share of step time spent
+// in compute (report.json's totals.compute, 0 when absent).
+struct Diagnosis {
+  std::vector<Finding> findings;
+  double compute_share = 0;
+  Diagnosis() = default;
+  Diagnosis(std::vector<Finding> f) : findings(std::move(f)) {}  // NOLINT: implicit on purpose
+};
 // Reads DIR/report.json; throws FormatError (with the file) when it is not a diagnosis.
-std::vector<Finding> read_diagnosis(const std::filesystem::path& report_json);
+Diagnosis read_diagnosis(const std::filesystem::path& report_json);
 
 // One dimension of the space: alternative settings, each a patch of ft-train flags.
 struct Dimension {
@@ -51,9 +59,19 @@ std::string effective_key(const Config& c, const std::map<std::string, std::stri
 
 // precision x checkpoint x (micro-batch, grad-accum) x loader workers/prefetch (when `flags`
 // has them) x allocator caching x attention. The split keeps B*K fixed unless the rule allows a
-// change (then B in {B/2, B, 2B, 4B} with K = 1 as well).
+// change (then B in {B/2, B, 2B, 4B} with K = 1 as well). With `ranks` > 1 (and ft-train's
+// parallel flags) also: the parallel split, every (dp, tp, pp) with dp*tp*pp = ranks that the
+// model allows (tp divides heads and channels, pp <= layers), each with ZeRO 0/1/2 when dp > 1;
+// and the DP communication: overlap on (bucket as the baseline, or a quarter of it) or off.
 std::vector<Dimension> default_space(const Config& baseline, const std::set<std::string>& flags,
-                                     const BatchRule& rule);
+                                     const BatchRule& rule, int ranks = 1);
+
+// Patches a finding implies beyond its knob strings, from its class and the incumbent: exposed
+// communication -> overlap on (when off), a bigger gradient bucket, more accumulation per
+// all-reduce; a pipeline bubble -> more micro-batches (at the same global batch when the
+// micro-batch halves evenly, and with a larger one). The guided sweep tries them after the
+// finding's own knobs.
+std::vector<Config> derived_knobs(const Finding& finding, const Config& incumbent);
 // Every combination, the baseline first, the rest in a seeded shuffle (so a budget-truncated
 // grid is an unbiased sample); duplicates removed.
 std::vector<Config> grid_configs(const Config& baseline, const std::vector<Dimension>& space,
@@ -72,7 +90,12 @@ struct SweepOptions {
   double budget_minutes = 0;        // 0: unlimited; counts recorded trial wall time
   int trial_steps = 12;
   int verify_steps = 60;
-  int repeats = 2;  // alternating incumbent/candidate re-measurements
+  int repeats = 3;  // guided: rounds of the incumbent and a round's candidates side by side
+  // guided: when compute is at least this share of step time, the compute knobs (attention,
+  // micro-batch split) join the round's candidates; 0: never
+  double compute_bound = 0.5;
+  int confirm_top = 3;     // confirmation round: this many best configurations + the baseline
+  int confirm_rounds = 3;  // ... each measured this many times, alternating; 0: no confirmation
   int candidates_per_round = 2;
   int max_verify = 3;             // grid: verify at most this many of the fastest
   double min_gain = 0.05;         // stop when no finding's share promises more
@@ -85,7 +108,42 @@ struct SweepOptions {
   std::map<std::string, std::string> train_defaults;  // from ft-train --help
   double memory_limit = 0;                            // bytes for the skip rule; 0: no limit
   bool memory_skip = true;  // skip configs predicted to exceed memory_limit
+  int ranks = 1;            // processes per trial (mpirun -np); adds the parallel dimensions
 };
+
+// One configuration of a side-by-side measurement: a confirmation round (row 0 the baseline,
+// then the best few configurations) or a guided round (row 0 the incumbent, then the round's
+// candidates), one trial each per round, in alternating order.
+struct ConfirmRow {
+  Config knobs;
+  std::string change;                // against the baseline; row 0: "baseline" / "incumbent"
+  std::vector<int> trials;           // trial id per round (-1: not run, budget spent)
+  std::vector<double> tokens_per_s;  // per round; 0 where the trial failed or did not run
+  std::vector<double> ratios;        // rounds where both ran: tokens_per_s / row 0's
+  double median_tps = 0;             // median over the rounds that ran
+  double median_ratio = 0;           // the score (1 for row 0)
+  double ratio_spread = 0;           // (max - min) / median of the ratios
+  bool beats_baseline = false;       // beats row 0 beyond noise: see score_confirmation
+};
+
+// Trial order of confirmation round `round` over `n` rows: forward for even rounds, reversed for
+// odd ones (A B C, C B A, A B C), so a linear drift in machine load hits every row alike.
+std::vector<size_t> confirm_order(size_t n, int round);
+
+// The sign test: a candidate that is no faster wins a round with probability 1/2, so winning at
+// least sign_test_wins(n) of n rounds happens by chance with probability <= kSignTestLevel:
+// every round for n <= 3 (n = 3: 1/8), then the smallest k with P(Binomial(n, 1/2) >= k) <= 1/8
+// (n = 4, 5: all; 6: 5; 7: 6; 9: 7; 12: 9), so more rounds buy power under noise.
+constexpr double kSignTestLevel = 0.125;
+int sign_test_wins(int n);
+
+// Fills every row's ratios, medians and spread (rows[0] is the baseline, measured in the same
+// rounds) and sets beats_baseline for a row with at least `min_rounds` ratios, that wins the
+// sign test (ratio > 1 in at least sign_test_wins(n) of its n rounds) and has a median ratio
+// > 1 + min_improvement. Returns the indices of
+// rows[1..] by median ratio, best first (ties keep the row order).
+std::vector<size_t> score_confirmation(std::vector<ConfirmRow>* rows, double min_improvement,
+                                       int min_rounds);
 
 struct Decision {
   int round = 0;
@@ -103,7 +161,12 @@ struct SweepOutcome {
   int best_trial = -1;
   int baseline_verify = -1;  // verify-run ids: baseline and each accepted change
   std::vector<int> accepted_verifies;
+  int best_verify = -1;  // the verify run of `best` (-1: best is the baseline)
   std::string stop_reason;
+  // The confirmation round that chose `best` (empty when none ran) and best's median
+  // throughput ratio to the baseline in it (1 when the baseline was kept; 0: not confirmed).
+  std::vector<ConfirmRow> confirmation;
+  double confirmed_ratio = 0;
   int trials_run = 0;  // trials that ran (skipped ones excluded)
   int diagnoses = 0;
   double spent_s = 0;  // sum of trial wall times
@@ -112,7 +175,7 @@ struct SweepOutcome {
 // Runs (or, for ids already journaled, replays) one trial.
 using TrialFn = std::function<TrialResult(const std::string& id, const Config& config)>;
 // Diagnoses `config` (round 1 = baseline) and returns its findings.
-using DiagnoseFn = std::function<std::vector<Finding>(int round, const Config& config)>;
+using DiagnoseFn = std::function<Diagnosis(int round, const Config& config)>;
 using ProgressFn = std::function<void(const SweepOutcome& so_far, int trials_left)>;
 
 // The sweep. Trial ids are sequential and every decision depends only on the options (seed)
@@ -124,9 +187,9 @@ SweepOutcome run_sweep(const SweepOptions& options, Journal& journal, const Tria
 // Runs `ft-diagnose run --out DIR <config flags>` as a child process with a time limit and
 // reads DIR/report.json. An existing DIR/report.json (a resumed sweep) is read, not rerun.
 // Throws IoError (with the log's last line) when ft-diagnose fails or writes no report.
-std::vector<Finding> run_diagnosis(const std::filesystem::path& ft_diagnose,
-                                   const std::filesystem::path& dir, const Config& config,
-                                   double timeout_s);
+// With `ranks` > 1 it runs `ft-diagnose run --ranks N`, which launches ft-train under mpirun.
+Diagnosis run_diagnosis(const std::filesystem::path& ft_diagnose, const std::filesystem::path& dir,
+                        const Config& config, double timeout_s, int ranks = 1);
 
 // Throws ConfigError when `c` has a flag that ft-train (`train_flags`, from its --help) does not
 // list, or when ft_trainer rejects the values (flags it does not know are left to ft-train).

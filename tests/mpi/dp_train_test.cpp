@@ -1,0 +1,235 @@
+// dp_train_test.cpp: DP=2 (overlap on/off, several buckets), ZeRO-1 and ZeRO-2 against one process
+// with twice the accumulation; per-rank checkpoints. FT_TEST_RANKS 2
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ft/core/atomic_file.h"
+#include "ft/core/error.h"
+#include "ft/core/rng.h"
+#include "ft/trainer/communicator.h"
+#include "ft/trainer/trainer.h"
+
+namespace ft::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+Communicator& world() {
+  static std::unique_ptr<Communicator> w = make_world_communicator(60.0);
+  return *w;
+}
+
+// Each rank writes the same synthetic corpus into its own directory.
+fs::path rank_dir(const std::string& name) {
+  const fs::path d =
+      fs::temp_directory_path() / ("ft_dp_test_" + name + "_" + std::to_string(::getpid()) +
+                                   "_rank" + std::to_string(world().rank()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+fs::path write_corpus(const fs::path& dir) {
+  const char* words[] = {"the", "lord",    "said",   "unto",  "moses", "and", "in",  "beginning",
+                         "god", "created", "heaven", "earth", "light", "was", "good"};
+  Rng rng(42);
+  std::string text;
+  for (int chapter = 0; chapter < 60; ++chapter) {
+    for (int line = 0; line < 20; ++line) {
+      const int n = 5 + static_cast<int>(rng.next_u64() % 8);
+      for (int w = 0; w < n; ++w) {
+        text += words[rng.next_u64() % 15];
+        text += w + 1 < n ? ' ' : '.';
+      }
+      text += '\n';
+    }
+    text += '\n';
+  }
+  write_file_atomic(dir / "corpus.txt", text);
+  return dir / "corpus.txt";
+}
+
+TrainConfig small_run(const fs::path& corpus) {
+  TrainConfig c;
+  c.model.vocab_size = 256;
+  c.model.padded_vocab = 256;
+  c.model.channels = 64;
+  c.model.num_heads = 4;
+  c.model.num_layers = 2;
+  c.model.max_seq_len = 32;
+  c.seq_len = 32;
+  c.micro_batch = 4;
+  c.steps = 8;
+  c.warmup = 2;
+  c.lr = 3e-3f;
+  c.min_lr = 3e-4f;
+  c.threads = 1;
+  c.loader_workers = 0;
+  c.data = corpus.string();
+  c.val_batches = 3;
+  c.clip = 0.5f;  // low enough to clip: the global norm matters
+  return c;
+}
+
+struct RunResult {
+  std::vector<double> loss, norm;
+  std::vector<float> params;
+  double val = -1;
+};
+
+RunResult train(Trainer& t, int steps) {
+  RunResult r;
+  for (int i = 0; i < steps && !t.done(); ++i) {
+    const StepMetrics m = t.step();
+    r.loss.push_back(m.loss);
+    r.norm.push_back(m.grad_norm);
+  }
+  r.val = t.evaluate();
+  r.params.assign(t.model().params(), t.model().params() + t.model().num_params());
+  return r;
+}
+
+// One process (local communicator) with --grad-accum 2K: the reference of DP=2 with K.
+RunResult reference(TrainConfig c) {
+  c.grad_accum *= 2;
+  c.parallel = ParallelConfig{};
+  Trainer t(c, make_local_communicator());
+  return train(t, c.steps);
+}
+
+RunResult data_parallel(const TrainConfig& c) {
+  Trainer t(c, world().split(0, world().rank(), CommGroup::kWorld));
+  return train(t, c.steps);
+}
+
+double rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
+
+// Max relative loss / grad-norm difference and max absolute parameter difference, printed by
+// rank 0, with the tolerances they are held to: fp32 sums in a different order.
+void expect_close(const RunResult& got, const RunResult& ref, const std::string& what) {
+  ASSERT_EQ(got.loss.size(), ref.loss.size());
+  double dl = 0, dn = 0, dp = 0;
+  for (size_t i = 0; i < ref.loss.size(); ++i) {
+    dl = std::max(dl, rel(got.loss[i], ref.loss[i]));
+    dn = std::max(dn, rel(got.norm[i], ref.norm[i]));
+  }
+  for (size_t i = 0; i < ref.params.size(); ++i) {
+    dp = std::max(dp, static_cast<double>(std::abs(got.params[i] - ref.params[i])));
+  }
+  if (world().rank() == 0) {
+    std::printf("%-34s max rel diff: loss %.2e  grad-norm %.2e  val %.2e; max |param diff| %.2e\n",
+                what.c_str(), dl, dn, rel(got.val, ref.val), dp);
+  }
+  EXPECT_LT(dl, 1e-5) << what;
+  EXPECT_LT(dn, 1e-4) << what;
+  EXPECT_LT(rel(got.val, ref.val), 1e-5) << what;
+  EXPECT_LT(dp, 1e-4) << what;
+  EXPECT_LT(ref.loss.back(), ref.loss.front()) << "the reference learns";
+}
+
+struct Variant {
+  const char* name;
+  int zero;
+  bool overlap;
+  double bucket_mb;
+  int accum;
+};
+
+TEST(DataParallel, MatchesOneProcessWithTwiceTheAccumulation) {
+  const fs::path dir = rank_dir("equiv");
+  const TrainConfig base = small_run(write_corpus(dir));
+  // 0.02 MiB buckets: one or two blocks each here (a block is 49 k parameters), so several
+  // buckets are in flight; 25 MiB: one bucket.
+  const Variant variants[] = {
+      {"dp2 overlap, small buckets", 0, true, 0.02, 1},
+      {"dp2 no overlap, small buckets", 0, false, 0.02, 1},
+      {"dp2 overlap, one bucket, K=2", 0, true, 25, 2},
+      {"zero1 overlap, small buckets", 1, true, 0.02, 1},
+      {"zero2 overlap, small buckets", 2, true, 0.02, 1},
+      {"zero2 no overlap, K=2", 2, false, 0.02, 2},
+  };
+  RunResult ref1, ref2;
+  for (const Variant& v : variants) {
+    TrainConfig c = base;
+    c.grad_accum = v.accum;
+    c.parallel.dp = 2;
+    c.parallel.zero = v.zero;
+    c.parallel.overlap = v.overlap;
+    c.parallel.bucket_mb = v.bucket_mb;
+    RunResult& ref = v.accum == 1 ? ref1 : ref2;
+    if (ref.loss.empty()) ref = reference(c);
+    const RunResult got = data_parallel(c);
+    expect_close(got, ref, v.name);
+    // Every rank holds the same parameters, exactly (the same reduced sums, or all-gathered).
+    std::vector<float> rank0 = got.params;
+    world().broadcast(rank0.data(), rank0.size(), 0);
+    EXPECT_EQ(got.params, rank0) << v.name;
+  }
+}
+
+TEST(DataParallel, ResumeEqualsAnUninterruptedRun) {
+  const fs::path dir = rank_dir("resume");
+  // Every rank saves into the same directory, named after rank 0's pid.
+  float pid0 = static_cast<float>(::getpid());
+  world().broadcast(&pid0, 1, 0);
+  const fs::path ckpt =
+      fs::temp_directory_path() / ("ft_dp_test_ckpt_" + std::to_string(static_cast<long>(pid0)));
+  for (int zero : {0, 1}) {
+    TrainConfig c = small_run(write_corpus(dir));
+    c.parallel.dp = 2;
+    c.parallel.zero = zero;
+    c.parallel.bucket_mb = 0.02;
+    c.loader_workers = 1;
+    RunResult full;
+    {
+      Trainer t(c, world().split(0, world().rank(), CommGroup::kWorld));
+      full = train(t, 8);
+    }
+    if (world().rank() == 0) fs::remove_all(ckpt);
+    world().barrier();
+    {
+      Trainer t(c, world().split(0, world().rank(), CommGroup::kWorld));
+      train(t, 4);
+      t.save(ckpt.string());
+    }
+    EXPECT_TRUE(fs::exists(ckpt / "parallel.json"));
+    EXPECT_TRUE(fs::exists(ckpt / ("rank" + std::to_string(world().rank())) / "checkpoint.ft"));
+    TrainConfig rc = c;
+    rc.resume_dir = ckpt.string();
+    Trainer t(rc, world().split(0, world().rank(), CommGroup::kWorld));
+    EXPECT_EQ(t.next_step(), 4);
+    const RunResult rest = train(t, 8);
+    ASSERT_EQ(rest.loss.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(rest.loss[i], full.loss[4 + i]) << "zero " << zero << " step " << 4 + i;
+    }
+    EXPECT_EQ(rest.params, full.params) << "zero " << zero;
+    // A different layout is a clear error, not a silent mix-up.
+    TrainConfig other = rc;
+    other.parallel.zero = zero == 0 ? 1 : 0;
+    try {
+      Trainer bad(other, world().split(0, world().rank(), CommGroup::kWorld));
+      ADD_FAILURE() << "resumed a zero " << zero << " checkpoint with zero " << other.parallel.zero;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("mpirun -np 2 ft-train --dp 2"), std::string::npos)
+          << e.what();
+    }
+    TrainConfig single = rc;
+    single.parallel = ParallelConfig{};
+    single.parallel.zero = zero;
+    EXPECT_THROW(Trainer(single, make_local_communicator()), ConfigError);
+    world().barrier();
+  }
+  world().barrier();
+  if (world().rank() == 0) fs::remove_all(ckpt);
+}
+
+}  // namespace
+}  // namespace ft::trainer

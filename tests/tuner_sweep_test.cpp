@@ -1,0 +1,514 @@
+// tuner_sweep_test.cpp: the grid and guided sweeps' decisions (side-by-side rounds, sign test,
+// confirmation, compute knobs, resume, budget) against a deterministic stand-in for ft-train.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ft/core/error.h"
+#include "ft/tuner/journal.h"
+#include "ft/tuner/report.h"
+#include "ft/tuner/search.h"
+
+namespace ft::tuner {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() /
+                     ("ft_tuner_sweep_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// A deterministic stand-in for ft-train, for the sweep's bookkeeping only: throughput follows
+// from the flags, and fp16 "without loss scaling" is fast but produces NaN losses.
+struct Synthetic {
+  int calls = 0;
+  int fail_after = -1;  // throw (a killed sweep) on this call
+  double noise = 0.01;  // deterministic measurement noise: x (1 + noise * (calls * 7 % 3))
+  double lucky = 1;     // the first fp32 + naive-attention trial measures this much faster
+  bool lucky_seen = false;
+  double bf16 = 1.5;   // bf16's speed-up
+  double unlucky = 1;  // the first bf16 trial measures this factor of its speed
+  bool unlucky_seen = false;
+  std::vector<Config> seen;  // every config run, in order
+  TrialResult operator()(const std::string&, const Config& c) {
+    if (fail_after >= 0 && calls >= fail_after) throw std::runtime_error("killed");
+    ++calls;
+    seen.push_back(c);
+    const auto get = [&](const char* k, const std::string& d) {
+      const auto it = c.find(k);
+      return it == c.end() ? d : it->second;
+    };
+    double tps = 1000;
+    const std::string p = get("precision", "fp32");
+    if (p == "bf16") tps *= bf16;
+    if (p == "fp16") tps *= 1.8;
+    if (get("checkpoint", "none") == "block") tps *= 0.8;
+    tps *= 1 + 0.1 * std::log2(std::stod(get("micro-batch", "8")));
+    tps *= 1 + noise * ((calls * 7) % 3);  // measurement noise, deterministic
+    if (p == "fp32" && get("attention", "flash") == "naive" && !lucky_seen) {
+      lucky_seen = true;  // one measurement caught the machine idle
+      tps *= lucky;
+    }
+    if (p == "bf16" && !unlucky_seen) {
+      unlucky_seen = true;  // the machine's load changed during this one
+      tps *= unlucky;
+    }
+    TrialResult r;
+    r.status = TrialStatus::kOk;
+    r.tokens_per_s = tps;
+    r.wall_s = 2;
+    r.mem_peak = 1e6 * std::stod(get("micro-batch", "8"));
+    const int steps = std::stoi(get("steps", "50"));
+    const double per_step = 32.0 * global_batch(c);
+    for (int s = 1; s <= steps; ++s) {
+      r.tokens.push_back(s * per_step);
+      r.losses.push_back(p == "fp16" && s > 3 ? std::nan("")
+                                              : 2 + 3 * std::exp(-s * per_step / 3000));
+    }
+    r.final_loss = r.losses.back();
+    return r;
+  }
+};
+
+std::vector<Finding> findings(int round, const Config&) {
+  if (round == 1) {
+    return {
+        {"batch", 0.2, "warning", "under-filled micro-batch", "", {"--micro-batch 8 (fills it)"}},
+        {"compute", 0.4, "warning", "fp32 GEMMs", "", {"--precision fp16", "--precision bf16"}}};
+  }
+  return {{"compute", 0.02, "info", "little left", "", {"--checkpoint block"}}};
+}
+
+SweepOptions guided_options() {
+  SweepOptions o;
+  o.strategy = "guided";
+  o.baseline = {{"micro-batch", "2"}, {"grad-accum", "4"}, {"steps", "40"}};
+  o.trial_steps = 4;
+  o.verify_steps = 20;
+  o.candidates_per_round = 3;
+  return o;
+}
+
+TEST(Sweep, GuidedRejectsAFastButBrokenChangeAndKeepsTheVerifiedOne) {
+  const fs::path d = temp_dir("guided");
+  Journal j(d / "journal.jsonl", false);
+  Synthetic syn;
+  const SweepOptions o = guided_options();
+  const SweepOutcome out = run_sweep(o, j, std::ref(syn), findings);
+  EXPECT_EQ(out.best.at("precision"), "bf16");
+  bool annotated_knob_ran = false;  // "--micro-batch 8 (fills it)": B 8, K 1 keeps 2 x 4
+  for (const auto& e : j.entries()) {
+    annotated_knob_ran |= e.config.count("micro-batch") && e.config.at("micro-batch") == "8" &&
+                          e.config.at("grad-accum") == "1";
+  }
+  EXPECT_TRUE(annotated_knob_ran);
+  bool rejected_fp16 = false;
+  for (const auto& dcs : out.decisions) {
+    if (dcs.kind == "reject" && dcs.text.find("precision fp16") != std::string::npos &&
+        dcs.text.find("non-finite") != std::string::npos) {
+      rejected_fp16 = true;
+    }
+  }
+  EXPECT_TRUE(rejected_fp16);
+  EXPECT_NE(out.stop_reason.find("no finding promises"), std::string::npos) << out.stop_reason;
+  EXPECT_EQ(out.diagnoses, 2);
+  int rejected_entries = 0;
+  for (const auto& e : j.entries()) rejected_entries += e.result.status == TrialStatus::kRejected;
+  EXPECT_EQ(rejected_entries, 1);
+  EXPECT_EQ(static_cast<int>(j.entries().size()), syn.calls);
+  const std::string html = report_html(out, o);
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  EXPECT_NE(html.find("REJECTED by the loss-curve check"), std::string::npos);
+  // Round 1: the incumbent and the three candidates side by side, 3 rounds, the order reversed
+  // every other round.
+  std::vector<std::string> block;
+  for (const auto& e : j.entries()) {
+    if (e.phase == "trial" && e.round == 1) block.push_back(e.change);
+  }
+  const std::vector<std::string> fwd{"baseline", "precision fp16", "precision bf16",
+                                     "grad-accum 1, micro-batch 8"};
+  std::vector<std::string> want = fwd;
+  want.insert(want.end(), fwd.rbegin(), fwd.rend());
+  want.insert(want.end(), fwd.begin(), fwd.end());
+  EXPECT_EQ(block, want);
+  // The confirmation round: baseline and bf16 side by side, 3 rounds in A B, B A, A B order.
+  ASSERT_EQ(out.confirmation.size(), 2u);
+  std::vector<std::string> order;
+  for (const auto& e : j.entries()) {
+    if (e.phase == "confirm") order.push_back(e.change);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"baseline", "precision bf16", "precision bf16",
+                                             "baseline", "baseline", "precision bf16"}));
+  EXPECT_TRUE(out.confirmation[1].beats_baseline);
+  EXPECT_EQ(out.confirmation[1].ratios.size(), 3u);
+  // bf16 is 1.5x by construction; the synthetic noise is at most 2% per measurement.
+  EXPECT_NEAR(out.confirmed_ratio, 1.5, 0.05);
+  EXPECT_NE(report_markdown(out, o).find("## Confirmation round"), std::string::npos);
+}
+
+TEST(Sweep, GuidedNeedsEveryRoundToFavourTheCandidate) {
+  // bf16 no faster than fp32, but its first measurement caught the machine idle (x1.5): the
+  // two later rounds disagree (a tie is not a win), so it is not accepted. A real 1.5x is.
+  const DiagnoseFn diag = [](int round, const Config&) {
+    return round == 1
+               ? std::vector<Finding>{{"compute", 0.4, "warning", "fp32", "", {"--precision bf16"}}}
+               : std::vector<Finding>{};
+  };
+  for (double real : {1.0, 1.5}) {
+    const fs::path d = temp_dir("every" + std::to_string(real > 1));
+    Journal j(d / "journal.jsonl", false);
+    Synthetic syn;
+    syn.noise = 0;
+    syn.bf16 = real;
+    syn.unlucky = 1.5 / real;  // the first bf16 trial measures 1.5x either way
+    const SweepOutcome out = run_sweep(guided_options(), j, std::ref(syn), diag);
+    if (real == 1.0) {
+      EXPECT_EQ(out.best.count("precision"), 0u);
+      EXPECT_NE(out.stop_reason.find("beat the incumbent beyond noise"), std::string::npos)
+          << out.stop_reason;
+    } else {
+      ASSERT_EQ(out.best.count("precision"), 1u);
+      EXPECT_NEAR(out.confirmed_ratio, 1.5, 1e-9);
+    }
+  }
+  // A real 1.5x whose first trial caught a busy machine (x0.6: 10% slower than fp32) loses one
+  // of 3 rounds: undecided, so both run 3 more rounds; 5 of 6 passes the sign test.
+  const fs::path d = temp_dir("extended");
+  Journal j(d / "journal.jsonl", false);
+  Synthetic syn;
+  syn.noise = 0;
+  syn.unlucky = 0.6;
+  const SweepOutcome out = run_sweep(guided_options(), j, std::ref(syn), diag);
+  ASSERT_EQ(out.best.count("precision"), 1u);
+  EXPECT_EQ(out.best.at("precision"), "bf16");
+  int round1 = 0;
+  for (const auto& e : j.entries()) round1 += e.phase == "trial" && e.round == 1;
+  EXPECT_EQ(round1, 12);  // 2 configurations x (3 + 3) rounds
+  bool undecided = false;
+  for (const auto& dcs : out.decisions) undecided |= dcs.text.rfind("undecided: round", 0) == 0;
+  EXPECT_TRUE(undecided);
+}
+
+TEST(Sweep, AComputeBoundStepAlsoTriesAttentionAndTheMicroBatchSplit) {
+  // No finding names a knob, but compute is 90% of step time: guided tries the other attention
+  // and the split of the global batch 8 (2 x 4 -> 1 x 8, 4 x 2), keeps the faster 4 x 2, then
+  // from there 8 x 1; attention makes no difference here and is not kept.
+  const DiagnoseFn diag = [](int, const Config&) {
+    Diagnosis d;
+    d.compute_share = 0.9;
+    return d;
+  };
+  const fs::path d = temp_dir("compute");
+  Journal j(d / "journal.jsonl", false);
+  Synthetic syn;
+  syn.noise = 0;
+  const SweepOutcome out = run_sweep(guided_options(), j, std::ref(syn), diag);
+  EXPECT_EQ(out.best.at("micro-batch"), "8");
+  EXPECT_EQ(out.best.at("grad-accum"), "1");
+  EXPECT_EQ(out.best.count("attention"), 0u);
+  EXPECT_EQ(out.diagnoses, 3);
+  int rounds_trying = 0;
+  for (const auto& dcs : out.decisions) {
+    rounds_trying += dcs.text.find("compute is 90% of step time") != std::string::npos;
+  }
+  EXPECT_EQ(rounds_trying, 3);
+  // Off: nothing to try.
+  SweepOptions o = guided_options();
+  o.compute_bound = 0;
+  const fs::path d2 = temp_dir("compute_off");
+  Journal j2(d2 / "journal.jsonl", false);
+  Synthetic syn2;
+  const SweepOutcome off = run_sweep(o, j2, std::ref(syn2), diag);
+  EXPECT_EQ(off.best, o.baseline);
+  EXPECT_NE(off.stop_reason.find("no finding promises"), std::string::npos) << off.stop_reason;
+}
+
+TEST(Sweep, GuidedWithKnobsStaysInsideTheGridSpace) {
+  const fs::path d = temp_dir("guided_space");
+  SweepOptions o = guided_options();
+  o.space = {{"precision", {{{"precision", "fp32"}}, {{"precision", "bf16"}}}}};
+  Journal j(d / "journal.jsonl", false);
+  Synthetic syn;
+  const SweepOutcome out = run_sweep(o, j, std::ref(syn), findings);
+  EXPECT_EQ(out.best.at("precision"), "bf16");
+  bool skipped = false;
+  for (const auto& dcs : out.decisions) {
+    skipped |= dcs.kind == "skip" && dcs.text.find("outside the search space") != std::string::npos;
+  }
+  EXPECT_TRUE(skipped);
+  for (const Config& c : syn.seen) {
+    EXPECT_NE(c.at("micro-batch"), "8") << "micro-batch is not a dimension of this space";
+    EXPECT_EQ(c.count("precision") && c.at("precision") == "fp16", false);
+  }
+}
+
+TEST(Confirm, OrderAlternatesAndEveryRoundMustFavourTheCandidate) {
+  EXPECT_EQ(confirm_order(3, 0), (std::vector<size_t>{0, 1, 2}));
+  EXPECT_EQ(confirm_order(3, 1), (std::vector<size_t>{2, 1, 0}));
+  EXPECT_EQ(confirm_order(3, 2), (std::vector<size_t>{0, 1, 2}));
+  std::vector<ConfirmRow> rows(5);
+  rows[0].tokens_per_s = {100, 50, 100};  // the baseline; load halved round 1 for everyone
+  rows[1].tokens_per_s = {110, 45, 130};  // faster on average but slower in round 1
+  rows[2].tokens_per_s = {150, 80, 160};  // 1.5-1.6x in every round
+  rows[3].tokens_per_s = {101, 51, 101};  // 1% faster: below the 2% floor
+  rows[4].tokens_per_s = {0, 60, 120};    // failed once: 1.2x in the two rounds it ran
+  const auto ranked = score_confirmation(&rows, 0.02, 2);
+  EXPECT_EQ(ranked, (std::vector<size_t>{2, 4, 1, 3}));
+  EXPECT_NEAR(rows[2].median_ratio, 1.6, 1e-12);
+  EXPECT_NEAR(rows[2].median_tps, 150, 1e-12);
+  EXPECT_NEAR(rows[2].ratio_spread, (1.6 - 1.5) / 1.6, 1e-12);
+  EXPECT_TRUE(rows[2].beats_baseline);
+  EXPECT_FALSE(rows[1].beats_baseline);  // median 1.1, but round 1 favoured the baseline
+  EXPECT_NEAR(rows[1].median_ratio, 1.1, 1e-12);
+  EXPECT_FALSE(rows[3].beats_baseline);
+  EXPECT_TRUE(rows[4].beats_baseline);
+  EXPECT_EQ(rows[4].ratios.size(), 2u);
+  EXPECT_FALSE(score_confirmation(&rows, 0.02, 3).empty());
+  EXPECT_FALSE(rows[4].beats_baseline);  // two rounds are too few when three are required
+  EXPECT_FALSE(rows[0].beats_baseline);
+  EXPECT_NEAR(rows[0].median_ratio, 1, 1e-12);
+  // More rounds tolerate a losing round at the same chance level (<= 1/8).
+  EXPECT_EQ(sign_test_wins(3), 3);
+  EXPECT_EQ(sign_test_wins(5), 5);
+  EXPECT_EQ(sign_test_wins(6), 5);
+  EXPECT_EQ(sign_test_wins(7), 6);
+  EXPECT_EQ(sign_test_wins(9), 7);
+  EXPECT_EQ(sign_test_wins(12), 9);
+  std::vector<ConfirmRow> seven(3);
+  seven[0].tokens_per_s = {100, 100, 100, 100, 100, 100, 100};
+  seven[1].tokens_per_s = {120, 90, 115, 130, 110, 125, 118};  // 6 of 7 rounds faster
+  seven[2].tokens_per_s = {120, 90, 115, 95, 110, 125, 118};   // 5 of 7
+  score_confirmation(&seven, 0.02, 2);
+  EXPECT_TRUE(seven[1].beats_baseline);
+  EXPECT_FALSE(seven[2].beats_baseline);
+}
+
+SweepOptions small_grid() {
+  SweepOptions o;
+  o.strategy = "grid";
+  o.baseline = {{"micro-batch", "2"}, {"grad-accum", "4"}, {"steps", "40"}};
+  o.trial_steps = 4;
+  o.verify_steps = 20;
+  o.confirm_top = 4;
+  o.space = {
+      {"precision", {{{"precision", "fp32"}}, {{"precision", "bf16"}}, {{"precision", "fp16"}}}},
+      {"attention", {{{"attention", "flash"}}, {{"attention", "naive"}}}}};
+  return o;
+}
+
+TEST(Sweep, GridConfirmationOverridesALuckySingleTrial) {
+  // fp32 + naive attention is no faster than the baseline, but its one grid trial caught the
+  // machine idle and measured 4x. fp16 is fastest but its loss goes NaN (rejected); bf16 (1.5x)
+  // is the right answer.
+  SweepOptions o = small_grid();
+  Synthetic unconfirmed;
+  unconfirmed.lucky = 4;
+  o.confirm_rounds = 0;
+  {
+    const fs::path d = temp_dir("grid_lucky0");
+    Journal j(d / "journal.jsonl", false);
+    const SweepOutcome out = run_sweep(o, j, std::ref(unconfirmed), findings);
+    EXPECT_EQ(out.best.at("attention"), "naive") << "one measurement per point trusts the fluke";
+    EXPECT_EQ(out.best.at("precision"), "fp32");
+    EXPECT_TRUE(out.confirmation.empty());
+  }
+  o.confirm_rounds = 3;
+  const fs::path d = temp_dir("grid_lucky");
+  Journal j(d / "journal.jsonl", false);
+  Synthetic syn;
+  syn.lucky = 4;
+  const SweepOutcome out = run_sweep(o, j, std::ref(syn), findings);
+  EXPECT_EQ(out.best.at("precision"), "bf16");
+  ASSERT_EQ(out.confirmation.size(), 5u);  // the baseline and the 4 fastest single trials
+  for (const auto& row : out.confirmation) {
+    if (row.knobs.count("attention") && row.knobs.at("attention") == "naive" &&
+        (!row.knobs.count("precision") || row.knobs.at("precision") == "fp32")) {
+      EXPECT_FALSE(row.beats_baseline) << row.change;
+      EXPECT_NEAR(row.median_ratio, 1, 0.03);
+    }
+  }
+  EXPECT_NEAR(out.confirmed_ratio, 1.5, 0.05);
+  int confirms = 0;
+  for (const auto& e : j.entries()) confirms += e.phase == "confirm";
+  EXPECT_EQ(confirms, 15);
+}
+
+TEST(Sweep, KilledSweepResumesWithTheSameTrialsAndDecisions) {
+  const SweepOptions o = guided_options();
+  const fs::path a = temp_dir("resume_a"), b = temp_dir("resume_b");
+  Synthetic whole;
+  Journal ja(a / "journal.jsonl", false);
+  const SweepOutcome full = run_sweep(o, ja, std::ref(whole), findings);
+  ASSERT_GT(whole.calls, 8);
+  Synthetic killed;
+  killed.fail_after = 6;
+  {
+    Journal jb(b / "journal.jsonl", false);
+    EXPECT_THROW(run_sweep(o, jb, std::ref(killed), findings), std::runtime_error);
+    EXPECT_EQ(jb.entries().size(), 6u);
+  }
+  Synthetic rest;
+  rest.calls = 6;  // same deterministic noise sequence as an uninterrupted run
+  Journal jb(b / "journal.jsonl", true);
+  const SweepOutcome resumed = run_sweep(o, jb, std::ref(rest), findings);
+  EXPECT_EQ(rest.calls, whole.calls);  // only the missing trials ran
+  ASSERT_EQ(jb.entries().size(), ja.entries().size());
+  for (size_t i = 0; i < ja.entries().size(); ++i) {
+    EXPECT_EQ(entry_to_json(jb.entries()[i]).dump(), entry_to_json(ja.entries()[i]).dump()) << i;
+  }
+  ASSERT_EQ(resumed.decisions.size(), full.decisions.size());
+  for (size_t i = 0; i < full.decisions.size(); ++i) {
+    EXPECT_EQ(resumed.decisions[i].text, full.decisions[i].text);
+  }
+  EXPECT_EQ(resumed.best, full.best);
+  // A different seed asks for a different baseline: the journal is refused, not mixed.
+  SweepOptions other = o;
+  other.baseline["seed"] = "99";
+  Journal jc(b / "journal.jsonl", true);
+  EXPECT_THROW(run_sweep(other, jc, std::ref(rest), findings), ConfigError);
+}
+
+TEST(Sweep, BudgetAndMemorySkipAreJournaled) {
+  const fs::path d = temp_dir("budget");
+  SweepOptions o = guided_options();
+  o.baseline = {{"micro-batch", "2"}, {"grad-accum", "32"}, {"steps", "40"},  {"layers", "2"},
+                {"channels", "64"},   {"heads", "2"},       {"seq-len", "64"}};
+  const double small = predicted_peak(o.baseline);
+  Config big = o.baseline;
+  big["micro-batch"] = "64";
+  big["grad-accum"] = "1";
+  const double large = predicted_peak(big);
+  ASSERT_GT(small, 0);
+  ASSERT_GT(large, 2 * small);
+  o.memory_limit = 0.5 * (small + large);
+  o.budget_trials = 3;
+  const DiagnoseFn diag = [](int, const Config&) {
+    return std::vector<Finding>{{"batch", 0.3, "warning", "small batch", "", {"--micro-batch 64"}},
+                                {"compute", 0.3, "warning", "fp32", "", {"--precision bf16"}}};
+  };
+  Journal j(d / "journal.jsonl", false);
+  Synthetic syn;
+  const SweepOutcome out = run_sweep(o, j, std::ref(syn), diag);
+  ASSERT_GE(j.entries().size(), 2u);
+  const JournalEntry& skipped = j.entries()[1];
+  EXPECT_TRUE(skipped.skipped);
+  EXPECT_EQ(skipped.result.status, TrialStatus::kRejected);
+  EXPECT_NE(skipped.result.reason.find("memory model predicts"), std::string::npos);
+  EXPECT_NEAR(skipped.predicted_mem, large, 1);
+  EXPECT_EQ(out.trials_run, 3);
+  EXPECT_NE(out.stop_reason.find("budget"), std::string::npos) << out.stop_reason;
+}
+
+TEST(Space, ParallelSplitAndCommDimensionsForRanks) {
+  const std::set<std::string> flags = {"precision", "checkpoint", "micro-batch", "grad-accum",
+                                       "dp",        "tp",         "pp",          "zero",
+                                       "bucket-mb", "overlap"};
+  const Config base{{"layers", "2"}, {"heads", "2"}, {"channels", "64"}, {"bucket-mb", "8"}};
+  for (const auto& d : default_space(base, flags, BatchRule{})) {
+    EXPECT_NE(d.name, "parallel split");  // one rank: no parallel dimensions
+  }
+  const auto dims = default_space(base, flags, BatchRule{}, 4);
+  const Dimension* split = nullptr;
+  const Dimension* comm = nullptr;
+  for (const auto& d : dims) {
+    if (d.name == "parallel split") split = &d;
+    if (d.name == "dp communication") comm = &d;
+  }
+  ASSERT_NE(split, nullptr);
+  ASSERT_NE(comm, nullptr);
+  std::multiset<std::string> seen;
+  for (const Config& c : split->settings) {
+    const int dp = std::stoi(c.at("dp")), tp = std::stoi(c.at("tp")), pp = std::stoi(c.at("pp"));
+    EXPECT_EQ(dp * tp * pp, 4);
+    EXPECT_LE(tp, 2);  // 2 heads
+    EXPECT_LE(pp, 2);  // 2 layers
+    if (dp == 1) {
+      EXPECT_EQ(c.at("zero"), "0");
+    }
+    seen.insert(c.at("dp") + "x" + c.at("tp") + "x" + c.at("pp"));
+  }
+  // (4,1,1), (2,2,1), (2,1,2) with ZeRO 0/1/2 each; (1,2,2) once; tp 4 and pp 4 do not fit.
+  EXPECT_EQ(split->settings.size(), 10u);
+  EXPECT_EQ(seen.count("1x2x2"), 1u);
+  EXPECT_EQ(seen.count("4x1x1"), 3u);
+  ASSERT_EQ(comm->settings.size(), 3u);
+  EXPECT_EQ(comm->settings[1].at("bucket-mb"), "2");
+  EXPECT_EQ(comm->settings[2].at("overlap"), "false");
+}
+
+TEST(Space, DerivedKnobsForCommunicationAndTheBubble) {
+  const Config inc{
+      {"micro-batch", "4"}, {"grad-accum", "2"}, {"overlap", "false"}, {"bucket-mb", "10"}};
+  const auto comm =
+      derived_knobs({"comm", 0.3, "warning", "Communication is exposed", "", {}}, inc);
+  ASSERT_EQ(comm.size(), 3u);
+  EXPECT_EQ(comm[0], (Config{{"overlap", "true"}}));
+  EXPECT_EQ(comm[1], (Config{{"bucket-mb", "20"}}));
+  EXPECT_EQ(comm[2], (Config{{"grad-accum", "4"}}));
+  Config on = inc;
+  on["overlap"] = "true";
+  EXPECT_EQ(derived_knobs({"comm", 0.3, "warning", "x", "", {}}, on).size(), 2u);
+  const auto bubble = derived_knobs(
+      {"parallel", 0.4, "critical", "Pipeline bubble 100% (theory (p-1)/m = 100%)", "", {}}, inc);
+  ASSERT_EQ(bubble.size(), 2u);
+  EXPECT_EQ(bubble[0], (Config{{"micro-batch", "2"}, {"grad-accum", "4"}}));  // same global batch
+  EXPECT_EQ(bubble[1], (Config{{"grad-accum", "8"}}));
+  EXPECT_TRUE(
+      derived_knobs({"parallel", 0.3, "warning", "Straggler: rank 1 ...", "", {}}, inc).empty());
+}
+
+TEST(Sweep, GuidedTriesTheOverlapACommFindingImplies) {
+  const fs::path d = temp_dir("guided_comm");
+  SweepOptions o = guided_options();
+  o.baseline["overlap"] = "false";
+  o.baseline["dp"] = "2";
+  o.ranks = 2;
+  // ft-diagnose's communication finding, its knob strings left out: the sweep derives them.
+  const DiagnoseFn diag = [](int round, const Config& c) {
+    if (round == 1 && c.at("overlap") == "false")
+      return std::vector<Finding>{{"comm", 0.4, "critical", "Communication is exposed", "", {}}};
+    return std::vector<Finding>{};
+  };
+  Synthetic syn;
+  const TrialFn run = [&](const std::string& id, const Config& c) {
+    TrialResult r = syn(id, c);
+    if (c.count("overlap") && c.at("overlap") == "true") r.tokens_per_s *= 1.3;
+    return r;
+  };
+  Journal j(d / "journal.jsonl", false);
+  const SweepOutcome out = run_sweep(o, j, run, diag);
+  EXPECT_EQ(out.best.at("overlap"), "true");
+  bool derived = false;
+  for (const auto& dc : out.decisions) derived |= dc.text.find("overlap true") != std::string::npos;
+  EXPECT_TRUE(derived);
+  bool bucket_tried = false;
+  for (const auto& e : j.entries()) bucket_tried |= e.config.count("bucket-mb") > 0;
+  EXPECT_TRUE(bucket_tried);  // the second candidate of the round: a bigger bucket
+}
+
+TEST(Trial, RanksRunUnderMpirun) {
+  TrialOptions t{"/opt/ft/ft-train", "/tmp", 10, 1, ""};
+  const Config c{{"dp", "2"}, {"quiet", ""}};
+  EXPECT_EQ(trial_command(c, t),
+            (std::vector<std::string>{"/opt/ft/ft-train", "--dp", "2", "--quiet"}));
+  t.ranks = 2;
+  t.mpirun = "/usr/bin/mpirun";
+  EXPECT_EQ(trial_command(c, t),
+            (std::vector<std::string>{"/usr/bin/mpirun", "-np", "2", "--oversubscribe",
+                                      "/opt/ft/ft-train", "--dp", "2", "--quiet"}));
+}
+
+
+}  // namespace
+}  // namespace ft::tuner

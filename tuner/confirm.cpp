@@ -1,0 +1,68 @@
+// confirm.cpp: scoring of the confirmation round (alternating side-by-side re-measurement).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "ft/tuner/search.h"
+
+namespace ft::tuner {
+
+int sign_test_wins(int n) {
+  if (n <= 3) return n;
+  // P(Binomial(n, 1/2) >= k) for decreasing k while it stays within kSignTestLevel.
+  double tail = 0, choose = 1;  // C(n, i) for i = n, n-1, ...
+  int k = n + 1;
+  for (int i = n; i >= 0; --i) {
+    if (i < n) choose = choose * (i + 1) / (n - i);
+    const double next = tail + choose / std::ldexp(1.0, n);
+    if (next > kSignTestLevel) break;
+    tail = next;
+    k = i;
+  }
+  return k;
+}
+
+std::vector<size_t> confirm_order(size_t n, int round) {
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (round % 2 == 1) std::reverse(order.begin(), order.end());
+  return order;
+}
+
+std::vector<size_t> score_confirmation(std::vector<ConfirmRow>* rows, double min_improvement,
+                                       int min_rounds) {
+  std::vector<size_t> ranked;
+  if (rows->empty()) return ranked;
+  const ConfirmRow& base = rows->front();
+  for (size_t i = 0; i < rows->size(); ++i) {
+    ConfirmRow& row = (*rows)[i];
+    row.ratios.clear();
+    std::vector<double> ran;
+    for (size_t r = 0; r < row.tokens_per_s.size(); ++r) {
+      const double t = row.tokens_per_s[r];
+      if (t <= 0) continue;
+      ran.push_back(t);
+      const double b = r < base.tokens_per_s.size() ? base.tokens_per_s[r] : 0;
+      if (b > 0) row.ratios.push_back(t / b);
+    }
+    row.median_tps = median_of(ran);
+    row.median_ratio = median_of(row.ratios);
+    row.ratio_spread = 0;
+    if (row.ratios.size() >= 2 && row.median_ratio > 0) {
+      const auto [lo, hi] = std::minmax_element(row.ratios.begin(), row.ratios.end());
+      row.ratio_spread = (*hi - *lo) / row.median_ratio;
+    }
+    const int n = static_cast<int>(row.ratios.size());
+    const int wins = static_cast<int>(
+        std::count_if(row.ratios.begin(), row.ratios.end(), [](double x) { return x > 1.0; }));
+    row.beats_baseline = i > 0 && n >= std::max(1, min_rounds) && wins >= sign_test_wins(n) &&
+                         row.median_ratio > 1 + min_improvement;
+    if (i > 0) ranked.push_back(i);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {
+    return (*rows)[a].median_ratio > (*rows)[b].median_ratio;
+  });
+  return ranked;
+}
+
+}  // namespace ft::tuner

@@ -1,0 +1,289 @@
+// guided.cpp: the guided strategy: diagnose -> optimize -> verify rounds, then confirmation.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+#include "sweep_impl.h"
+
+namespace ft::tuner::detail {
+namespace {
+
+std::vector<std::string> split_words(const std::string& s) {
+  std::vector<std::string> w;
+  size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+    size_t j = i;
+    while (j < s.size() && !std::isspace(static_cast<unsigned char>(s[j]))) ++j;
+    if (j > i) w.push_back(s.substr(i, j - i));
+    i = j;
+  }
+  return w;
+}
+
+}  // namespace
+
+bool Sweep::admit(const Config& c, bool stability, const std::string& source, int round) {
+  const std::string key = effective_key(c, o_.train_defaults);
+  if (!stability && !g_.space_keys.empty() && !g_.space_keys.count(key)) {
+    decide(round, "skip",
+           fmt::format("{} ({}): outside the search space (--knobs and the batch rule define "
+                       "it for grid and guided alike)",
+                       describe_diff(o_.baseline, c), source));
+    return false;
+  }
+  if (!g_.tried.insert(key).second) return false;
+  double predicted = 0;
+  const std::string skip = memory_skip(c, &predicted);
+  if (!skip.empty()) {
+    const JournalEntry& e =
+        trial("trial", with_steps(c, o_.trial_steps), describe_diff(o_.baseline, c), round, 0,
+              nullptr, predicted, skip);
+    decide(round, "skip", fmt::format("{} ({}): {}", e.change, source, skip), {e.id});
+    return false;
+  }
+  return true;
+}
+
+std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Finding>& findings,
+                                                        int round, bool* promising) {
+  std::vector<Candidate> cands;
+  *promising = false;
+  for (const Finding& f : findings) {
+    const bool stability = f.cls == "loss" && f.severity != "info";
+    if (!stability && f.share < o_.min_gain) continue;
+    *promising = *promising || !stability;
+    // A candidate from a patch: the finding's knob (`knob` is its text) or a derived one.
+    const auto consider = [&](const Config& patch, const std::string& knob) {
+      if (!stability && (patch.count("lr") || patch.count("warmup") || patch.count("min-lr"))) {
+        decide(round, "skip",
+               fmt::format("knob '{}': LR/warmup changes only for an unstable loss finding", knob));
+        return;
+      }
+      std::string why;
+      const auto c = apply_knob(g_.inc, patch, o_.batch, &why);
+      if (!c) {
+        decide(round, "skip", fmt::format("knob '{}': {}", knob, why));
+        return;
+      }
+      if (admit(*c, stability, fmt::format("knob '{}' of finding '{}'", knob, f.title), round)) {
+        cands.push_back({*c, stability});
+      }
+    };
+    for (const std::string& knob : f.knobs) {
+      if (static_cast<int>(cands.size()) >= o_.candidates_per_round) break;
+      Config patch;
+      try {
+        // ft-diagnose may annotate a knob: "--micro-batch 16 (doubles the global batch)".
+        patch = parse_flag_words(split_words(knob.substr(0, knob.find(" ("))));
+      } catch (const ConfigError& e) {
+        decide(round, "skip",
+               fmt::format("knob '{}' of finding '{}': {}", knob, f.title, e.what()));
+        continue;
+      }
+      consider(patch, knob);
+    }
+    // The parallel knobs the finding's class implies (derived_knobs), after its own.
+    for (const Config& patch : derived_knobs(f, g_.inc)) {
+      if (static_cast<int>(cands.size()) >= o_.candidates_per_round) break;
+      std::string words;
+      for (const auto& w : config_args(patch)) words += (words.empty() ? "" : " ") + w;
+      consider(patch, words + " (derived from the " + f.cls + " finding)");
+    }
+  }
+  return cands;
+}
+
+std::vector<Sweep::Candidate> Sweep::compute_candidates(int round) {
+  const auto value = [&](const char* k, const char* fallback) {
+    if (const auto it = g_.inc.find(k); it != g_.inc.end()) return it->second;
+    if (const auto it = o_.train_defaults.find(k); it != o_.train_defaults.end()) return it->second;
+    return std::string(fallback);
+  };
+  std::vector<Config> patches;
+  patches.push_back({{"attention", value("attention", "flash") == "naive" ? "flash" : "naive"}});
+  const int b = std::stoi(value("micro-batch", "8")), k = std::stoi(value("grad-accum", "1"));
+  if (b % 2 == 0) {
+    patches.push_back(
+        {{"micro-batch", std::to_string(b / 2)}, {"grad-accum", std::to_string(2 * k)}});
+  }
+  if (k % 2 == 0) {
+    patches.push_back(
+        {{"micro-batch", std::to_string(2 * b)}, {"grad-accum", std::to_string(k / 2)}});
+  }
+  std::vector<Candidate> cands;
+  for (const Config& patch : patches) {
+    std::string why;
+    const auto c = apply_knob(g_.inc, patch, o_.batch, &why);
+    if (c && admit(*c, false, "compute-bound step", round)) cands.push_back({*c, false});
+  }
+  return cands;
+}
+
+void Sweep::accept(const Config& knobs, int trial_id) {
+  g_.inc = knobs;
+  out_.best = knobs;
+  out_.best_trial = trial_id;
+  out_.best_verify = out_.accepted_verifies.back();
+  accepted_.push_back({knobs, trial_id, out_.best_verify});
+}
+
+void Sweep::guided() {
+  planned_left_ = -1;
+  const JournalEntry& b = short_trial("baseline", o_.baseline, 0);
+  out_.baseline_trial = out_.best_trial = b.id;
+  if (b.result.status != TrialStatus::kOk) {
+    stop(0,
+         fmt::format("the baseline trial failed ({}: {})", trial_status_name(b.result.status),
+                     b.result.reason),
+         {b.id});
+    return;
+  }
+  g_.inc = o_.baseline;
+  g_.tried = {effective_key(g_.inc, o_.train_defaults)};
+  // With --knobs (options.space) guided searches the grid's space: a throughput candidate
+  // outside it is skipped, so the two strategies can be compared on the same space.
+  if (!o_.space.empty()) {
+    for (const Config& c :
+         grid_configs(o_.baseline, o_.space, o_.seed, o_.batch, o_.train_defaults)) {
+      g_.space_keys.insert(effective_key(c, o_.train_defaults));
+    }
+  }
+  for (int round = 1;; ++round) {
+    last_round_ = round;
+    if (!budget_left()) return stop(round, budget_text());
+    Diagnosis diag = diag_(round, with_steps(g_.inc, o_.trial_steps));
+    ++out_.diagnoses;
+    std::vector<Finding>& findings = diag.findings;
+    std::stable_sort(findings.begin(), findings.end(),
+                     [](const Finding& x, const Finding& y) { return x.share > y.share; });
+    std::string summary;
+    for (size_t i = 0; i < findings.size() && i < 4; ++i) {
+      summary += fmt::format("{}{} {:.0f}% ({})", i ? "; " : "", findings[i].cls,
+                             100 * findings[i].share, findings[i].title);
+    }
+    decide(round, "diagnose",
+           fmt::format("diagnosis of {}: {}; compute {:.0f}% of step time",
+                       describe_diff(o_.baseline, g_.inc),
+                       summary.empty() ? "no findings" : summary, 100 * diag.compute_share));
+    bool promising = false;
+    const std::vector<Candidate> from_findings = finding_candidates(findings, round, &promising);
+    // A loss-stability change is not about speed: it goes straight to verification.
+    std::vector<Config> fast;
+    bool accepted = false;
+    for (const Candidate& c : from_findings) {
+      if (!c.stability) {
+        fast.push_back(c.knobs);
+        continue;
+      }
+      if (accepted) continue;
+      const JournalEntry& e = short_trial("trial", c.knobs, round);
+      bool failed = false;
+      if (verify(c.knobs, round, &failed)) {
+        accept(c.knobs, e.id);
+        accepted = true;
+      } else if (failed) {
+        return stop(round, budget_text() + "; verification could not run");
+      }
+    }
+    if (accepted) continue;
+    // A compute-bound step: the knobs that change how the same math is computed (attention
+    // implementation, the split of the fixed global batch) join the round, each configuration
+    // tried once.
+    const size_t from_diagnosis = fast.size();
+    if (o_.compute_bound > 0 && diag.compute_share >= o_.compute_bound) {
+      for (const Candidate& c : compute_candidates(round)) fast.push_back(c.knobs);
+      if (fast.size() > from_diagnosis) {
+        std::string names;
+        for (size_t i = from_diagnosis; i < fast.size(); ++i) {
+          names += (names.empty() ? "" : "; ") + describe_diff(g_.inc, fast[i]);
+        }
+        decide(round, "trial",
+               fmt::format("compute is {:.0f}% of step time (>= {:.0f}%): also trying {}",
+                           100 * diag.compute_share, 100 * o_.compute_bound, names));
+      }
+    }
+    if (fast.empty()) {
+      if (!promising) {
+        return stop(round, fmt::format("no finding promises more than {:.0f}% of step time",
+                                       100 * o_.min_gain));
+      }
+      return stop(round, "every knob the findings name was tried, skipped or not applicable");
+    }
+    // The incumbent and the candidates side by side, alternating, --repeats rounds: a candidate
+    // is faster only if every round favours it and its median ratio exceeds 1 + the floor.
+    int complete = 0;
+    std::vector<size_t> ranked;
+    std::vector<ConfirmRow> rows = side_by_side(g_.inc, "incumbent", fast, "trial", "round", round,
+                                                o_.repeats, &ranked, &complete);
+    if (complete < std::min(2, o_.repeats)) return stop(round, budget_text());
+    for (size_t i : ranked) {
+      if (!rows[i].beats_baseline) continue;
+      bool failed = false;
+      if (verify(rows[i].knobs, round, &failed)) {
+        accept(rows[i].knobs, rows[i].trials.front());
+        accepted = true;
+        break;
+      }
+      if (failed) return stop(round, budget_text() + "; verification could not run");
+    }
+    if (!accepted && !budget_left()) return stop(round, budget_text());
+    if (!accepted) {
+      return stop(round, fmt::format("no candidate of round {} beat the incumbent beyond noise "
+                                     "and passed verification",
+                                     round));
+    }
+  }
+}
+
+// Guided: the baseline and the latest accepted changes (each verified) in a confirmation
+// round; the best is the one with the highest confirmed ratio that beats the baseline beyond
+// noise, else the baseline.
+void Sweep::guided_confirm() {
+  if (o_.confirm_rounds <= 0) return;
+  if (accepted_.empty()) {
+    out_.confirmed_ratio = 1;  // the best is the baseline itself
+    return;
+  }
+  const size_t k = static_cast<size_t>(std::max(1, o_.confirm_top));
+  const size_t from = accepted_.size() > k ? accepted_.size() - k : 0;
+  std::vector<Config> cands;
+  for (size_t i = from; i < accepted_.size(); ++i) cands.push_back(accepted_[i].knobs);
+  const int round = last_round_ + 1;
+  const auto rank = confirm(cands, round);
+  if (!rank) {
+    decide(round, "stop",
+           budget_text() +
+               "; the confirmation round could not finish, so the best is the last "
+               "accepted change, unconfirmed");
+    return;
+  }
+  for (size_t i : *rank) {
+    const ConfirmRow& row = out_.confirmation[i];
+    if (!row.beats_baseline) continue;
+    out_.best = cands[i - 1];
+    out_.best_trial = accepted_[from + i - 1].trial;
+    out_.best_verify = accepted_[from + i - 1].verify;
+    out_.confirmed_ratio = row.median_ratio;
+    decide(round, "accept",
+           fmt::format("{}: the fastest in the confirmation round, x{:.3f} the baseline{}",
+                       row.change, row.median_ratio,
+                       i == out_.confirmation.size() - 1
+                           ? ""
+                           : " (an earlier incumbent: the later changes were not faster here)"));
+    return;
+  }
+  out_.best = o_.baseline;
+  out_.best_trial = out_.baseline_trial;
+  out_.best_verify = -1;
+  out_.confirmed_ratio = 1;
+  decide(round, "reject",
+         fmt::format("no accepted change beat the baseline beyond noise in the confirmation "
+                     "round (every round faster and the median ratio above 1 + {:.0f}%); the "
+                     "baseline is kept",
+                     100 * o_.min_improvement));
+}
+
+}  // namespace ft::tuner::detail
