@@ -110,5 +110,24 @@ TEST(ModelBackendTest, CudaWithoutADeviceIsAConfigErrorNamingTheReason) {
   }
 }
 
+// Distributed or ZeRO training on CUDA is refused with a ConfigError that says why, GPU or
+// not (the check precedes the device query); the CPU engine takes the same configuration.
+TEST(ModelBackendTest, CudaRefusesZeroAndMultiProcessRunsWithAConfigError) {
+  TrainConfig c;
+  c.device = DeviceKind::kCuda;
+  c.parallel.zero = 1;
+  try {
+    Trainer t(c);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--device cuda runs one process without ZeRO"), std::string::npos) << m;
+    EXPECT_NE(m.find("--zero 1"), std::string::npos) << m;
+  }
+  const auto r = ft::testing::run_cli("ft-train", "--device cuda --zero 2 --steps 1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("runs one process without ZeRO"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace ft::trainer

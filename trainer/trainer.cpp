@@ -139,12 +139,15 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
   }
   const bool cuda = config_.device == DeviceKind::kCuda;
   if (cuda) {
+    // Checked before the device, so the refusal is the same with or without a GPU.
+    if (groups_.world->world_size() > 1 || config_.parallel.zero > 0) {
+      throw ConfigError(fmt::format(
+          "--device cuda runs one process without ZeRO for now (got {} ranks, --zero {}; the "
+          "NCCL data-parallel path is not wired into the trainer)",
+          groups_.world->world_size(), config_.parallel.zero));
+    }
     std::string why;
     if (cuda_devices(&why).empty()) throw ConfigError("--device cuda: no CUDA device: " + why);
-    if (groups_.world->world_size() > 1 || config_.parallel.zero > 0) {
-      throw ConfigError("--device cuda runs one process without ZeRO for now (the NCCL "
-                        "data-parallel path is not wired into the trainer)");
-    }
   }
   const int threads = config_.threads > 0 ? config_.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
