@@ -72,8 +72,9 @@ bool CuptiActivityParser::parse(const void* raw) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-      add_device_op(k->name ? k->name : "kernel", Category::kCompute, k->deviceId, k->streamId,
-                    k->start, k->end, k->correlationId, 0, 0);
+      const char* name = k->name ? k->name : "kernel";
+      add_device_op(name, kernel_category(name), k->deviceId, k->streamId, k->start, k->end,
+                    k->correlationId, 0, 0);
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -274,9 +275,17 @@ class CuptiSource final : public ActivitySource {
     if (s != nullptr && buffer != nullptr) {
       std::lock_guard<std::mutex> lock(s->mu_);
       CUpti_Activity* record = nullptr;
+      // A callback from CUPTI's thread: nothing may escape it (an exception would terminate the
+      // job). Records that cannot be parsed (out of memory) are counted as dropped.
+      uint64_t lost = 0;
       while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
-        s->parser_.parse(record);
+        try {
+          s->parser_.parse(record);
+        } catch (...) {
+          ++lost;
+        }
       }
+      s->parser_.add_dropped(lost);
       size_t dropped = 0;
       if (cuptiActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS) {
         s->parser_.add_dropped(dropped);

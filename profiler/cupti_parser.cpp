@@ -11,6 +11,27 @@ namespace ft::profiler {
 
 CuptiActivityParser::CuptiActivityParser(ApiNameFn api_name) : api_name_(std::move(api_name)) {}
 
+Category CuptiActivityParser::kernel_category(std::string_view name) {
+  return name.find("nccl") != std::string_view::npos ? Category::kComm : Category::kCompute;
+}
+
+Category CuptiActivityParser::api_category(std::string_view name, uint8_t* flags) {
+  auto has = [&](std::string_view s) { return name.find(s) != std::string_view::npos; };
+  if (has("Synchronize")) {
+    *flags |= kSynchronous;
+    return Category::kSync;
+  }
+  if (has("Memcpy") || has("memcpy")) {
+    if (!has("Async")) *flags |= kSynchronous;
+    return Category::kHost;  // becomes kH2D / kD2H when its device copy is seen (drain)
+  }
+  if (has("Malloc") || has("Free") || has("HostAlloc") || has("MemAlloc") ||
+      has("HostRegister") || has("HostUnregister")) {
+    return Category::kAlloc;
+  }
+  return Category::kHost;
+}
+
 void CuptiActivityParser::add_device_op(const std::string& name, Category c, uint32_t device,
                                         uint32_t stream, uint64_t start, uint64_t end,
                                         uint32_t correlation, uint64_t bytes, uint8_t flags) {
@@ -46,7 +67,7 @@ void CuptiActivityParser::add_api_call(const std::string& name, bool driver, uin
   e.dur_ns = end > start ? static_cast<int64_t>(end - start) : 0;
   e.track = Track{pid, tid, false};
   e.name = name_id(name);
-  e.category = Category::kHost;
+  e.category = api_category(name, &e.flags);
   e.id = correlation;
   api_by_correlation_[correlation].push_back({events_.size(), driver});
   events_.push_back(e);
@@ -108,6 +129,23 @@ void CuptiActivityParser::drain(Trace* out) {
   for (const Event& e : events_) {
     if (e.phase == Phase::kFlowEnd) device_ids.insert(e.id);
   }
+  // A memcpy call blocks the host for as long as its copy needs the host: it takes the device
+  // copy's category, bytes and pinned/pageable flags, so the partition counts it as PCIe.
+  for (const Event& d : events_) {
+    if (!d.track.device || d.phase != Phase::kSpan || d.id == 0 ||
+        (d.category != Category::kH2D && d.category != Category::kD2H)) {
+      continue;
+    }
+    const auto it = api_by_correlation_.find(static_cast<uint32_t>(d.id));
+    if (it == api_by_correlation_.end()) continue;
+    for (const ApiCall& c : it->second) {
+      Event& a = events_[c.event];
+      if (a.category != Category::kHost) continue;  // a sync or allocation call keeps its class
+      a.category = d.category;
+      a.bytes = d.bytes;
+      a.flags |= d.flags & (kPinned | kPageable);
+    }
+  }
   std::vector<Event> flows;
   for (const auto& [corr, calls] : api_by_correlation_) {
     if (!device_ids.count(corr)) continue;
@@ -124,12 +162,16 @@ void CuptiActivityParser::drain(Trace* out) {
   }
   std::unordered_set<uint64_t> started;
   for (const Event& f : flows) started.insert(f.id);
+  std::unordered_map<uint32_t, uint32_t> marker_map;  // thread_map_ on 29-bit marker ids
+  for (const auto& [cupti, os] : thread_map_) marker_map[cupti & 0x1FFFFFFFu] = os;
   for (Event e : events_) {
     if (e.phase == Phase::kFlowEnd && !started.count(e.id)) continue;
     if (!e.track.device) {
-      const uint32_t low = e.track.tid & ~kNvtxTid;
-      const auto it = thread_map_.find(low);
-      if (it != thread_map_.end()) e.track.tid = (e.track.tid & kNvtxTid) | it->second;
+      // Markers sit on kNvtxTid | (id & 0x1FFFFFFF); API calls keep CUPTI's full 32-bit id.
+      const bool marker = e.id == 0 && (e.track.tid & kNvtxTid);
+      const auto& table = marker ? marker_map : thread_map_;
+      const auto it = table.find(marker ? (e.track.tid & ~kNvtxTid) : e.track.tid);
+      if (it != table.end()) e.track.tid = (marker ? kNvtxTid : 0u) | it->second;
     }
     e.name = out->names.intern(names_.at(e.name));
     out->events.push_back(e);

@@ -71,6 +71,7 @@ struct Recorder::ThreadBuffer {
     bool keep;
   };
   uint32_t tid = 0;
+  uint64_t pthread = 0;  // pthread_self() of the owner
   std::string name;
   std::vector<Slot> ring;             // fixed capacity; slot = head % capacity
   std::atomic<uint64_t> head{0};      // events ever written by the owner
@@ -162,6 +163,7 @@ Recorder::ThreadBuffer* Recorder::register_thread() noexcept {
       found = b.get();
       buffers_.push_back(std::move(b));
     }
+    found->pthread = static_cast<uint64_t>(pthread_self());  // also for a reused tid
     t_cache.recorder_id = id_;
     t_cache.buffer = found;
     return found;
@@ -287,6 +289,13 @@ void Recorder::set_thread_name(std::string_view name) {
   if (b == nullptr) return;
   std::lock_guard<std::mutex> lock(mu_);
   b->name = std::string(name);
+}
+
+std::vector<ThreadIds> Recorder::threads() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ThreadIds> out;
+  for (const auto& b : buffers_) out.push_back({b->tid, b->pthread});
+  return out;
 }
 
 Trace Recorder::collect() {

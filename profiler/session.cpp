@@ -25,29 +25,59 @@ void Session::start() {
   host_installed_ = tracer_.install();
   if (!host_installed_) note("another range sink is installed; engine ranges are not recorded");
   recorder_.start();
-  if (options_.device_activity) {
-    try {
-      device_ = make_cupti_source();
-      std::string why;
-      if (device_->start(&why)) {
-        device_status_ = "recording";
-      } else {
-        device_status_ = why;
-        device_.reset();
-        note(fmt::format("device activity {}; profiling the host only", why));
-      }
-    } catch (const std::exception& e) {
-      device_status_ = std::string("not available: ") + e.what();
-      device_.reset();
-      note(fmt::format("device activity {}; profiling the host only", device_status_));
-    }
+  if (!options_.device_activity) return;
+  if (options_.recorder.window.whole_run()) {
+    start_device();
+  } else {
+    device_pending_ = true;
+    device_status_ = fmt::format("not started: the run ended before step {}",
+                                 options_.recorder.window.first);
   }
+}
+
+void Session::start_device() noexcept {
+  device_pending_ = false;
+  try {
+    device_ = make_cupti_source();
+    std::string why;
+    if (device_->start(&why)) {
+      device_status_ = "recording";
+      device_running_ = true;
+    } else {
+      device_status_ = why;
+      device_.reset();
+      note(fmt::format("device activity {}; profiling the host only", why));
+    }
+  } catch (const std::exception& e) {
+    device_status_ = std::string("not available: ") + e.what();
+    device_.reset();
+    note(fmt::format("device activity {}; profiling the host only", device_status_));
+  } catch (...) {
+    device_status_ = "not available: unknown error";
+    device_.reset();
+  }
+}
+
+void Session::stop_device() noexcept {
+  if (device_ && device_running_) device_->stop();
+  device_running_ = false;
+}
+
+void Session::StepHook::on_step_begin(int64_t step) noexcept {
+  const StepWindow& w = s_.options_.recorder.window;
+  if (s_.device_pending_ && w.contains(step)) s_.start_device();
+  if (s_.device_running_ && !w.whole_run() && step > w.last) s_.stop_device();
+  s_.tracer_.on_step_begin(step);
+}
+
+void Session::StepHook::on_step_end(const trainer::StepMetrics& m) noexcept {
+  s_.tracer_.on_step_end(m);
 }
 
 void Session::stop() {
   tracer_.flush();
   recorder_.stop();
-  if (device_) device_->stop();
+  stop_device();
 }
 
 Trace Session::collect() {
@@ -56,7 +86,14 @@ Trace Session::collect() {
   t.metadata["device_activity"] = device_status_;
   if (device_) {
     Trace dev;
-    device_->collect(&dev);
+    try {
+      device_->collect(&dev);
+    } catch (const std::exception& e) {  // never fatal: the profile keeps what it has
+      note(fmt::format("device activity could not be collected ({}); profiling the host only",
+                       e.what()));
+      t.metadata["device_activity"] = std::string("failed: ") + e.what();
+      dev = Trace();
+    }
     // In a step window, keep the device events that overlap the recorded steps.
     int64_t lo = INT64_MIN, hi = INT64_MAX;
     if (!options_.recorder.window.whole_run()) {
@@ -78,6 +115,7 @@ Trace Session::collect() {
       e.name = t.names.intern(dev.names.at(e.name));
       t.events.push_back(e);
     }
+    prepare_live_device_events(&t, recorder_.threads());
     drop_unpaired_flows(&t);
   }
   return t;

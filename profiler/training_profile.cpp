@@ -157,7 +157,7 @@ std::map<std::string, std::string> run_metadata(trainer::Trainer& t) {
   md["env.hostname"] = env.hostname;
   md["env.kernel"] = env.kernel;
   for (const auto& [k, v] : env.variables) md["env.var." + k] = v;
-  const AllocatorStats a = t.allocator().stats();
+  const AllocatorStats a = t.memory_stats();  // the engine's (host or device) allocator
   md["run.warmup_excluded"] = std::to_string(c.warmup_steps_excluded);
   // Where this rank sits in the parallel layout (multi-rank diagnosis, docs/classification.md).
   const trainer::ParallelGroups& g = t.groups();

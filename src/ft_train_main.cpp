@@ -32,7 +32,7 @@ using ft::trainer::Trainer;
 void print_header(const TrainConfig& c, Trainer& t) {
   const ft::EnvInfo env = ft::collect_env_info();
   const auto& g = c.model;
-  const auto act = t.model().activation_memory(c.micro_batch, c.seq_len);
+  const auto act = t.backend().activation_memory(c.micro_batch, c.seq_len);
   const auto& model = t.model();
   fmt::print("ft-train  model {}  params {:.2f}M{}  flops/token {:.3g}\n", g.describe(),
              model.full_layout().total / 1e6,
@@ -83,10 +83,15 @@ void print_header(const TrainConfig& c, Trainer& t) {
                        : std::string());
   std::string no_cuda;
   const auto gpus = ft::trainer::cuda_devices(&no_cuda);
-  fmt::print("  backend cpu; CUDA {}\n",
+  fmt::print("  backend {}; CUDA {}\n", t.backend().describe(),
              gpus.empty() ? "unavailable: " + no_cuda
-                          : fmt::format("{} device(s), first {} (sm_{}{}); CUDA training is not built yet",
-                                        gpus.size(), gpus[0].name, gpus[0].sm_major, gpus[0].sm_minor));
+                          : fmt::format("{} device(s), first {} (sm_{}{})", gpus.size(),
+                                        gpus[0].name, gpus[0].sm_major, gpus[0].sm_minor));
+  if (c.device == ft::trainer::DeviceKind::kCuda) {
+    fmt::print("  input path --h2d {}{}\n", c.h2d,
+               c.h2d_payload_mb ? fmt::format(" (+{} MiB side input per batch)", c.h2d_payload_mb)
+                                : std::string());
+  }
   if (c.memory_limit) fmt::print("  memory limit {}\n", ft::format_bytes(c.memory_limit));
   fmt::print("{:>6} {:>8} {:>9} {:>9} {:>9} {:>10} {:>6} {:>10} {:>10} {:>10}\n", "step", "loss",
              "lr", "gnorm", "ms", "tok/s", "MFU%", "mem", "reserved", "peak");
@@ -200,6 +205,7 @@ int run(int argc, char** argv) {
   if (profiler) finish_profiler(*profiler, c, t);
   if (!c.save_dir.empty()) t.save(c.save_dir);
   if (!c.export_llmc.empty()) {
+    t.sync_host_state();  // --device cuda: the device's parameters into the host model
     // Tensor parallel: the shards are gathered (collective); rank 0 writes the whole model.
     const std::vector<float> full = t.model().gather_full_params();
     if (t.groups().world->rank() == 0) {
@@ -215,8 +221,8 @@ int run(int argc, char** argv) {
     sum.mean_comm_ms = comm_sum / counted;
   }
   sum.val_loss = last_val;
-  sum.memory = t.allocator().stats();
-  sum.activations = t.model().activation_memory(c.micro_batch, c.seq_len);
+  sum.memory = t.memory_stats();
+  sum.activations = t.backend().activation_memory(c.micro_batch, c.seq_len);
   if (metrics) metrics << nlohmann::json{{"summary", sum.to_json()}}.dump() << "\n";
   if (c.quiet && t.groups().world->rank() != 0) return g_interrupted ? 130 : 0;  // rank 0 reports
   fmt::print(

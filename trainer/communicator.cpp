@@ -21,6 +21,10 @@ const char* comm_group_name(CommGroup g) {
   return "other";
 }
 
+void Communicator::broadcast_bytes(void*, size_t, int) {
+  throw CommError(fmt::format("broadcast_bytes is not supported by {}", name()));
+}
+
 namespace {
 
 // One process: sums of one contribution are the identity; gathers copy.
@@ -39,6 +43,7 @@ class LocalCommunicator final : public Communicator {
   void all_gather(const float* send, float* recv, size_t n) override { copy(send, recv, n); }
   void all_gather(const double* send, double* recv, size_t n) override { copy(send, recv, n); }
   void broadcast(float*, size_t, int) override {}
+  void broadcast_bytes(void*, size_t, int) override {}
   void send(const float*, size_t, int peer, int) override { no_peer("send to", peer); }
   void recv(float*, size_t, int peer, int) override { no_peer("recv from", peer); }
   void barrier() override {}

@@ -165,6 +165,11 @@ class MpiCommunicator final : public Communicator {
       return MPI_Ibcast(data, checked_count(n, "broadcast"), MPI_FLOAT, root, comm_, r);
     });
   }
+  void broadcast_bytes(void* data, size_t bytes, int root) override {
+    run(kBroadcast, root, [&](MPI_Request* r) {
+      return MPI_Ibcast(data, checked_count(bytes, "broadcast"), MPI_BYTE, root, comm_, r);
+    });
+  }
   void send(const float* data, size_t n, int peer, int tag) override {
     run(kSend, peer, [&](MPI_Request* r) {
       return MPI_Isend(data, checked_count(n, "send"), MPI_FLOAT, peer, tag, comm_, r);

@@ -11,6 +11,7 @@
 
 #include "ft/core/allocator.h"
 #include "ft/core/error.h"
+#include "ft/trainer/h2d.h"
 
 namespace ft::trainer {
 
@@ -49,6 +50,8 @@ void TrainConfig::validate() const {
   need(loader_workers >= 0 && loader_workers <= 64, "--loader-workers must be in [0, 64]");
   need(prefetch >= 1 && prefetch <= 1024, "--prefetch must be in [1, 1024]");
   need(preprocess_cost >= 0, "--preprocess-cost must be >= 0");
+  parse_h2d_mode(h2d);  // throws ConfigError naming the value
+  need(h2d_payload_mb >= 0 && h2d_payload_mb <= 65536, "--h2d-payload-mb must be in [0, 65536]");
   parallel.validate();
 }
 
@@ -66,9 +69,11 @@ nlohmann::json TrainConfig::to_json() const {
       {"tokenizer_vocab", tokenizer_vocab}, {"tokenizer_merges", tokenizer_merges},
       {"loader_workers", loader_workers}, {"prefetch", prefetch},
       {"preprocess_cost", preprocess_cost}, {"shuffle", shuffle},
+      {"h2d", h2d}, {"h2d_payload_mb", h2d_payload_mb},
       {"seed", seed}, {"loss_scale", loss_scale}, {"loss_scale_window", loss_scale_window},
       {"dp", parallel.dp}, {"tp", parallel.tp}, {"pp", parallel.pp}, {"zero", parallel.zero},
-      {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap}};
+      {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap},
+      {"device", device_name(device)}, {"tf32", tf32}};
 }
 
 std::string TrainConfig::to_config_file() const {
@@ -87,10 +92,12 @@ std::string TrainConfig::to_config_file() const {
     << "\nallocator-caching = " << (allocator_caching ? "true" : "false") << "\ndata = " << data
     << "\nloader-workers = " << loader_workers << "\nprefetch = " << prefetch
     << "\npreprocess-cost = " << preprocess_cost << "\nshuffle = " << (shuffle ? "true" : "false")
+    << "\nh2d = " << h2d << "\nh2d-payload-mb = " << h2d_payload_mb
     << "\nseed = " << seed << "\ndp = " << parallel.dp << "\ntp = " << parallel.tp
     << "\npp = " << parallel.pp << "\nzero = " << parallel.zero
     << "\nbucket-mb = " << parallel.bucket_mb
-    << "\noverlap = " << (parallel.overlap ? "true" : "false") << "\n";
+    << "\noverlap = " << (parallel.overlap ? "true" : "false")
+    << "\ndevice = " << device_name(device) << "\ntf32 = " << (tf32 ? "true" : "false") << "\n";
   return o.str();
 }
 
@@ -98,6 +105,7 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
                                             const std::string& program) {
   TrainConfig c;
   std::string precision = "fp32", checkpoint = "none", attention = "flash", memory_limit = "0";
+  std::string device = "cpu";
   std::string config_file;
   int max_seq_len = 0, padded_vocab = 0;
   bool caching = true;
@@ -128,6 +136,8 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
     ("clip", po::value(&c.clip)->default_value(1.0f, "1.0"), "global grad-norm clip (<= 0: off)")
     ("beta1", po::value(&c.beta1)->default_value(0.9f, "0.9"), "AdamW beta1")
     ("beta2", po::value(&c.beta2)->default_value(0.95f, "0.95"), "AdamW beta2")
+    ("device", po::value(&device)->default_value("cpu"), "engine: cpu | cuda (first CUDA device)")
+    ("tf32", po::value(&c.tf32)->default_value(false), "cuda, fp32: TF32 tensor-core GEMMs")
     ("precision", po::value(&precision)->default_value("fp32"), "fp32 | bf16 | fp16")
     ("checkpoint", po::value(&checkpoint)->default_value("none"), "activation checkpointing: none | block")
     ("attention", po::value(&attention)->default_value("flash"), "flash (tiled, O(T) memory) | naive")
@@ -145,6 +155,8 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
     ("preprocess-cost", po::value(&c.preprocess_cost)->default_value(0), "passes of text normalisation + hashing per document (extra real loader work)")
     ("shuffle", po::value(&c.shuffle)->default_value(true), "shuffle chunk order per epoch and rows within chunks (false: sequential)")
     ("no-shuffle", po::bool_switch(&no_shuffle), "same as --shuffle false")
+    ("h2d", po::value(&c.h2d)->default_value("pinned"), "--device cuda: pinned (async copy stream) | pageable (synchronous copies)")
+    ("h2d-payload-mb", po::value(&c.h2d_payload_mb)->default_value(0), "--device cuda: MiB of side input copied to the GPU with every batch (PCIe experiments)")
     ("metrics", po::value(&c.metrics), "write per-step metrics as JSONL to FILE")
     ("save", po::value(&c.save_dir), "checkpoint directory")
     ("save-every", po::value(&c.save_every)->default_value(0), "checkpoint every N steps (0: at the end)")
@@ -192,6 +204,7 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
   } catch (const po::error& e) {
     throw ConfigError(fmt::format("{}: {}", program, e.what()));
   }
+  c.device = parse_device(device);
   c.options.precision = parse_precision(precision);
   c.options.checkpointing = parse_checkpointing(checkpoint);
   c.options.attention = parse_attention(attention);

@@ -16,6 +16,7 @@
 #include "ft/core/error.h"
 #include "ft/trainer/checkpoint_io.h"
 #include "ft/trainer/grad_sync.h"
+#include "ft/trainer/h2d.h"
 #include "ft/trainer/ops.h"
 #include "ft/trainer/pipeline.h"
 #include "ft/trainer/tensor_parallel.h"
@@ -136,12 +137,26 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
         "(its shards and global norm do not yet account for tensor or pipeline sharding)",
         config_.parallel.zero, config_.parallel.tp, pp));
   }
+  const bool cuda = config_.device == DeviceKind::kCuda;
+  if (cuda) {
+    // Checked before the device, so the refusal is the same with or without a GPU.
+    if (groups_.world->world_size() > 1 || config_.parallel.zero > 0) {
+      throw ConfigError(fmt::format(
+          "--device cuda runs one process without ZeRO for now (got {} ranks, --zero {}; the "
+          "NCCL data-parallel path is not wired into the trainer)",
+          groups_.world->world_size(), config_.parallel.zero));
+    }
+    std::string why;
+    if (cuda_devices(&why).empty()) throw ConfigError("--device cuda: no CUDA device: " + why);
+  }
   const int threads = config_.threads > 0 ? config_.threads : omp_get_num_procs();
   omp_set_num_threads(threads);
   config_.threads = threads;
   if (config_.peak_gflops > 0) {
     peak_gflops_ = config_.peak_gflops;
     peak_source_ = "--peak-gflops";
+  } else if (cuda) {
+    peak_gflops_ = cuda_peak_gflops(config_.options.precision, config_.tf32, 0, &peak_source_);
   } else {
     peak_gflops_ = default_peak_gflops(config_.options.precision, threads);
     const bool amx = cpu_has_amx_bf16();
@@ -152,8 +167,9 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
                                threads);
   }
   AllocatorOptions ao;
-  ao.memory_limit = config_.memory_limit;
-  ao.caching = config_.allocator_caching;
+  // On --device cuda, --memory-limit and --allocator-caching are the device allocator's.
+  ao.memory_limit = cuda ? 0 : config_.memory_limit;
+  ao.caching = cuda || config_.allocator_caching;
   alloc_ = std::make_unique<CachingAllocator>(ao);
 
   data::DataOptions dopt;
@@ -236,6 +252,22 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
     model_->refresh_low_precision();
   }
   if (pp > 1) pipeline_ = std::make_unique<Pipeline>(*model_, *groups_.pp, *alloc_);
+  if (cuda) {
+    CudaBackendOptions co;
+    co.tf32 = config_.tf32;
+    co.memory_limit = config_.memory_limit;
+    co.caching = config_.allocator_caching;
+    backend_ = make_cuda_backend(config_.model, config_.options, co);
+    // The same initial weights as the CPU engine: the host model's.
+    backend_->upload_state(model_->params(), adam_m_.data(), adam_v_.data());
+    // Batches reach the device through the uploader (--h2d pinned: copy stream overlapping
+    // the previous micro-batch's compute; pageable: synchronous copies).
+    uploader_ = make_batch_uploader(h2d_options(config_, 0), backend_->compute_stream());
+  } else {
+    // The CPU engine behind the seam (the step below drives the CPU model, its gradient
+    // sync, pipeline and ZeRO directly; the seam serves memory, description and evaluation).
+    backend_ = make_cpu_backend(*model_, adam_m_.data(), adam_v_.data(), *alloc_);
+  }
   if (!config_.resume_dir.empty()) {
     load(config_.resume_dir);
   } else {
@@ -306,6 +338,18 @@ StepMetrics Trainer::step() {
     // Data parallel over pipeline replicas: the buckets go after the schedule (arming
     // earlier would send the first micro-batch's partial gradients).
     if (sync_) sync_->arm();
+  } else if (backend_->device() == DeviceKind::kCuda) {
+    for (int k = 0; k < K; ++k) {
+      next_batch(k);
+      if (uploader_) {
+        const DeviceBatch d =
+            uploader_->upload_from(batch_.inputs(), batch_.targets(), batch_.timing.index);
+        backend_->use_device_tokens(d.inputs, d.targets);
+      }
+      // Only enqueued: the next micro-batch is fetched and uploaded while this one computes.
+      backend_->forward_backward_async(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
+    }
+    for (const double l : backend_->wait_losses()) loss_sum += l;
   } else {
     for (int k = 0; k < K; ++k) {
       next_batch(k);
@@ -360,9 +404,10 @@ StepMetrics Trainer::step() {
   m.step_ms = ms_since(t0);
   const double tokens = static_cast<double>(B) * T * K * dp.world_size();
   m.tokens_per_s = tokens / (m.step_ms / 1000.0);
-  m.mfu = flops_per_token(config_.model, T) * m.tokens_per_s / (peak_gflops_ * 1e9) /
-          groups_.world->world_size();
-  const AllocatorStats s = alloc_->stats();
+  m.mfu = peak_gflops_ > 0 ? flops_per_token(config_.model, T) * m.tokens_per_s /
+                                  (peak_gflops_ * 1e9) / groups_.world->world_size()
+                            : 0.0;
+  const AllocatorStats s = backend_->memory_stats();
   m.mem_allocated = s.allocated;
   m.mem_reserved = s.reserved;
   m.mem_peak = s.peak_allocated;
@@ -372,6 +417,7 @@ StepMetrics Trainer::step() {
 }
 
 double Trainer::grad_sum_squares() {
+  if (backend_->device() == DeviceKind::kCuda) return backend_->grad_sum_squares();
   if (model_->tp_size() == 1 && !pipeline_) {
     return ops::sum_squares(model_->grads(), model_->num_params());
   }
@@ -399,6 +445,11 @@ double Trainer::apply_update(float lr, float grad_scale) {
     const AdamWSettings s{config_.beta1, config_.beta2, config_.eps, config_.weight_decay};
     return zero_->update(lr, s, grad_scale, adam_t_);
   }
+  if (backend_->device() == DeviceKind::kCuda) {
+    const AdamWSettings s{config_.beta1, config_.beta2, config_.eps, config_.weight_decay};
+    backend_->adamw_step(s, lr, grad_scale, adam_t_);
+    return 0;
+  }
   const ParamLayout& L = model_->layout();
   // Chunks of 1 MiB of parameters: the low-precision copy of each chunk is made
   // right after its update, while it is still in cache.
@@ -414,6 +465,10 @@ double Trainer::apply_update(float lr, float grad_scale) {
     }
   }
   return 0;
+}
+
+void Trainer::sync_host_state() {
+  backend_->download_state(model_->params(), adam_m_.data(), adam_v_.data());
 }
 
 double Trainer::evaluate() {
@@ -451,7 +506,7 @@ double Trainer::evaluate() {
   }
   double acc[2] = {0, 0};  // loss sum, batches
   for (int i = groups_.dp_rank; i < config_.val_batches && loader.next(b); i += d) {
-    acc[0] += model_->forward_loss(b.inputs(), b.targets(), B, T);
+    acc[0] += backend_->forward_loss(b.inputs(), b.targets(), B, T);
     acc[1] += 1;
   }
   if (d > 1) dp.all_reduce_sum(acc, 2);

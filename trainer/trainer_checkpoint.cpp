@@ -39,6 +39,7 @@ std::string resume_command(const nlohmann::json& j) {
 
 void Trainer::save(const std::string& dir) {
   FT_RANGE("checkpoint.save", RangeKind::kHost);
+  sync_host_state();  // --device cuda: the device state into the host mirror
   namespace fs = std::filesystem;
   const int world = groups_.world->world_size(), wr = groups_.world->rank();
   const fs::path root(dir);
@@ -208,6 +209,7 @@ void Trainer::load(const std::string& dir) {
         fmt::format("checkpoint '{}' metadata is malformed: {}", path.string(), e.what()));
   }
   model_->refresh_low_precision();
+  backend_->upload_state(model_->params(), adam_m_.data(), adam_v_.data());  // cuda: to the device
 }
 
 }  // namespace ft::trainer

@@ -32,6 +32,54 @@ Totals totals_of(const std::vector<const StepBreakdown*>& steps) {
   return t;
 }
 
+// Device idle time attributed to `cls`, summed over the devices' "deviceN.idle.<cls>" keys.
+double device_idle(const Totals& t, const std::string& cls) {
+  double sum = 0;
+  const std::string suffix = ".idle." + cls;
+  for (const auto& [k, v] : t.detail) {
+    if (k.rfind("device", 0) == 0 && k.size() > suffix.size() &&
+        k.compare(k.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      sum += v;
+    }
+  }
+  return sum;
+}
+
+// On a GPU run the device's time is what matters: while the training thread waits in a sync,
+// the device is busy. When the steps carry the device split (deviceN.busy, deviceN.idle.<class>,
+// classification.md section 2), the time findings of a live ft trace read it: compute = device
+// busy, each wait class = the device idle time attributed to it (mean over the devices), so a
+// finding's share is the device time its fix would recover. Imported Kineto traces keep the
+// host view their rules were calibrated on.
+bool device_view(const Totals& host, Totals* out) {
+  std::set<std::string> devices;  // "device0." ...
+  for (const auto& [k, v] : host.detail) {
+    const size_t dot = k.find('.');
+    if (k.rfind("device", 0) == 0 && dot != std::string::npos && k.substr(dot) == ".busy") {
+      devices.insert(k.substr(0, dot + 1));
+    }
+  }
+  if (devices.empty()) return false;
+  Totals t;
+  t.wall = host.wall;
+  t.detail = host.detail;
+  for (const std::string& dev : devices) {
+    auto get = [&](const std::string& key) {
+      const auto it = host.detail.find(dev + key);
+      return it == host.detail.end() ? 0.0 : it->second;
+    };
+    t.ms[static_cast<int>(WaitClass::kCompute)] += get("busy");
+    for (int c = 0; c < kNumWaitClasses; ++c) {
+      if (c == static_cast<int>(WaitClass::kCompute)) continue;
+      t.ms[c] += get(std::string("idle.") + wait_class_name(static_cast<WaitClass>(c)));
+    }
+    t.ms[static_cast<int>(WaitClass::kComm)] += get("idle.comm.sync");
+  }
+  for (double& v : t.ms) v /= static_cast<double>(devices.size());
+  *out = std::move(t);
+  return true;
+}
+
 // Steps where class c takes more than `min_share` of the step.
 std::vector<int64_t> steps_with(const std::vector<const StepBreakdown*>& steps, WaitClass c,
                                 double min_share) {
@@ -143,8 +191,18 @@ void add_time_finding(std::vector<Finding>* out, const Trace& trace,
   out->push_back(std::move(f));
 }
 
+// The knob that moves batches through page-locked memory on an async copy stream.
+std::vector<std::string> pinned_knobs(const Trace& trace, const RunInfo& run) {
+  if (trace.source.rfind("kineto", 0) == 0) {  // a PyTorch run
+    return {"DataLoader(pin_memory=True)", "tensor.to(device, non_blocking=True)"};
+  }
+  if (!run.h2d.empty() || trace.source.rfind("ft", 0) == 0) return {"--h2d pinned", "--prefetch 2"};
+  return {"page-locked (pinned) host buffers for copies", "--prefetch 2"};
+}
+
 // Nsight Systems rules: async copies from pageable memory, synchronous copies over 64 KB.
-void copy_findings(std::vector<Finding>* out, const Trace& trace, const FindingRules& r) {
+void copy_findings(std::vector<Finding>* out, const Trace& trace, const RunInfo& run,
+                   const FindingRules& r) {
   struct Tally {
     int count = 0;
     uint64_t bytes = 0;
@@ -160,9 +218,15 @@ void copy_findings(std::vector<Finding>* out, const Trace& trace, const FindingR
                                        ev.bytes, ev.dur_ns / 1e6, ev.step));
     }
   };
+  // A copy seen on the device is counted there only (its API call carries the same flags).
+  bool device_copies = false;
+  for (const Event& ev : trace.events) {
+    device_copies |= ev.track.device && (ev.category == Category::kH2D || ev.category == Category::kD2H);
+  }
   for (const Event& ev : trace.events) {
     if (ev.phase != Phase::kSpan ||
-        (ev.category != Category::kH2D && ev.category != Category::kD2H)) {
+        (ev.category != Category::kH2D && ev.category != Category::kD2H) ||
+        (device_copies && !ev.track.device)) {
       continue;
     }
     if ((ev.flags & kPageable) && !(ev.flags & kSynchronous)) add(pageable, ev);
@@ -188,7 +252,7 @@ void copy_findings(std::vector<Finding>* out, const Trace& trace, const FindingR
   emit(pageable, fmt::format("{} asynchronous copies from pageable memory", pageable.count),
        "An asynchronous copy from pageable memory is staged through a driver buffer and runs "
        "synchronously (Nsight Systems rule).",
-       {"page-locked (pinned) host buffers for copies", "--prefetch 2"});
+       pinned_knobs(trace, run));
   emit(sync,
        fmt::format("{} synchronous copies (D2H, or H2D over {} KB)", sync.count,
                    r.sync_copy_bytes / 1024),
@@ -224,7 +288,10 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
                                  const FindingRules& r) {
   std::vector<Finding> out;
   const auto steps = steady_steps(all, run);
-  const Totals t = totals_of(steps);
+  Totals t = totals_of(steps);
+  Totals device;
+  // ft's own runs ("ft", "ft-diagnose run"): on a GPU, findings read device time.
+  if (trace.source.rfind("ft", 0) == 0 && device_view(t, &device)) t = std::move(device);
   const double n = std::max<size_t>(steps.size(), 1);
   auto d = [&](const char* key) { return t.detail.count(key) ? t.detail.at(key) : 0.0; };
   auto share = [&](WaitClass c) { return t.wall > 0 ? t.ms[static_cast<int>(c)] / t.wall : 0.0; };
@@ -292,14 +359,26 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
       {fmt::format("--grad-accum {}", std::max(2, 2 * run.grad_accum))},
       fmt::format("comm transfer {:.2f} ms/step, waiting for other ranks {:.2f} ms/step",
                   d("comm.transfer") / n, d("comm.wait") / n));
-  add_time_finding(&out, trace, steps, t, WaitClass::kPcie, r.pcie_share, r,
-                   "Host-device copies are exposed",
-                   "Copies between host and device block the step. Pinned buffers and prefetching "
-                   "let them overlap with compute.",
-                   {"--prefetch 2"},
-                   fmt::format("pageable copies {:.2f} ms/step of {:.2f}", d("pcie.pageable") / n,
-                               t.ms[static_cast<int>(WaitClass::kPcie)] / n));
-  copy_findings(&out, trace, r);
+  {
+    // Pageable copies (or a run configured --h2d pageable): the pinned async path is the knob.
+    const bool pageable = d("pcie.pageable") > 0 || run.h2d == "pageable";
+    std::vector<std::string> knobs = {"--prefetch 2"};
+    if (pageable) knobs = pinned_knobs(trace, run);
+    add_time_finding(&out, trace, steps, t, WaitClass::kPcie, r.pcie_share, r,
+                     "Host-device copies are exposed",
+                     pageable ? "Copies from pageable host memory block the host and run after the "
+                                "compute they could overlap. Page-locked staging buffers copied on "
+                                "a separate stream let batch k+1 travel while batch k computes."
+                              : "Copies between host and device block the step. Pinned buffers and "
+                                "prefetching let them overlap with compute.",
+                     knobs,
+                     fmt::format("pageable copies {:.2f} ms/step of {:.2f}; device idle on copies "
+                                 "{:.2f} ms/step",
+                                 d("pcie.pageable") / n,
+                                 t.ms[static_cast<int>(WaitClass::kPcie)] / n,
+                                 device_idle(t, "pcie") / n));
+  }
+  copy_findings(&out, trace, run, r);
   straggler_finding(&out, trace, all, r);
   add_time_finding(
       &out, trace, steps, t, WaitClass::kSync, r.sync_share, r,

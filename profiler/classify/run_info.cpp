@@ -34,6 +34,7 @@ RunInfo RunInfo::from_metadata(const std::map<std::string, std::string>& m) {
   RunInfo r;
   r.precision = text(m, "config.precision");
   r.checkpoint = text(m, "config.checkpoint");
+  r.h2d = text(m, "config.h2d");
   read(m, "config.micro_batch", &r.micro_batch);
   read(m, "config.seq_len", &r.seq_len);
   read(m, "config.grad_accum", &r.grad_accum);

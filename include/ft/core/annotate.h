@@ -29,6 +29,9 @@ RangeSink* range_sink() noexcept;
 // Enables NVTX push/pop alongside the sink (no-op without FT_WITH_NVTX).
 void set_nvtx_enabled(bool on) noexcept;
 bool nvtx_enabled() noexcept;
+// Names a CUDA stream (a cudaStream_t passed as void*) for NVTX tools (Nsight Systems, CUPTI):
+// nvtxNameCudaStreamA. A no-op without FT_WITH_NVTX and FT_WITH_CUDA.
+void name_cuda_stream(void* stream, const char* name) noexcept;
 
 namespace detail {
 void range_begin_slow(const char* name, RangeKind kind, int64_t arg) noexcept;

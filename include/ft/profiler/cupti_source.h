@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -20,6 +22,11 @@ namespace ft::profiler {
 // runtime/driver calls -> the calling host thread; NVTX markers of other domains than "ft"
 // (ft's own are recorded by the host tracer) -> Track{pid, kNvtxTid | tid}. Runtime calls
 // start flows ("ac2g", id = correlation id) that end at the kernel / copy / memset.
+//
+// Categories of live records: NCCL kernels are kComm (the device split counts them as
+// communication, not busy compute); API calls are classified by name (api_category), and a
+// memcpy call takes its device copy's category, bytes and pinned/pageable flags (matched by
+// correlation id), so the host time it blocks counts as PCIe.
 class CuptiActivityParser {
  public:
   static constexpr uint32_t kSyncTid = 1u << 30;
@@ -28,6 +35,13 @@ class CuptiActivityParser {
   using ApiNameFn = std::function<std::string(bool driver, uint32_t cbid)>;
 
   explicit CuptiActivityParser(ApiNameFn api_name = {});
+  // kComm for NCCL kernels ("nccl" in the name), else kCompute.
+  static Category kernel_category(std::string_view name);
+  // Runtime/driver API call by name: *Synchronize -> kSync (flag kSynchronous); allocation and
+  // release (Malloc, Free, HostAlloc, MemAlloc, HostRegister) -> kAlloc; everything else
+  // (launches, queries, stream/event calls, memcpys before linking) -> kHost. A memcpy without
+  // "Async" in its name gets kSynchronous.
+  static Category api_category(std::string_view name, uint8_t* flags);
   // Returns false for a kind ft does not handle (counted in skipped()), or without CUPTI.
   bool parse(const void* record);
   // Records CUPTI reported as dropped (cuptiActivityGetNumDroppedRecords).

@@ -25,6 +25,7 @@ struct RunInfo {
   double lr = 0, clip = -1, mfu = -1, load_average = -1;
   bool allocator_caching = true;
   std::string checkpoint;      // "none", "block"
+  std::string h2d;             // --device cuda input path: "pinned", "pageable"; "" unknown
   double memory_limit = 0;     // bytes (0: none)
   double memory_capacity = 0;  // bytes available to the run (limit, else MemAvailable)
   double mem_peak = 0, mem_reserved_peak = 0;  // bytes

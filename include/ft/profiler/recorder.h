@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ft/profiler/event.h"
+#include "ft/profiler/live_device.h"
 
 namespace ft::profiler {
 
@@ -75,6 +76,8 @@ class Recorder {
   const char* intern(std::string_view s);
   // Names the calling thread's track (default: pthread name, "main" for the main thread).
   void set_thread_name(std::string_view name);
+  // The threads that recorded: OS tid and pthread_t (to match CUPTI's thread ids).
+  std::vector<ThreadIds> threads();
 
   // Stops recording, waits for in-flight appends and returns everything recorded so far,
   // oldest first per thread. Can be called more than once; buffers are not cleared.

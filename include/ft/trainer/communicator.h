@@ -64,6 +64,9 @@ class Communicator {
   virtual void all_gather(const float* send, float* recv, size_t n) = 0;
   virtual void all_gather(const double* send, double* recv, size_t n) = 0;
   virtual void broadcast(float* data, size_t n, int root) = 0;
+  // Raw bytes from root to every rank (e.g. an NCCL unique id over MPI). Host memory for the
+  // local and MPI communicators.
+  virtual void broadcast_bytes(void* data, size_t bytes, int root);
   // Point-to-point, matched by (peer, tag) in order.
   virtual void send(const float* data, size_t n, int peer, int tag) = 0;
   virtual void recv(float* data, size_t n, int peer, int tag) = 0;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ft/trainer/device.h"
 #include "ft/trainer/gpt_config.h"
 #include "ft/trainer/model.h"
 #include "ft/trainer/parallel.h"
@@ -42,6 +43,10 @@ struct TrainConfig {
   int prefetch = 4;         // ready batches queued ahead of the training thread
   int preprocess_cost = 0;  // passes of text normalisation + hashing per document (real work)
   bool shuffle = true;      // per-epoch chunk order and rows within chunks, from --seed
+  // --device cuda: how batches reach the GPU ("pinned": async copy stream; "pageable": synchronous
+  // copies, for PCIe experiments) and MiB of side input copied with every batch (ft/trainer/h2d.h).
+  std::string h2d = "pinned";
+  int h2d_payload_mb = 0;
   std::string metrics;     // JSONL path
   std::string save_dir;
   int save_every = 0;      // 0: save at the end only (when save_dir is set)
@@ -60,6 +65,8 @@ struct TrainConfig {
   std::string profile_steps;  // "A-B": profile only steps A..B (empty: all, when profiling)
   std::string trace;          // profile the run; write a Chrome/Perfetto trace.json here
   ParallelConfig parallel;    // --dp/--tp/--pp/--zero/--bucket-mb/--no-overlap (mpirun -np dp*tp*pp)
+  DeviceKind device = DeviceKind::kCpu;  // --device cpu|cuda: the engine that runs the model
+  bool tf32 = false;                     // cuda, fp32: TF32 tensor-core GEMMs
 
   void validate() const;  // throws ConfigError
   nlohmann::json to_json() const;

@@ -15,12 +15,14 @@
 #include "ft/trainer/data.h"
 #include "ft/trainer/loader.h"
 #include "ft/trainer/model.h"
+#include "ft/trainer/model_backend.h"
 #include "ft/trainer/parallel.h"
 #include "ft/trainer/schedule.h"
 #include "ft/trainer/train_config.h"
 
 namespace ft::trainer {
 
+class BatchUploader;  // ft/trainer/h2d.h
 class Pipeline;
 
 struct StepMetrics {
@@ -107,8 +109,17 @@ class Trainer {
   int next_step() const { return step_; }
   bool done() const { return step_ >= config_.steps; }
   const TrainConfig& config() const { return config_; }
+  // The host model: the engine itself on --device cpu, the host mirror of the parameters
+  // (current after sync_host_state()) on --device cuda.
   GptModel& model() { return *model_; }
+  // The engine that runs the model (CPU or CUDA).
+  ModelBackend& backend() { return *backend_; }
+  // Copies the engine's parameters and AdamW moments into the host mirror (no-op on CPU).
+  void sync_host_state();
+  // The host caching allocator (model, loader buffers on the CPU engine).
   CachingAllocator& allocator() { return *alloc_; }
+  // The engine's memory: the host allocator on CPU, the device allocator on CUDA.
+  AllocatorStats memory_stats() const { return backend_->memory_stats(); }
   const data::DataSplit& data_split() const { return split_; }
   double peak_gflops() const { return peak_gflops_; }
   std::string peak_source() const { return peak_source_; }
@@ -145,6 +156,8 @@ class Trainer {
   Buffer<float> adam_m_, adam_v_;  // (num_params); unused under ZeRO
   std::unique_ptr<GradSync> sync_;        // data parallelism (dp > 1) or ZeRO
   std::unique_ptr<ZeroOptimizer> zero_;   // ZeRO-1/2: AdamW state of this rank's shard
+  std::unique_ptr<ModelBackend> backend_;  // --device cuda: the device model; cpu: model_
+  std::unique_ptr<BatchUploader> uploader_;  // --device cuda: batches to the device (--h2d)
   LossScaler scaler_;
   Rng rng_;
   int step_ = 0;
