@@ -204,6 +204,33 @@ TEST(Sweep, GuidedNeedsEveryRoundToFavourTheCandidate) {
   EXPECT_TRUE(undecided);
 }
 
+TEST(Sweep, AFasterUndecidedCandidateIsExtendedBeforeASlowerDecidedOneIsTaken) {
+  // Round 1 measures bf16 (a real 1.5x whose first trial caught a busy machine: it loses that
+  // round) and micro-batch 4 (1.09x in every round: decided). bf16 is faster by the median, so
+  // both undecided-but-faster rows run 3 more rounds before the round is decided, and bf16 (5
+  // of 6) is taken instead of the slower decided change.
+  const DiagnoseFn diag = [](int round, const Config&) {
+    return round == 1 ? std::vector<Finding>{{"compute", 0.4, "warning", "fp32", "",
+                                              {"--precision bf16", "--micro-batch 4"}}}
+                      : std::vector<Finding>{};
+  };
+  const fs::path d = temp_dir("faster_undecided");
+  Journal j(d / "journal.jsonl", false);
+  Synthetic syn;
+  syn.noise = 0;
+  syn.unlucky = 0.6;
+  const SweepOutcome out = run_sweep(guided_options(), j, std::ref(syn), diag);
+  EXPECT_EQ(out.best.count("micro-batch") ? out.best.at("micro-batch") : "2", "2");
+  ASSERT_EQ(out.best.count("precision"), 1u);
+  EXPECT_EQ(out.best.at("precision"), "bf16");
+  bool extended = false;
+  for (const auto& dcs : out.decisions) {
+    extended |= dcs.round == 1 && dcs.text.rfind("undecided: round", 0) == 0 &&
+                dcs.text.find("precision bf16") != std::string::npos;
+  }
+  EXPECT_TRUE(extended);
+}
+
 TEST(Sweep, AComputeBoundStepAlsoTriesAttentionAndTheMicroBatchSplit) {
   // No finding names a knob, but compute is 90% of step time: guided tries the other attention
   // and the split of the global batch 8 (2 x 4 -> 1 x 8, 4 x 2), keeps the faster 4 x 2, then
@@ -371,6 +398,26 @@ TEST(Confirm, OrderAlternatesAndEveryRoundMustFavourTheCandidate) {
   score_confirmation(&seven, 0.02, 2);
   EXPECT_TRUE(seven[1].beats_baseline);
   EXPECT_FALSE(seven[2].beats_baseline);
+}
+
+TEST(Confirm, AnEarlierIncumbentReplacesTheLatestOnlyWhenFasterBeyondNoise) {
+  // Guided's confirmation keeps its latest accepted change unless an earlier one beats it
+  // beyond noise in the same rounds (the run that motivated it: the earlier change's median
+  // was higher after 3 noisy rounds, 1.649 against 1.415, with per-round ratios crossing).
+  ConfirmRow latest, earlier, clearly;
+  latest.tokens_per_s = {181, 136, 141};
+  earlier.tokens_per_s = {166, 113, 164};   // faster in 1 of 3 rounds: noise
+  clearly.tokens_per_s = {200, 150, 160};   // faster in all 3, median ratio 1.10
+  EXPECT_FALSE(faster_beyond_noise(earlier, latest, 0.02, 2));
+  EXPECT_TRUE(faster_beyond_noise(clearly, latest, 0.02, 2));
+  EXPECT_FALSE(faster_beyond_noise(latest, clearly, 0.02, 2));
+  ConfirmRow slight = latest;  // 1% faster every round: below the 2% floor
+  for (double& t : slight.tokens_per_s) t *= 1.01;
+  EXPECT_FALSE(faster_beyond_noise(slight, latest, 0.02, 2));
+  ConfirmRow once;  // only one round where both ran: fewer than min_rounds
+  once.tokens_per_s = {300, 0, 0};
+  EXPECT_FALSE(faster_beyond_noise(once, latest, 0.02, 2));
+  EXPECT_TRUE(faster_beyond_noise(once, latest, 0.02, 1));
 }
 
 SweepOptions small_grid() {

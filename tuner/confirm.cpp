@@ -65,4 +65,20 @@ std::vector<size_t> score_confirmation(std::vector<ConfirmRow>* rows, double min
   return ranked;
 }
 
+bool faster_beyond_noise(const ConfirmRow& a, const ConfirmRow& b, double min_improvement,
+                         int min_rounds) {
+  std::vector<double> ratios;  // a / b in the rounds where both ran
+  const size_t n = std::min(a.tokens_per_s.size(), b.tokens_per_s.size());
+  for (size_t r = 0; r < n; ++r) {
+    if (a.tokens_per_s[r] > 0 && b.tokens_per_s[r] > 0) {
+      ratios.push_back(a.tokens_per_s[r] / b.tokens_per_s[r]);
+    }
+  }
+  const int rounds = static_cast<int>(ratios.size());
+  const int wins = static_cast<int>(
+      std::count_if(ratios.begin(), ratios.end(), [](double x) { return x > 1.0; }));
+  return rounds >= std::max(1, min_rounds) && wins >= sign_test_wins(rounds) &&
+         median_of(ratios) > 1 + min_improvement;
+}
+
 }  // namespace ft::tuner

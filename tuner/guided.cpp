@@ -272,8 +272,9 @@ void Sweep::guided() {
 }
 
 // Guided: the baseline and the latest accepted changes (each verified) in a confirmation
-// round; the best is the one with the highest confirmed ratio that beats the baseline beyond
-// noise, else the baseline.
+// round; the best is the latest accepted change if it beats the baseline beyond noise, unless
+// an earlier one is faster than it beyond noise; else the fastest earlier one that beats the
+// baseline; else the baseline.
 void Sweep::guided_confirm() {
   if (o_.confirm_rounds <= 0) return;
   if (accepted_.empty()) {
@@ -293,19 +294,46 @@ void Sweep::guided_confirm() {
                "accepted change, unconfirmed");
     return;
   }
-  for (size_t i : *rank) {
-    const ConfirmRow& row = out_.confirmation[i];
-    if (!row.beats_baseline) continue;
-    out_.best = cands[i - 1];
-    out_.best_trial = accepted_[from + i - 1].trial;
-    out_.best_verify = accepted_[from + i - 1].verify;
+  // Each accepted change beat its predecessor side by side and passed verification, so the
+  // latest is the default pick: an earlier incumbent replaces it only when it is faster than
+  // the latest beyond noise in these same rounds (a median over 3 rounds alone would let noise
+  // undo accepted changes). When the latest does not beat the baseline here, the fastest
+  // earlier change that does is taken.
+  const auto& rows = out_.confirmation;
+  const size_t last = rows.size() - 1;
+  size_t pick = 0;  // 0: none
+  std::string why;
+  if (rows[last].beats_baseline) {
+    pick = last;
+    why = "the latest accepted change, confirmed";
+    for (size_t i : *rank) {
+      if (i == last || !rows[i].beats_baseline) continue;
+      if (faster_beyond_noise(rows[i], rows[last], o_.min_improvement, 2)) {
+        pick = i;
+        why = fmt::format("an earlier incumbent, faster than the latest ({}) beyond noise here",
+                          rows[last].change);
+        break;
+      }
+    }
+  } else {
+    for (size_t i : *rank) {
+      if (!rows[i].beats_baseline) continue;
+      pick = i;
+      why = fmt::format("the fastest earlier incumbent that beat the baseline here (the latest, {}, "
+                        "did not)",
+                        rows[last].change);
+      break;
+    }
+  }
+  if (pick > 0) {
+    const ConfirmRow& row = rows[pick];
+    out_.best = cands[pick - 1];
+    out_.best_trial = accepted_[from + pick - 1].trial;
+    out_.best_verify = accepted_[from + pick - 1].verify;
     out_.confirmed_ratio = row.median_ratio;
     decide(round, "accept",
-           fmt::format("{}: the fastest in the confirmation round, x{:.3f} the baseline{}",
-                       row.change, row.median_ratio,
-                       i == out_.confirmation.size() - 1
-                           ? ""
-                           : " (an earlier incumbent: the later changes were not faster here)"));
+           fmt::format("{}: {}, x{:.3f} the baseline in the confirmation round", row.change, why,
+                       row.median_ratio));
     return;
   }
   out_.best = o_.baseline;

@@ -219,14 +219,15 @@ std::vector<ConfirmRow> Sweep::side_by_side(const Config& reference, const std::
   *complete = run_rounds(&rows, all, phase, round, 0, rounds);
   *ranked = score_block(&rows, what, round, rounds, *complete);
   if (*complete < rounds) return rows;
-  // Undecided: nothing beats the reference, but a candidate is faster by the median and lost
-  // one round. It and the reference run as many rounds again, and all rounds are re-scored
-  // (the sign test then asks e.g. 5 of 6), once.
+  // Undecided: a candidate is faster by the median than every candidate that beats the
+  // reference (or nothing does), but lost one round. Those candidates and the reference run as
+  // many rounds again, and all rounds are re-scored (the sign test then asks e.g. 5 of 6), once;
+  // so one noisy round does not hand the step to a decided but slower candidate.
   std::vector<size_t> promising{0};
   std::string names;
-  for (size_t i : *ranked) {
+  for (size_t i : *ranked) {  // best median first
     const ConfirmRow& row = rows[i];
-    if (row.beats_baseline) return rows;
+    if (row.beats_baseline) break;  // the rest are slower by the median than a decided one
     const int wins = static_cast<int>(
         std::count_if(row.ratios.begin(), row.ratios.end(), [](double x) { return x > 1.0; }));
     if (row.median_ratio > 1 + o_.min_improvement &&

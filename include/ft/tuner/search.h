@@ -145,6 +145,12 @@ int sign_test_wins(int n);
 std::vector<size_t> score_confirmation(std::vector<ConfirmRow>* rows, double min_improvement,
                                        int min_rounds);
 
+// True when row a is faster than row b beyond noise over the rounds where both ran: at least
+// `min_rounds` of them, a/b > 1 in sign_test_wins(n) of the n rounds and median(a/b) >
+// 1 + min_improvement (score_confirmation's rule, between two candidates).
+bool faster_beyond_noise(const ConfirmRow& a, const ConfirmRow& b, double min_improvement,
+                         int min_rounds);
+
 struct Decision {
   int round = 0;
   std::string kind;  // diagnose | skip | trial | measure | accept | reject | stop
