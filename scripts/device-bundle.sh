@@ -35,9 +35,10 @@ if [[ -x "$BUILD/bench/cuda_train_bench" ]]; then
   bins+=("$BUILD/bench/cuda_train_bench")
 fi
 strip "$STAGE"/bin/* "$STAGE"/bin/gpu_tests/* 2>/dev/null || true
-# Non-system libraries: everything ldd resolves except glibc, the GCC runtime (the GPU machine's
-# is newer, and PyTorch there needs it) and the CUDA driver/toolkit libraries.
-skip='/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux[^/]*|libstdc\+\+|libgcc_s|libgomp|libcuda|libnvidia[^/]*|libcublas[^/]*|libcublasLt|libcupti|libnccl|libcudart|libnvrtc|libnvJitLink)\.so'
+# Non-system libraries: everything ldd resolves except glibc, libstdc++/libgcc_s (the GPU
+# machine's are newer, and PyTorch there needs them) and the CUDA driver/toolkit libraries.
+# libgomp travels: a machine without GCC may lack it (PyTorch's own has another name).
+skip='/(libc|libm|libpthread|libdl|librt|libutil|libresolv|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libnvidia[^/]*|libcublas[^/]*|libcublasLt|libcupti|libnccl|libcudart|libnvrtc|libnvJitLink)\.so'
 for b in "${bins[@]}"; do ldd "$b"; done | awk '/=> \// {print $3}' | sort -u | grep -Ev "$skip" |
   while read -r lib; do cp -L "$lib" "$STAGE/lib/"; done
 tar -cJf .device-bundle.tar.xz "$STAGE"

@@ -31,7 +31,9 @@ while (($#)); do
   esac
   shift
 done
-REPORT="python3 $ROOT/scripts/device_check_report.py"
+# Python (the report, torch, the shard) runs without the bundle's libraries on its path.
+PY="env -u LD_LIBRARY_PATH python3"
+REPORT="$PY $ROOT/scripts/device_check_report.py"
 if [[ -n "$TABLE_FROM" ]]; then exec $REPORT table "$TABLE_FROM"; fi
 
 OUT=${OUT:-$ROOT/out}
@@ -45,7 +47,7 @@ result() { echo "$1=$2" >> "$W/results.env"; }
 
 # ---- binaries: a carried bundle, or a build from source ------------------------------------
 BUNDLE="$ROOT/.device-bundle"
-if [[ -f "$ROOT/.device-bundle.tar.xz" && ! -d "$BUNDLE" ]]; then MODE=bundle-archive
+if [[ -f "$ROOT/.device-bundle.tar.xz" ]]; then MODE=bundle-archive  # replaces an unpacked one
 elif [[ -d "$BUNDLE/bin" ]]; then MODE=bundle
 else MODE=source; fi
 if [[ $MODE == source ]]; then BIN="$BUILD"; GPU_TESTS="$BUILD/tests/gpu"
@@ -150,14 +152,15 @@ build_from_source() {
 }
 unpack_bundle() {
   if [[ $MODE == bundle-archive ]]; then
+    rm -rf "$BUNDLE"
     run_stage bundle 60 tar -xJf "$ROOT/.device-bundle.tar.xz" -C "$ROOT" || return 1
   fi
   [[ -x "$BIN/ft-train" ]] || { echo "device-check: $BIN/ft-train missing" > "$W/bundle.log"; return 1; }
   export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 # CUDA libraries ft links dynamically (cuBLASLt, CUPTI, NCCL) from the toolkit or pip wheels.
-for d in /usr/local/cuda/lib64 /usr/local/cuda/extras/CUPTI/lib64 \
-         $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null); do
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/extras/CUPTI/lib64 \
+         $($PY -c 'import nvidia, os; print(" ".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in os.listdir(p)))' 2>/dev/null); do
   [[ -d $d ]] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
 done
 export LD_LIBRARY_PATH
@@ -198,7 +201,7 @@ fi
 # 124M at the largest micro-batch that fits, MFU against that peak (--json). Without it: a
 # torch.matmul peak and ft-train --device cuda at descending micro-batches.
 gemm_peak_torch() {
-  python3 - <<'PY'
+  env -u LD_LIBRARY_PATH python3 - <<'PY'
 import time, torch
 n = 8192
 a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
@@ -215,7 +218,7 @@ PY
 }
 SHARD="$W/gpt2_random.bin"
 make_shard() {  # llm.c shard (magic 20240520, version 1, uint16 ids) of random GPT-2 tokens
-  python3 - "$SHARD" <<'PY'
+  env -u LD_LIBRARY_PATH python3 - "$SHARD" <<'PY'
 import random, sys, array
 n = 1 << 23
 random.seed(1337)
@@ -227,7 +230,7 @@ PY
 }
 bench_ft_train() {  # the largest micro-batch that fits, then its tokens/s and MFU
   local peak_flag=""
-  [[ -n ${PEAK:-} ]] && peak_flag="--peak-gflops $(python3 -c "print(float('$PEAK') * 1000)")"
+  [[ -n ${PEAK:-} ]] && peak_flag="--peak-gflops $(awk -v p="$PEAK" 'BEGIN { printf "%.0f", p * 1000 }')"
   for B in $BATCHES; do
     echo "== micro-batch $B"
     if "$BIN/ft-train" $GPT2 --micro-batch "$B" --steps 10 --warmup-excluded 3 --data "$SHARD" \
@@ -278,7 +281,7 @@ if ((built == 0)) && [[ -n ${mb:-} ]]; then
   read -r off _ < <($REPORT metrics "$W/overhead_off.jsonl" 3)
   read -r on _ < <($REPORT metrics "$W/overhead_on.jsonl" 3)
   if [[ -n ${off:-} && -n ${on:-} ]]; then
-    result profiler_overhead_pct "$(python3 -c "print(100 * ($off / $on - 1))")"
+    result profiler_overhead_pct "$(awk -v a="$off" -v b="$on" 'BEGIN { printf "%.2f", 100 * (a / b - 1) }')"
   fi
   grep -o '"device_activity":"[^"]*"' "$W/overhead_trace.json" 2>/dev/null | head -1 >> "$W/overhead.log"
 fi
@@ -290,7 +293,7 @@ if ((built == 0)); then
   v=$(grep -oE 'PCIE_VERDICT .*' "$W/pcie.log" | tail -1)
   read -r pp ps pf < <($REPORT gtest-counts "$W/pcie.json")
   if ((pf > 0)); then verdict="FAIL ${v#PCIE_VERDICT }"
-  elif ((ps > 0)); then verdict="skipped: $(grep -m1 -oE 'Skipped.*|needs .*|ft-train has no --device.*' "$W/pcie.log")"
+  elif ((ps > 0)); then verdict="skipped: $(grep -m1 -oE 'needs a CUDA device.*|ft-train has no --device.*' "$W/pcie.log")"
   elif ((pp > 0)); then verdict="ok: ${v#PCIE_VERDICT }"
   else verdict="not run (status $rc)"; fi
   result pcie_verdict "$verdict"
