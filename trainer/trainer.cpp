@@ -131,11 +131,12 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
         "--export-llmc is not supported with --pp > 1 (each stage holds part of the model)");
   }
   check_tp_degree(config_.model, config_.parallel.tp);
-  if (config_.parallel.zero > 0 && (config_.parallel.tp > 1 || pp > 1)) {
+  if (config_.parallel.zero > 0 && pp > 1) {
     throw ConfigError(fmt::format(
-        "--zero {} with --tp {} / --pp {}: ZeRO is implemented for pure data parallelism only "
-        "(its shards and global norm do not yet account for tensor or pipeline sharding)",
-        config_.parallel.zero, config_.parallel.tp, pp));
+        "--zero {} with --pp {}: ZeRO is implemented for data and tensor parallelism, not yet "
+        "over a pipeline (the tied wte gradient is summed between the first and last stage "
+        "after the data-parallel reduction, whose shard boundaries differ between stages)",
+        config_.parallel.zero, pp));
   }
   const bool cuda = config_.device == DeviceKind::kCuda;
   if (cuda) {
@@ -217,7 +218,7 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
   }
   if (par.zero > 0) {
     zero_ = std::make_unique<ZeroOptimizer>(*model_, *groups_.dp, *alloc_, sync_->layout(),
-                                            sync_->staging());
+                                            sync_->staging(), groups_.tp.get());
   } else {
     adam_m_ = Buffer<float>(*alloc_, n, "adam.m");
     adam_v_ = Buffer<float>(*alloc_, n, "adam.v");

@@ -2,18 +2,21 @@
 // all-gather by bucket.
 #include "ft/trainer/zero_optimizer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "ft/core/annotate.h"
 #include "ft/trainer/ops.h"
+#include "ft/trainer/tensor_parallel.h"
 
 namespace ft::trainer {
 
 ZeroOptimizer::ZeroOptimizer(GptModel& model, Communicator& dp, CachingAllocator& alloc,
-                             const ShardLayout& layout, float* staging)
+                             const ShardLayout& layout, float* staging, Communicator* tp)
     : model_(model),
       dp_(dp),
+      tp_(model.tp_size() > 1 ? tp : nullptr),
       layout_(layout),
       pieces_(layout.shard_pieces(dp.rank())),
       staging_(staging) {
@@ -25,10 +28,23 @@ ZeroOptimizer::ZeroOptimizer(GptModel& model, Communicator& dp, CachingAllocator
 
 double ZeroOptimizer::grad_sum_squares() {
   const float* g = model_.grads();
-  double sq = 0;
-  for (const auto& c : pieces_) sq += ops::sum_squares(g + c.flat, c.n);
-  dp_.all_reduce_sum(&sq, 1);
-  return sq;
+  const ParamLayout& L = model_.layout();
+  double sums[2] = {0, 0};  // this shard's TP-sharded tensors, its replicated ones
+  for (const auto& c : pieces_) {
+    if (!tp_) {
+      sums[1] += ops::sum_squares(g + c.flat, c.n);
+      continue;
+    }
+    // A piece may span tensors: split it at the tensor boundaries.
+    for (int i = 0; i < kNumParamTensors; ++i) {
+      const size_t lo = std::max(c.flat, L.offsets[i]);
+      const size_t hi = std::min(c.flat + c.n, L.offsets[i] + L.sizes[i]);
+      if (lo < hi) sums[tp_sharded(i) ? 0 : 1] += ops::sum_squares(g + lo, hi - lo);
+    }
+  }
+  dp_.all_reduce_sum(sums, 2);
+  if (tp_) tp_->all_reduce_sum(&sums[0], 1);
+  return sums[0] + sums[1];
 }
 
 double ZeroOptimizer::update(float lr, const AdamWSettings& s, float grad_scale, int t) {

@@ -23,11 +23,14 @@ struct AdamWSettings {
 // layout.max_bucket_elems() floats it may use while no gradient sync is running (GradSync's).
 class ZeroOptimizer {
  public:
+  // `tp`: the tensor-parallel group when the model is TP-sharded (tp_size() > 1), else nullptr.
   ZeroOptimizer(GptModel& model, Communicator& dp, CachingAllocator& alloc,
-                const ShardLayout& layout, float* staging);
+                const ShardLayout& layout, float* staging, Communicator* tp = nullptr);
 
   // Sum of squares of the reduced gradients of the whole model: this shard's, summed over the
-  // DP group (the global norm for clipping and the fp16 overflow check; equal on every rank).
+  // DP group, and under TP the TP-sharded tensors' part summed over the TP group as well (the
+  // replicated tensors count once): the global norm for clipping and the fp16 overflow check,
+  // equal on every rank.
   double grad_sum_squares();
   // AdamW step t (1-based) on this shard, then every rank's updated shard is all-gathered into
   // the flat parameters and the low-precision copies are refreshed. Returns the milliseconds
@@ -41,6 +44,7 @@ class ZeroOptimizer {
  private:
   GptModel& model_;
   Communicator& dp_;
+  Communicator* tp_;
   ShardLayout layout_;
   std::vector<ShardLayout::Copy> pieces_;  // this rank's shard as flat ranges
   float* staging_;
