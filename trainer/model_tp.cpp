@@ -164,10 +164,13 @@ std::vector<float> GptModel::gather_full_params() {
   return full;
 }
 
-GptModel::SquareSums GptModel::grad_square_sums() const {
+GptModel::SquareSums GptModel::grad_square_sums(size_t begin, size_t end) const {
   SquareSums s;
   for (int i = 0; i < kNumParamTensors; ++i) {
-    const double sq = ops::sum_squares(grads() + layout_.offsets[i], layout_.sizes[i]);
+    const size_t lo = std::max(begin, layout_.offsets[i]);
+    const size_t hi = std::min(end, layout_.offsets[i] + layout_.sizes[i]);
+    if (lo >= hi) continue;
+    const double sq = ops::sum_squares(grads() + lo, hi - lo);
     (tp_ > 1 && tp_sharded(i) ? s.sharded : s.replicated) += sq;
   }
   return s;

@@ -2,13 +2,11 @@
 // all-gather by bucket.
 #include "ft/trainer/zero_optimizer.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "ft/core/annotate.h"
 #include "ft/trainer/ops.h"
-#include "ft/trainer/tensor_parallel.h"
 
 namespace ft::trainer {
 
@@ -27,20 +25,11 @@ ZeroOptimizer::ZeroOptimizer(GptModel& model, Communicator& dp, CachingAllocator
 }
 
 double ZeroOptimizer::grad_sum_squares() {
-  const float* g = model_.grads();
-  const ParamLayout& L = model_.layout();
-  double sums[2] = {0, 0};  // this shard's TP-sharded tensors, its replicated ones
+  double sums[2] = {0, 0};  // this shard's TP-split tensors, its replicated ones
   for (const auto& c : pieces_) {
-    if (!tp_) {
-      sums[1] += ops::sum_squares(g + c.flat, c.n);
-      continue;
-    }
-    // A piece may span tensors: split it at the tensor boundaries.
-    for (int i = 0; i < kNumParamTensors; ++i) {
-      const size_t lo = std::max(c.flat, L.offsets[i]);
-      const size_t hi = std::min(c.flat + c.n, L.offsets[i] + L.sizes[i]);
-      if (lo < hi) sums[tp_sharded(i) ? 0 : 1] += ops::sum_squares(g + lo, hi - lo);
-    }
+    const GptModel::SquareSums s = model_.grad_square_sums(c.flat, c.flat + c.n);
+    sums[0] += s.sharded;
+    sums[1] += s.replicated;
   }
   dp_.all_reduce_sum(sums, 2);
   if (tp_) tp_->all_reduce_sum(&sums[0], 1);

@@ -94,7 +94,8 @@ class GptModel {
   struct SquareSums {
     double sharded = 0, replicated = 0;
   };
-  SquareSums grad_square_sums() const;
+  // Over the flat gradient range [begin, end) (default: all of it); a range may span tensors.
+  SquareSums grad_square_sums(size_t begin = 0, size_t end = SIZE_MAX) const;
 
   // Re-derives the low-precision weight copies after params changed.
   void refresh_low_precision();
