@@ -22,6 +22,20 @@ int sign_test_wins(int n) {
   return k;
 }
 
+namespace {
+
+// The "faster beyond noise" rule over per-round ratios (candidate / reference): at least
+// `min_rounds` rounds, ratio > 1 in sign_test_wins(n) of them, median > 1 + min_improvement.
+bool ratios_beat(const std::vector<double>& ratios, double min_improvement, int min_rounds) {
+  const int n = static_cast<int>(ratios.size());
+  const int wins = static_cast<int>(
+      std::count_if(ratios.begin(), ratios.end(), [](double x) { return x > 1.0; }));
+  return n >= std::max(1, min_rounds) && wins >= sign_test_wins(n) &&
+         median_of(ratios) > 1 + min_improvement;
+}
+
+}  // namespace
+
 std::vector<size_t> confirm_order(size_t n, int round) {
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
@@ -52,11 +66,7 @@ std::vector<size_t> score_confirmation(std::vector<ConfirmRow>* rows, double min
       const auto [lo, hi] = std::minmax_element(row.ratios.begin(), row.ratios.end());
       row.ratio_spread = (*hi - *lo) / row.median_ratio;
     }
-    const int n = static_cast<int>(row.ratios.size());
-    const int wins = static_cast<int>(
-        std::count_if(row.ratios.begin(), row.ratios.end(), [](double x) { return x > 1.0; }));
-    row.beats_baseline = i > 0 && n >= std::max(1, min_rounds) && wins >= sign_test_wins(n) &&
-                         row.median_ratio > 1 + min_improvement;
+    row.beats_baseline = i > 0 && ratios_beat(row.ratios, min_improvement, min_rounds);
     if (i > 0) ranked.push_back(i);
   }
   std::stable_sort(ranked.begin(), ranked.end(), [&](size_t a, size_t b) {
@@ -74,11 +84,7 @@ bool faster_beyond_noise(const ConfirmRow& a, const ConfirmRow& b, double min_im
       ratios.push_back(a.tokens_per_s[r] / b.tokens_per_s[r]);
     }
   }
-  const int rounds = static_cast<int>(ratios.size());
-  const int wins = static_cast<int>(
-      std::count_if(ratios.begin(), ratios.end(), [](double x) { return x > 1.0; }));
-  return rounds >= std::max(1, min_rounds) && wins >= sign_test_wins(rounds) &&
-         median_of(ratios) > 1 + min_improvement;
+  return ratios_beat(ratios, min_improvement, min_rounds);
 }
 
 }  // namespace ft::tuner
