@@ -8,7 +8,6 @@
 #include <string>
 
 #include "ft/core/error.h"
-#include "test_scratch.h"
 
 namespace ft {
 namespace {
@@ -22,7 +21,6 @@ class AtomicFileTest : public ::testing::Test {
            ("ft_atomic_test_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
-    ft::test::remove_at_exit(dir_);
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

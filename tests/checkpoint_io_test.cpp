@@ -13,7 +13,6 @@
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
-#include "test_scratch.h"
 
 namespace ft::trainer {
 namespace {
@@ -34,7 +33,6 @@ class CheckpointTest : public ::testing::Test {
            ("ft_ckpt_test_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
-    ft::test::remove_at_exit(dir_);
     fs::create_directories(dir_);
     params_.resize(300);
     for (size_t i = 0; i < params_.size(); ++i) params_[i] = 0.25f * static_cast<float>(i) - 3;

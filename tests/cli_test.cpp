@@ -24,11 +24,7 @@ using Result = ft::testing::CliResult;
 Result run(const std::string& args) { return ft::testing::run_cli("ft-train", args); }
 
 fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("ft_cli_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  ft::test::remove_at_exit(d);
-  fs::create_directories(d);
-  return d;
+  return ft::test::scratch_dir("ft_cli_test_" + name);
 }
 
 fs::path corpus(const fs::path& dir) {

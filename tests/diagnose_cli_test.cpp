@@ -37,12 +37,7 @@ using Result = ft::testing::CliResult;
 Result diagnose(const std::string& args) { return ft::testing::run_cli("ft-diagnose", args); }
 
 fs::path temp_dir(const std::string& name) {
-  fs::path d =
-      fs::temp_directory_path() / ("ft_diag_cli_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  ft::test::remove_at_exit(d);
-  fs::create_directories(d);
-  return d;
+  return ft::test::scratch_dir("ft_diag_cli_" + name);
 }
 
 json report(const fs::path& dir) { return json::parse(ft::read_file(dir / "report.json")); }

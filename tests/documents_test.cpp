@@ -11,7 +11,6 @@
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
-#include "test_scratch.h"
 
 namespace ft::trainer::data {
 namespace {
@@ -25,7 +24,6 @@ class DocumentsTest : public ::testing::Test {
            ("ft_documents_test_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
-    ft::test::remove_at_exit(dir_);
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -37,11 +37,7 @@ constexpr const char* kMpiexec = "";
   } while (0)
 
 fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("ft_dp_cli_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  ft::test::remove_at_exit(d);
-  fs::create_directories(d);
-  return d;
+  return ft::test::scratch_dir("ft_dp_cli_" + name);
 }
 
 fs::path corpus(const fs::path& dir) {

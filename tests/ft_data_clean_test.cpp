@@ -12,7 +12,6 @@
 #include "ft/trainer/documents.h"
 
 #include "reference/run_cli.h"
-#include "test_scratch.h"
 
 namespace {
 
@@ -29,7 +28,6 @@ class CleanCli : public ::testing::Test {
            ("ft_clean_cli_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
-    ft::test::remove_at_exit(dir_);
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

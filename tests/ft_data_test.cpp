@@ -17,7 +17,6 @@
 #include "ft/trainer/data.h"
 #include "ft/trainer/documents.h"
 #include "ft/trainer/tokenizer_gpt2.h"
-#include "test_scratch.h"
 
 namespace ft::trainer::data {
 namespace {
@@ -59,7 +58,6 @@ class FtData : public ::testing::Test {
            ("ft_data_cli_test_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
-    ft::test::remove_at_exit(dir_);
     fs::create_directories(dir_ / "in");
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -15,7 +15,6 @@
 #include "ft/profiler/load_trace.h"
 #include "ft/profiler/trace_writer.h"
 #include "ft/reports/report.h"
-#include "test_scratch.h"
 
 namespace fs = std::filesystem;
 using namespace ft::profiler;
@@ -31,7 +30,6 @@ struct TempDir {
            ("ft_kdiag_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(path);
-    ft::test::remove_at_exit(path);
     fs::create_directories(path);
   }
   ~TempDir() { fs::remove_all(path); }

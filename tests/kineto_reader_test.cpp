@@ -12,7 +12,6 @@
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
 #include "ft/profiler/hta.h"
-#include "test_scratch.h"
 
 namespace fs = std::filesystem;
 using ft::profiler::Category;
@@ -58,7 +57,6 @@ struct TempDir {
   TempDir() {
     path = fs::temp_directory_path() / ("ft_kineto_test_" + std::to_string(::getpid()));
     fs::remove_all(path);
-    ft::test::remove_at_exit(path);
     fs::create_directories(path);
   }
   ~TempDir() { fs::remove_all(path); }

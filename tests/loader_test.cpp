@@ -22,7 +22,6 @@
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
-#include "test_scratch.h"
 
 namespace ft::trainer::data {
 namespace {
@@ -94,7 +93,6 @@ class LoaderTest : public ::testing::Test {
            ("ft_loader_test_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
-    ft::test::remove_at_exit(dir_);
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -16,7 +16,6 @@
 #include "ft/profiler/load_trace.h"
 #include "ft/profiler/trace_writer.h"
 #include "ft/trainer/communicator.h"
-#include "test_scratch.h"
 
 namespace {
 
@@ -397,7 +396,6 @@ struct TempDir {
   TempDir() {
     path = fs::temp_directory_path() / ("ft_multi_rank_" + std::to_string(::getpid()));
     fs::remove_all(path);
-    ft::test::remove_at_exit(path);
     fs::create_directories(path);
   }
   ~TempDir() { fs::remove_all(path); }

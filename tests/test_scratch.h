@@ -7,8 +7,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <string>
 #include <system_error>
 #include <vector>
+
+#include <unistd.h>
 
 namespace ft::test {
 
@@ -44,6 +47,16 @@ inline void remove_at_exit(const std::filesystem::path& dir) {
   auto& r = detail::scratch_registry();
   std::lock_guard<std::mutex> lock(r.mu);
   r.dirs.push_back(dir);
+}
+
+// A fresh, empty directory `name`_<pid> under the system temp dir, removed at exit as above.
+inline std::filesystem::path scratch_dir(const std::string& name) {
+  const std::filesystem::path d =
+      std::filesystem::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  remove_at_exit(d);
+  return d;
 }
 
 }  // namespace ft::test

@@ -16,7 +16,6 @@
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
-#include "test_scratch.h"
 
 namespace ft::trainer::data {
 namespace {
@@ -66,7 +65,6 @@ class TempDir : public ::testing::Test {
            ("ft_tok_test_" + std::to_string(::getpid()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
-    ft::test::remove_at_exit(dir_);
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

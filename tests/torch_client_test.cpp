@@ -10,7 +10,6 @@
 
 #include "ft/profiler/findings.h"
 #include "ft/profiler/load_trace.h"
-#include "test_scratch.h"
 
 namespace fs = std::filesystem;
 using namespace ft::profiler;
@@ -51,7 +50,6 @@ class TorchClient : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = fs::temp_directory_path() / ("ft_torch_client_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
-    ft::test::remove_at_exit(dir_);
     fs::create_directories(dir_);
     const Proc check = run(std::string(kPython) + " -c 'import torch; print(torch.__version__)'");
     torch_ok_ = check.status == 0;

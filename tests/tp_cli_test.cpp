@@ -24,12 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path temp_dir(const std::string& name) {
-  fs::path d =
-      fs::temp_directory_path() / ("ft_tp_cli_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  ft::test::remove_at_exit(d);
-  fs::create_directories(d);
-  return d;
+  return ft::test::scratch_dir("ft_tp_cli_test_" + name);
 }
 
 std::vector<double> losses(const fs::path& metrics) {

@@ -30,12 +30,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 fs::path temp_dir(const std::string& name) {
-  fs::path d =
-      fs::temp_directory_path() / ("ft_trace_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  ft::test::remove_at_exit(d);
-  fs::create_directories(d);
-  return d;
+  return ft::test::scratch_dir("ft_trace_test_" + name);
 }
 
 Event span(Trace& t, const char* name, Category c, int64_t ts, int64_t dur, Track track,

@@ -14,6 +14,7 @@
 #include "ft/trainer/schedule.h"
 #include "ft/trainer/trainer.h"
 #include "test_scratch.h"
+#include "test_corpus.h"
 
 namespace ft::trainer {
 namespace {
@@ -21,33 +22,12 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path temp_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("ft_trainer_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  ft::test::remove_at_exit(d);
-  fs::create_directories(d);
-  return d;
+  return ft::test::scratch_dir("ft_trainer_test_" + name);
 }
 
 // A synthetic text corpus with learnable structure (repeated phrases with variations).
 fs::path write_corpus(const fs::path& dir) {
-  const char* words[] = {"the", "lord", "said", "unto", "moses", "and", "in", "beginning",
-                         "god", "created", "heaven", "earth", "light", "was", "good"};
-  Rng rng(42);
-  std::string text;
-  for (int chapter = 0; chapter < 60; ++chapter) {
-    for (int line = 0; line < 20; ++line) {
-      const int n = 5 + static_cast<int>(rng.next_u64() % 8);
-      for (int w = 0; w < n; ++w) {
-        text += words[rng.next_u64() % 15];
-        text += w + 1 < n ? ' ' : '.';
-      }
-      text += '\n';
-    }
-    text += '\n';
-  }
-  fs::path p = dir / "corpus.txt";
-  write_file_atomic(p, text);
-  return p;
+  return ft::test::write_word_corpus(dir, 60);
 }
 
 TrainConfig small_run(const fs::path& corpus) {

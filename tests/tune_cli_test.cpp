@@ -32,12 +32,7 @@ using nlohmann::json;
 const std::string kBin = FT_BINARY_DIR;
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("ft_tune_cli_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  ft::test::remove_at_exit(d);
-  fs::create_directories(d);
-  return d;
+  return ft::test::scratch_dir("ft_tune_cli_" + name);
 }
 
 fs::path corpus() {

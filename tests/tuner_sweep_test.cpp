@@ -23,12 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() /
-                     ("ft_tuner_sweep_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  ft::test::remove_at_exit(d);
-  fs::create_directories(d);
-  return d;
+  return ft::test::scratch_dir("ft_tuner_sweep_test_" + name);
 }
 
 // A deterministic stand-in for ft-train, for the sweep's bookkeeping only: throughput follows

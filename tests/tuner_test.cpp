@@ -25,12 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("ft_tuner_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  ft::test::remove_at_exit(d);
-  fs::create_directories(d);
-  return d;
+  return ft::test::scratch_dir("ft_tuner_test_" + name);
 }
 
 Curve decaying(int steps, double tokens_per_step, double floor = 2.0, double tau = 4000) {

@@ -16,6 +16,7 @@
 #include "ft/trainer/model_backend.h"
 #include "ft/trainer/ops.h"
 #include "ft/trainer/trainer.h"
+#include "test_corpus.h"
 
 namespace ft::test::gpu {
 namespace {
@@ -239,25 +240,7 @@ TEST(CudaModelTest, AdamWStepMatchesTheCpuOptimizer) {
 
 // The Trainer end to end: ten steps of --device cuda against --device cpu.
 fs::path write_corpus(const fs::path& dir) {
-  const char* words[] = {"the", "lord",    "said",   "unto",  "moses", "and", "in",  "beginning",
-                         "god", "created", "heaven", "earth", "light", "was", "good"};
-  Rng rng(42);
-  std::string text;
-  for (int chapter = 0; chapter < 60; ++chapter) {
-    for (int line = 0; line < 20; ++line) {
-      const int n = 5 + static_cast<int>(rng.next_u64() % 8);
-      for (int w = 0; w < n; ++w) {
-        text += words[rng.next_u64() % 15];
-        text += w + 1 < n ? ' ' : '.';
-      }
-      text += '\n';
-    }
-    text += '\n';
-  }
-  fs::create_directories(dir);
-  const fs::path p = dir / "corpus.txt";
-  write_file_atomic(p, text);
-  return p;
+  return ft::test::write_word_corpus(dir, 60);
 }
 
 TEST(CudaModelTest, TenTrainerStepsMatchTheCpuEngine) {

@@ -16,6 +16,7 @@
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/trainer.h"
 #include "../test_scratch.h"
+#include "test_corpus.h"
 
 namespace ft::trainer {
 namespace {
@@ -39,23 +40,7 @@ fs::path rank_dir(const std::string& name) {
 }
 
 fs::path write_corpus(const fs::path& dir) {
-  const char* words[] = {"the", "lord",    "said",   "unto",  "moses", "and", "in",  "beginning",
-                         "god", "created", "heaven", "earth", "light", "was", "good"};
-  Rng rng(42);
-  std::string text;
-  for (int chapter = 0; chapter < 60; ++chapter) {
-    for (int line = 0; line < 20; ++line) {
-      const int n = 5 + static_cast<int>(rng.next_u64() % 8);
-      for (int w = 0; w < n; ++w) {
-        text += words[rng.next_u64() % 15];
-        text += w + 1 < n ? ' ' : '.';
-      }
-      text += '\n';
-    }
-    text += '\n';
-  }
-  write_file_atomic(dir / "corpus.txt", text);
-  return dir / "corpus.txt";
+  return ft::test::write_word_corpus(dir, 60);
 }
 
 TrainConfig small_run(const fs::path& corpus) {

@@ -15,6 +15,7 @@
 #include "ft/core/rng.h"
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/trainer.h"
+#include "test_corpus.h"
 
 namespace ft::trainer::pipetest {
 
@@ -31,24 +32,7 @@ inline fs::path temp_dir(const std::string& name) {
 
 // A synthetic text corpus with learnable structure.
 inline fs::path write_corpus(const fs::path& dir) {
-  const char* words[] = {"the", "lord",    "said",   "unto",  "moses", "and", "in",  "beginning",
-                         "god", "created", "heaven", "earth", "light", "was", "good"};
-  Rng rng(42);
-  std::string text;
-  for (int chapter = 0; chapter < 40; ++chapter) {
-    for (int line = 0; line < 20; ++line) {
-      const int n = 5 + static_cast<int>(rng.next_u64() % 8);
-      for (int w = 0; w < n; ++w) {
-        text += words[rng.next_u64() % 15];
-        text += w + 1 < n ? ' ' : '.';
-      }
-      text += '\n';
-    }
-    text += '\n';
-  }
-  fs::path p = dir / "corpus.txt";
-  write_file_atomic(p, text);
-  return p;
+  return ft::test::write_word_corpus(dir, 40);
 }
 
 // A tiny model that trains in milliseconds per step on one thread.
