@@ -7,13 +7,17 @@
 # the three configurations run ROUNDS times each, alternating (A B C, C B A, ...), and every
 # ratio is a median of per-round ratios, so drift in machine load cancels. Prints a Markdown
 # table; OUT_DIR keeps the sweeps and OUT_DIR/summary.json the numbers.
-# Env: SCENARIOS, TRIAL_STEPS (10; data-bound 24, so a trial spans two of the in-line loader's
-# chunk bursts; underfilled 100 and memory 20, so a trial measures ~0.3-1 s of steps),
-# VERIFY_STEPS (40), ROUNDS (9), SBS_STEPS (34), KEEP=1 (reuse finished sweeps).
+# Env: SCENARIOS, TRIAL_SECONDS (1: ft-tune --trial-seconds, each trial measures about that much
+# of the baseline's steps; 0: fixed --trial-steps), TRIAL_STEPS (the floor, or the fixed length:
+# 10; data-bound 24, so a trial spans two of the in-line loader's chunk bursts), VERIFY_STEPS
+# (40), ROUNDS (9), SBS_SECONDS (2: the side-by-side runs measure about that much of the
+# default's steps; 0: SBS_STEPS), SBS_STEPS (34, the floor), KEEP=1 (reuse finished sweeps).
 set -u
 BUILD=${1:-build}
 OUT=${2:-/tmp/ft_tune_bench}
 TRIAL_STEPS=${TRIAL_STEPS:-}
+TRIAL_SECONDS=${TRIAL_SECONDS:-1}
+SBS_SECONDS=${SBS_SECONDS:-2}
 VERIFY_STEPS=${VERIFY_STEPS:-40}
 ROUNDS=${ROUNDS:-9}
 SBS_STEPS=${SBS_STEPS:-34}
@@ -34,7 +38,7 @@ declare -A SCEN
 SCEN[data-bound]="--layers 2 --heads 2 --channels 64 --seq-len 64 --micro-batch 8 --precision bf16 --loader-workers 0 --preprocess-cost 4000"
 SCEN[compute-fp32]="--layers 2 --heads 2 --channels 128 --seq-len 64 --micro-batch 16"
 SCEN[underfilled]="--layers 2 --heads 2 --channels 64 --seq-len 32 --micro-batch 1 --grad-accum 4 --precision bf16"
-declare -A STEPS=([data-bound]=24 [underfilled]=100 [memory]=20)
+declare -A STEPS=([data-bound]=24)
 SCEN[memory]="--layers 2 --heads 2 --channels 32 --seq-len 128 --micro-batch 16 --precision bf16 --memory-limit 64M --allocator-caching false"
 
 for name in $SCENARIOS; do
@@ -47,7 +51,7 @@ for name in $SCENARIOS; do
     start=$(date +%s)
     # shellcheck disable=SC2086
     "$TUNE" --out "$dir" --strategy "$strategy" --knobs "$KNOBS" --trial-steps "$steps" \
-      --verify-steps "$VERIFY_STEPS" $COMMON ${SCEN[$name]} >"$dir.log" 2>"$dir.progress.log"
+      --trial-seconds "$TRIAL_SECONDS" --verify-steps "$VERIFY_STEPS" $COMMON ${SCEN[$name]} >"$dir.log" 2>"$dir.progress.log"
     rc=$?
     echo "$(( $(date +%s) - start )) $rc $(cut -d' ' -f1-3 /proc/loadavg)" >"$dir.time"
     [[ $rc == 0 ]] || echo "tune_bench: $name $strategy failed (exit $rc): $(tail -1 "$dir.progress.log")" >&2
@@ -55,11 +59,13 @@ for name in $SCENARIOS; do
 done
 
 # Side by side: default, grid best, guided best; ROUNDS rounds in alternating order.
-python3 - "$TRAIN" "$OUT" "$ROUNDS" "$SBS_STEPS" $SCENARIOS <<'PY'
+python3 - "$TRAIN" "$OUT" "$ROUNDS" "$SBS_STEPS" "$SBS_SECONDS" $SCENARIOS <<'PY'
 import json, os, statistics, subprocess, sys
 
-train, out, rounds, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-names = sys.argv[5:]
+train, out, rounds, min_steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+sbs_seconds = float(sys.argv[5])
+names = sys.argv[6:]
+steps = min_steps
 
 def tokens_per_s(metrics, warmup=2):
     """The tuner's measure: tokens over time of the steps after the warm-up."""
@@ -71,11 +77,16 @@ def tokens_per_s(metrics, warmup=2):
         ms += r["step_ms"]
     return tok / (ms / 1000.0)
 
-def run(cfg, tag):
+def run(cfg, tag, n=None):
     m = f"{cfg}.{tag}.jsonl"
-    subprocess.run([train, "--config", cfg, "--steps", str(steps), "-q", "--metrics", m],
+    subprocess.run([train, "--config", cfg, "--steps", str(n or steps), "-q", "--metrics", m],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return tokens_per_s(m)
+
+def step_ms(metrics, warmup=2):
+    rows = [json.loads(l) for l in open(metrics) if l.strip()]
+    ms = [r["step_ms"] for r in rows if "loss" in r][warmup:]
+    return sum(ms) / len(ms)
 
 def cfg_text(flags):
     return "".join(f"{k} = {v or 'true'}\n" for k, v in flags.items())
@@ -113,6 +124,11 @@ for name in names:
     for k, flags in cfgs.items():
         paths[k] = f"{d}/{k}.cfg"
         open(paths[k], "w").write(cfg_text(flags))
+    steps = min_steps
+    if sbs_seconds > 0:  # the default's step time sets the length: ~sbs_seconds of its steps
+        run(paths["default"], "calibrate", min_steps)
+        ms = step_ms(f"{paths['default']}.calibrate.jsonl")
+        steps = max(min_steps, int(sbs_seconds * 1000 / ms + 0.999) + 2)
     order = ["default", "grid", "guided"]
     tps = {k: [] for k in order}
     load_before = open("/proc/loadavg").read().split()[0]

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -37,7 +38,11 @@ constexpr const char* kUsage =
   --strategy S            guided (diagnose -> optimize -> verify, needs ft-diagnose) or grid
   --budget-trials N       stop after N trials have run (0: no limit)
   --budget-minutes M      stop after M minutes of trial time (0: no limit)
-  --trial-steps N         steps of a short throughput trial (default 12)
+  --trial-steps N         steps of a short throughput trial (default 12); given alone, every
+                          trial runs exactly N steps
+  --trial-seconds S       trials run as many steps (at least --trial-steps) as the baseline
+                          needs for S measured seconds, from one calibration run of the
+                          baseline (default 1 unless --trial-steps is given; 0: off)
   --verify-steps N        steps of a loss-curve verification run (default 60)
   --trial-timeout S       seconds before a trial is killed (default 300)
   --repeats N             guided: rounds of the incumbent and a round's candidates measured
@@ -146,6 +151,8 @@ int run(int argc, char** argv) {
   bool resume = false;
   bool seed_given = false;
   double trial_timeout = 300;
+  bool trial_steps_given = false;
+  std::optional<double> trial_seconds;
   std::string knobs;
   int ranks = 1;
   std::vector<std::string> train_words;
@@ -168,6 +175,9 @@ int run(int argc, char** argv) {
       opt.budget_minutes = number<double>(a, value());
     } else if (a == "--trial-steps") {
       opt.trial_steps = number<int>(a, value());
+      trial_steps_given = true;
+    } else if (a == "--trial-seconds") {
+      trial_seconds = number<double>(a, value());
     } else if (a == "--verify-steps") {
       opt.verify_steps = number<int>(a, value());
     } else if (a == "--trial-timeout") {
@@ -213,6 +223,7 @@ int run(int argc, char** argv) {
         fmt::format("--lr-scaling '{}': expected sqrt or linear", opt.batch.lr_scaling));
   }
   if (trial_timeout <= 0) throw ConfigError("--trial-timeout must be positive");
+  opt.trial_seconds = trial_seconds.value_or(trial_steps_given ? 0.0 : 1.0);
   opt.baseline = parse_flag_words(train_words);
   for (const char* k : {"metrics", "save", "resume", "config", "help"}) {
     if (opt.baseline.count(k)) throw ConfigError(fmt::format("--{} cannot be part of a sweep", k));

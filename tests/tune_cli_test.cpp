@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -200,6 +201,42 @@ TEST(TuneCli, OomTimeoutAndPredictedSkipAreRecordedAndTheSweepGoesOn) {
     EXPECT_EQ(x.result.status, TrialStatus::kTimeout);
     EXPECT_NE(x.result.reason.find("time limit"), std::string::npos);
   }
+}
+
+TEST(TuneCli, TrialSecondsCalibratesTheTrialLengthFromTheBaseline) {
+  // --trial-seconds with --trial-steps as the floor: a calibration run of the baseline, then
+  // every grid trial long enough for ~0.3 s of the baseline's steps (more than the floor of 3).
+  const fs::path a = temp_dir("seconds");
+  const Result r = tune("--out " + a.string() +
+                        " --strategy grid --knobs attention --trial-steps 3 --trial-seconds 0.3 "
+                        "--confirm-rounds 0 --verify-steps 10 --micro-batch 2" +
+                        tiny());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto e = journal(a);
+  ASSERT_GE(e.size(), 3u);
+  EXPECT_EQ(e[0].phase, "calibrate");
+  EXPECT_EQ(e[0].config.at("steps"), "3");
+  ASSERT_EQ(e[0].result.status, TrialStatus::kOk);
+  const int steps = std::stoi(e[1].config.at("steps"));
+  const int want = static_cast<int>(std::ceil(300.0 / e[0].result.step_ms)) + 2;
+  EXPECT_EQ(steps, std::max(3, want));
+  EXPECT_GT(steps, 3);
+  EXPECT_EQ(e[2].config.at("steps"), e[1].config.at("steps"));
+  EXPECT_NE(read_file(a / "report.md").find("trial length: the baseline ran"), std::string::npos);
+  // --trial-steps alone keeps the fixed length (no calibration run).
+  const fs::path b = temp_dir("fixed");
+  ASSERT_EQ(tune("--out " + b.string() +
+                 " --strategy grid --knobs attention --trial-steps 3 --confirm-rounds 0 "
+                 "--verify-steps 10 --micro-batch 2" +
+                 tiny())
+                .status,
+            0);
+  const auto f = journal(b);
+  ASSERT_GE(f.size(), 2u);
+  EXPECT_EQ(f[0].phase, "baseline");
+  EXPECT_EQ(f[1].config.at("steps"), "3");
+  EXPECT_EQ(tune("--out " + b.string() + "x --strategy grid --trial-seconds -1" + tiny()).status,
+            2);
 }
 
 TEST(TuneCli, KillDashNineMidSweepThenResumeLosesAndRepeatsNothing) {

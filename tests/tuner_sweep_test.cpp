@@ -38,6 +38,7 @@ struct Synthetic {
   double naive = 1;    // naive attention's speed-up
   double unlucky = 1;  // the first bf16 trial measures this factor of its speed
   bool unlucky_seen = false;
+  double step_ms = 0;  // > 0: every trial reports this mean step time
   std::vector<Config> seen;  // every config run, in order
   TrialResult operator()(const std::string&, const Config& c) {
     if (fail_after >= 0 && calls >= fail_after) throw std::runtime_error("killed");
@@ -67,6 +68,7 @@ struct Synthetic {
     r.status = TrialStatus::kOk;
     r.tokens_per_s = tps;
     r.wall_s = 2;
+    r.step_ms = step_ms;
     r.mem_peak = 1e6 * std::stod(get("micro-batch", "8"));
     const int steps = std::stoi(get("steps", "50"));
     const double per_step = 32.0 * global_batch(c);
@@ -227,9 +229,9 @@ TEST(Sweep, AFasterUndecidedCandidateIsExtendedBeforeASlowerDecidedOneIsTaken) {
 }
 
 TEST(Sweep, AComputeBoundStepAlsoTriesAttentionAndTheMicroBatchSplit) {
-  // No finding names a knob, but compute is 90% of step time: guided tries the other attention
-  // and the split of the global batch 8 (2 x 4 -> 1 x 8, 4 x 2), keeps the faster 4 x 2, then
-  // from there 8 x 1; attention makes no difference here and is not kept.
+  // No finding names a knob, but compute is 90% of step time: guided tries the split of the
+  // global batch 8 two steps deep (2 x 4 -> 1 x 8, 4 x 2, 8 x 1) and the other attention, and
+  // keeps the fastest, 8 x 1, in one round; attention makes no difference here and is not kept.
   const DiagnoseFn diag = [](int, const Config&) {
     Diagnosis d;
     d.compute_share = 0.9;
@@ -243,14 +245,14 @@ TEST(Sweep, AComputeBoundStepAlsoTriesAttentionAndTheMicroBatchSplit) {
   EXPECT_EQ(out.best.at("micro-batch"), "8");
   EXPECT_EQ(out.best.at("grad-accum"), "1");
   EXPECT_EQ(out.best.count("attention"), 0u);
-  EXPECT_EQ(out.diagnoses, 3);
+  EXPECT_EQ(out.diagnoses, 2);
   int rounds_trying = 0;
   for (const auto& dcs : out.decisions) {
     rounds_trying += dcs.text.find("compute is 90% of step time") != std::string::npos;
   }
-  EXPECT_EQ(rounds_trying, 3);
-  // With --candidates 1 a round holds at most 2 candidates: the micro-batch halved and doubled
-  // come first, attention waits.
+  EXPECT_EQ(rounds_trying, 2);
+  // With --candidates 1 a round holds at most 3 candidates: the micro-batch halved and doubled
+  // and the other attention come first; the quadrupled micro-batch waits.
   SweepOptions one = guided_options();
   one.candidates_per_round = 1;
   const fs::path d1 = temp_dir("compute_one");
@@ -263,7 +265,7 @@ TEST(Sweep, AComputeBoundStepAlsoTriesAttentionAndTheMicroBatchSplit) {
     if (e.phase == "trial" && e.round == 1) round1.insert(e.change);
   }
   EXPECT_EQ(round1, (std::set<std::string>{"baseline", "grad-accum 8, micro-batch 1",
-                                           "grad-accum 2, micro-batch 4"}));
+                                           "grad-accum 2, micro-batch 4", "attention naive"}));
   // Off: nothing to try.
   SweepOptions o = guided_options();
   o.compute_bound = 0;
@@ -276,9 +278,11 @@ TEST(Sweep, AComputeBoundStepAlsoTriesAttentionAndTheMicroBatchSplit) {
 }
 
 TEST(Sweep, ComputeKnobsNeverGoBackToASettingAnAcceptedChangeLeft) {
-  // Naive attention is 1.1x here: accepted first, then the micro-batch 2 -> 4 -> 8. Flash with
-  // micro-batch 8 is a configuration never measured, but flash is what the first change left,
-  // so it is not proposed again (without the rule the search oscillates between settings).
+  // Global batch 32 from 2 x 16. Naive attention is 1.5x here, more than any split in reach of
+  // round 1 (8 x 4: 1.3x): accepted first; then micro-batch 2 -> 8 -> 32. Flash with
+  // micro-batch 32 is a configuration never measured, but flash is what the first change left,
+  // so it is not proposed again (without the rule the search oscillates between settings);
+  // nor is micro-batch 2 x 16 (from 8 x 4, a quarter) once the second change left it.
   const DiagnoseFn diag = [](int, const Config&) {
     Diagnosis d;
     d.compute_share = 0.9;
@@ -288,20 +292,26 @@ TEST(Sweep, ComputeKnobsNeverGoBackToASettingAnAcceptedChangeLeft) {
   Journal j(d / "journal.jsonl", false);
   Synthetic syn;
   syn.noise = 0;
-  syn.naive = 1.1;
-  const SweepOutcome out = run_sweep(guided_options(), j, std::ref(syn), diag);
+  syn.naive = 1.5;
+  SweepOptions o = guided_options();
+  o.baseline["grad-accum"] = "16";
+  const SweepOutcome out = run_sweep(o, j, std::ref(syn), diag);
   EXPECT_EQ(out.best.at("attention"), "naive");
-  EXPECT_EQ(out.best.at("micro-batch"), "8");
+  EXPECT_EQ(out.best.at("micro-batch"), "32");
   std::vector<std::string> accepted;
+  std::set<std::string> tried;
   for (const auto& e : j.entries()) {
     if (e.phase == "verify") accepted.push_back(e.change);
     if (e.phase != "trial") continue;
+    tried.insert(e.change);
     const bool flash = !e.config.count("attention") || e.config.at("attention") == "flash";
-    EXPECT_FALSE(flash && e.config.at("micro-batch") == "8") << e.change;
+    EXPECT_FALSE(flash && e.config.at("micro-batch") == "32") << e.change;
+    EXPECT_FALSE(!flash && e.round > 2 && e.config.at("micro-batch") == "2") << e.change;
   }
   EXPECT_EQ(accepted, (std::vector<std::string>{"attention naive",
-                                                "attention naive, grad-accum 2, micro-batch 4",
-                                                "attention naive, grad-accum 1, micro-batch 8"}));
+                                                "attention naive, grad-accum 4, micro-batch 8",
+                                                "attention naive, grad-accum 1, micro-batch 32"}));
+  EXPECT_TRUE(tried.count("attention naive, grad-accum 2, micro-batch 16")) << "last round ran";
 }
 
 TEST(Sweep, AKnobNotTakenIsRetriedOnlyWhenItsFindingGrows) {
@@ -498,6 +508,75 @@ TEST(Sweep, KilledSweepResumesWithTheSameTrialsAndDecisions) {
   other.baseline["seed"] = "99";
   Journal jc(b / "journal.jsonl", true);
   EXPECT_THROW(run_sweep(other, jc, std::ref(rest), findings), ConfigError);
+}
+
+TEST(Sweep, TrialSecondsSetsEveryShortTrialsLengthFromOneCalibrationRun) {
+  // The baseline measures 2.5 ms/step in a --trial-steps 4 run, so one measured second is 400
+  // steps, plus ft-train's 2 warm-up steps: every short trial runs 402; verify runs keep their
+  // own length and the diagnosis runs --trial-steps.
+  SweepOptions o = guided_options();
+  o.trial_seconds = 1;
+  std::vector<std::string> diag_steps;
+  const auto diag = [&](int round, const Config& c) {
+    diag_steps.push_back(c.at("steps"));
+    return findings(round, c);
+  };
+  const fs::path a = temp_dir("seconds_a"), b = temp_dir("seconds_b");
+  Synthetic whole;
+  whole.step_ms = 2.5;
+  Journal ja(a / "journal.jsonl", false);
+  const SweepOutcome full = run_sweep(o, ja, std::ref(whole), diag);
+  ASSERT_GT(ja.entries().size(), 8u);
+  EXPECT_EQ(ja.entries()[0].phase, "calibrate");
+  EXPECT_EQ(ja.entries()[0].config.at("steps"), "4");
+  int short_trials = 0;
+  for (size_t i = 1; i < ja.entries().size(); ++i) {
+    const JournalEntry& e = ja.entries()[i];
+    if (e.phase == "verify" || e.phase == "verify-baseline") {
+      EXPECT_NE(e.config.at("steps"), "402") << i;
+      continue;
+    }
+    ++short_trials;
+    EXPECT_EQ(e.config.at("steps"), "402") << i << " " << e.phase;
+    EXPECT_EQ(e.config.at("warmup-excluded"), "2");
+  }
+  EXPECT_GT(short_trials, 5);
+  ASSERT_FALSE(diag_steps.empty());
+  for (const auto& s : diag_steps) EXPECT_EQ(s, "4");
+  bool said = false;
+  for (const auto& d : full.decisions) {
+    said = said || d.text.find("runs 402 steps (400 measured, 1.00 s") != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+  // A sweep killed after the calibration resumes with the same trial length and trials.
+  Synthetic killed;
+  killed.step_ms = 2.5;
+  killed.fail_after = 3;
+  {
+    Journal jb(b / "journal.jsonl", false);
+    EXPECT_THROW(run_sweep(o, jb, std::ref(killed), diag), std::runtime_error);
+  }
+  Synthetic rest;
+  rest.step_ms = 99;  // only the journaled calibration may set the length
+  rest.calls = 3;
+  Journal jb(b / "journal.jsonl", true);
+  run_sweep(o, jb, std::ref(rest), diag);
+  ASSERT_EQ(jb.entries().size(), ja.entries().size());
+  for (size_t i = 0; i < ja.entries().size(); ++i) {
+    EXPECT_EQ(jb.entries()[i].config, ja.entries()[i].config) << i;
+  }
+  // The length is capped, and a negative --trial-seconds is refused.
+  Synthetic fast;
+  fast.step_ms = 1e-6;
+  const fs::path c = temp_dir("seconds_c");
+  Journal jc(c / "journal.jsonl", false);
+  o.strategy = "grid";
+  o.space = {{"precision", {{{"precision", "fp32"}}, {{"precision", "bf16"}}}}};
+  run_sweep(o, jc, std::ref(fast), diag);
+  EXPECT_EQ(jc.entries()[1].config.at("steps"), std::to_string(kMaxTrialSteps));
+  o.trial_seconds = -1;
+  Journal jd(c / "journal2.jsonl", false);
+  EXPECT_THROW(run_sweep(o, jd, std::ref(fast), diag), ConfigError);
 }
 
 TEST(Sweep, BudgetAndMemorySkipAreJournaled) {

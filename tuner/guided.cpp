@@ -39,7 +39,7 @@ bool Sweep::admit(const Config& c, bool stability, const std::string& source, in
   const std::string skip = memory_skip(c, &predicted);
   if (!skip.empty()) {
     const JournalEntry& e =
-        trial("trial", with_steps(c, o_.trial_steps), describe_diff(o_.baseline, c), round, 0,
+        trial("trial", with_steps(c, trial_steps_), describe_diff(o_.baseline, c), round, 0,
               nullptr, predicted, skip);
     decide(round, "skip", fmt::format("{} ({}): {}", e.change, source, skip), {e.id});
     return false;
@@ -111,19 +111,23 @@ std::string Sweep::compute_knob(const Config& c, const std::string& k) const {
 }
 
 std::vector<Sweep::Candidate> Sweep::compute_candidates(int round, size_t limit) {
+  // The micro-batch axis at a fixed global batch is a line search: its nearest points on both
+  // sides (B/2 x 2K, 2B x K/2), the other attention, then the points two steps away (B/4 x 4K,
+  // 4B x K/4), so one round measures the axis two steps deep when the slots allow.
   std::vector<Config> patches;
   const int b = std::stoi(compute_knob(g_.inc, "micro-batch"));
   const int k = std::stoi(compute_knob(g_.inc, "grad-accum"));
-  if (b % 2 == 0) {
-    patches.push_back(
-        {{"micro-batch", std::to_string(b / 2)}, {"grad-accum", std::to_string(2 * k)}});
-  }
-  if (k % 2 == 0) {
-    patches.push_back(
-        {{"micro-batch", std::to_string(2 * b)}, {"grad-accum", std::to_string(k / 2)}});
-  }
+  const auto split = [&](int f, bool smaller) {
+    if (smaller ? b % f != 0 : k % f != 0) return;
+    patches.push_back({{"micro-batch", std::to_string(smaller ? b / f : b * f)},
+                       {"grad-accum", std::to_string(smaller ? k * f : k / f)}});
+  };
+  split(2, true);
+  split(2, false);
   patches.push_back(
       {{"attention", compute_knob(g_.inc, "attention") == "naive" ? "flash" : "naive"}});
+  split(4, true);
+  split(4, false);
   std::vector<Candidate> cands;
   for (const Config& patch : patches) {
     const bool back = std::any_of(patch.begin(), patch.end(), [&](const auto& kv) {
@@ -153,6 +157,7 @@ void Sweep::accept(const Config& knobs, int trial_id) {
 
 void Sweep::guided() {
   planned_left_ = -1;
+  calibrate();
   const JournalEntry& b = short_trial("baseline", o_.baseline, 0);
   out_.baseline_trial = out_.best_trial = b.id;
   if (b.result.status != TrialStatus::kOk) {
@@ -214,9 +219,9 @@ void Sweep::guided() {
     if (accepted) continue;
     // A compute-bound step: the knobs that change how the same math is computed (the split of
     // the fixed global batch, the attention implementation) fill the round up to --candidates
-    // + 1 configurations, each configuration tried once.
+    // + 2 configurations, each configuration tried once.
     const size_t from_diagnosis = fast.size();
-    const size_t slots = static_cast<size_t>(o_.candidates_per_round) + 1;
+    const size_t slots = static_cast<size_t>(o_.candidates_per_round) + 2;
     if (o_.compute_bound > 0 && diag.compute_share >= o_.compute_bound && from_diagnosis < slots) {
       for (const Candidate& c : compute_candidates(round, slots - from_diagnosis)) {
         fast.push_back(c.knobs);

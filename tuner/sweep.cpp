@@ -115,8 +115,31 @@ const JournalEntry& Sweep::short_trial(const std::string& phase, const Config& k
                                        int repeat) {
   double predicted = 0;
   const std::string skip = memory_skip(knobs, &predicted);
-  return trial(phase, with_steps(knobs, o_.trial_steps), describe_diff(o_.baseline, knobs), round,
+  return trial(phase, with_steps(knobs, trial_steps_), describe_diff(o_.baseline, knobs), round,
                repeat, nullptr, predicted, skip);
+}
+
+void Sweep::calibrate() {
+  if (o_.trial_seconds <= 0) return;
+  const JournalEntry& e = short_trial("calibrate", o_.baseline, 0);
+  if (e.result.status != TrialStatus::kOk || e.result.step_ms <= 0) {
+    decide(0, "trial",
+           fmt::format("calibration run failed ({}); trials keep --trial-steps {}",
+                       trial_status_name(e.result.status), o_.trial_steps),
+           {e.id});
+    return;
+  }
+  const auto warmup = [](int steps) { return std::min(2, std::max(0, steps - 1)); };  // with_steps
+  const double want = std::ceil(o_.trial_seconds * 1000.0 / e.result.step_ms) + warmup(o_.trial_steps);
+  trial_steps_ = static_cast<int>(
+      std::clamp(want, static_cast<double>(o_.trial_steps), static_cast<double>(kMaxTrialSteps)));
+  const int measured = trial_steps_ - warmup(trial_steps_);
+  decide(0, "trial",
+         fmt::format("trial length: the baseline ran {:.2f} ms/step, so a short trial runs {} "
+                     "steps ({} measured, {:.2f} s of the baseline's steps; --trial-seconds {:g})",
+                     e.result.step_ms, trial_steps_, measured, measured * e.result.step_ms / 1000.0,
+                     o_.trial_seconds),
+         {e.id});
 }
 
 // The baseline's verify run, once.
@@ -287,7 +310,8 @@ void Sweep::grid() {
       o_.space.empty() ? default_space(o_.baseline, o_.train_flags, o_.batch, o_.ranks) : o_.space;
   const std::vector<Config> configs =
       grid_configs(o_.baseline, space, o_.seed, o_.batch, o_.train_defaults);
-  planned_left_ = static_cast<int>(configs.size());
+  planned_left_ = static_cast<int>(configs.size()) + (o_.trial_seconds > 0 ? 1 : 0);
+  calibrate();
   decide(0, "trial",
          fmt::format("grid of {} configurations over {} dimensions (seeded order, "
                      "seed {})",
@@ -427,6 +451,9 @@ namespace ft::tuner {
 SweepOutcome run_sweep(const SweepOptions& options, Journal& journal, const TrialFn& run,
                        const DiagnoseFn& diagnose, const ProgressFn& progress) {
   if (options.trial_steps < 2) throw ConfigError("--trial-steps must be at least 2");
+  if (options.trial_seconds < 0 || !std::isfinite(options.trial_seconds)) {
+    throw ConfigError("--trial-seconds must be a finite number >= 0");
+  }
   if (options.verify_steps < 5) throw ConfigError("--verify-steps must be at least 5");
   if (options.strategy == "guided" && options.repeats < 1) {
     throw ConfigError(

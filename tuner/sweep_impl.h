@@ -30,6 +30,7 @@ class Sweep {
   Sweep(const SweepOptions& o, Journal& j, const TrialFn& run, const DiagnoseFn& diag,
         const ProgressFn& progress)
       : o_(o), journal_(j), run_(run), diag_(diag), progress_(progress) {
+    trial_steps_ = o.trial_steps;
     out_.strategy = o.strategy;
     out_.baseline = o.baseline;
     out_.best = o.baseline;
@@ -95,6 +96,10 @@ class Sweep {
   std::string memory_skip(const Config& knobs, double* predicted) const;
   const JournalEntry& short_trial(const std::string& phase, const Config& knobs, int round,
                                   int repeat = 0);
+  // With --trial-seconds: one baseline run of --trial-steps measures its step time, and every
+  // short trial then runs enough steps for the baseline to measure that many seconds (at least
+  // --trial-steps, at most kMaxTrialSteps). Replays from the journal like any trial.
+  void calibrate();
   // The baseline's verify run, once.
   const JournalEntry* baseline_verify(int round);
   // Runs the candidate for the verify length and compares its curve with the baseline's.
@@ -171,6 +176,7 @@ class Sweep {
     std::map<std::string, double> rejected;  // finding knob -> its finding's share, not taken
   } g_;
   int last_round_ = 0;
+  int trial_steps_ = 0;  // steps of a short trial: --trial-steps, or calibrated (calibrate())
   int next_id_ = 0;
   int planned_left_ = 0;
 };

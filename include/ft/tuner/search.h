@@ -83,12 +83,17 @@ std::optional<Config> apply_knob(const Config& incumbent, const Config& patch,
                                  const BatchRule& rule, std::string* why);
 int global_batch(const Config& c);  // micro-batch x grad-accum (ft-train defaults 8 x 1)
 
+constexpr int kMaxTrialSteps = 100000;  // the cap on a calibrated trial length
+
 struct SweepOptions {
   std::string strategy = "guided";  // guided | grid
   Config baseline;                  // the user's ft-train flags
   int budget_trials = 0;            // 0: unlimited (grid: the whole space)
   double budget_minutes = 0;        // 0: unlimited; counts recorded trial wall time
-  int trial_steps = 12;
+  int trial_steps = 12;  // steps of a short trial; the floor when trial_seconds > 0
+  // > 0: trials run as many steps as the baseline needs for this many measured seconds (one
+  // calibration run of the baseline first); 0: exactly trial_steps
+  double trial_seconds = 0;
   int verify_steps = 60;
   int repeats = 3;  // guided: rounds of the incumbent and a round's candidates side by side
   // guided: when compute is at least this share of step time, the compute knobs (attention,
