@@ -245,8 +245,9 @@ TEST(TuneCli, KillDashNineMidSweepThenResumeLosesAndRepeatsNothing) {
       " --strategy grid --knobs precision,attention "
       "--trial-steps 20 --verify-steps 20 --micro-batch 4" +
       tiny();
+  const fs::path log = temp_dir("kill_log") / "ft-tune.log";  // removed at exit like a and b
   const std::string cmd =
-      kBin + "/ft-tune --out " + a.string() + args + " > " + (a.string() + ".log") + " 2>&1";
+      kBin + "/ft-tune --out " + a.string() + args + " > " + log.string() + " 2>&1";
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
