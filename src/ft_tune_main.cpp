@@ -44,6 +44,9 @@ constexpr const char* kUsage =
                           needs for S measured seconds, from one calibration run of the
                           baseline (default 1 unless --trial-steps is given; 0: off)
   --verify-steps N        steps of a loss-curve verification run (default 60)
+  --machine-drift F       a side-by-side round is voided and run again (twice at most) when a
+                          CPU speed probe taken before and after each of its trials moves by
+                          more than F (default 0.25; 0: off)
   --trial-timeout S       seconds before a trial is killed (default 300)
   --repeats N             guided: rounds of the incumbent and a round's candidates measured
                           side by side, order alternating (default 3)
@@ -178,6 +181,9 @@ int run(int argc, char** argv) {
       trial_steps_given = true;
     } else if (a == "--trial-seconds") {
       trial_seconds = number<double>(a, value());
+    } else if (a == "--machine-drift") {
+      opt.machine_drift = number<double>(a, value());
+      if (opt.machine_drift < 0) throw ConfigError("--machine-drift must be >= 0");
     } else if (a == "--verify-steps") {
       opt.verify_steps = number<int>(a, value());
     } else if (a == "--trial-timeout") {
@@ -224,6 +230,7 @@ int run(int argc, char** argv) {
   }
   if (trial_timeout <= 0) throw ConfigError("--trial-timeout must be positive");
   opt.trial_seconds = trial_seconds.value_or(trial_steps_given ? 0.0 : 1.0);
+  opt.machine_probe = machine_speed_probe;
   opt.baseline = parse_flag_words(train_words);
   for (const char* k : {"metrics", "save", "resume", "config", "help"}) {
     if (opt.baseline.count(k)) throw ConfigError(fmt::format("--{} cannot be part of a sweep", k));

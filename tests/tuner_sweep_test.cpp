@@ -579,6 +579,79 @@ TEST(Sweep, TrialSecondsSetsEveryShortTrialsLengthFromOneCalibrationRun) {
   EXPECT_THROW(run_sweep(o, jd, std::ref(fast), diag), ConfigError);
 }
 
+TEST(Sweep, ARoundWhoseMachineSpeedMovedIsVoidedAndRunAgain) {
+  // The machine runs at speed 100 except during trials 5-7 (calls counted from 1), when a
+  // co-tenant halves it and every trial measures half its throughput. Round 1 of the guided
+  // side-by-side (trials 2-5: the incumbent and three compute candidates) straddles the change:
+  // its probes read 100 and 50, so it is voided and run again. The
+  // decision then rests on rounds measured in one machine state each.
+  const DiagnoseFn diag = [](int, const Config&) {
+    Diagnosis d;
+    d.compute_share = 0.9;
+    return d;
+  };
+  struct Slow {
+    Synthetic syn;
+    int probes = 0;
+    bool slow() const { return syn.calls >= 5 && syn.calls <= 7; }
+    TrialResult run(const std::string& id, const Config& c) {
+      TrialResult r = syn(id, c);
+      if (slow()) r.tokens_per_s *= 0.5;
+      return r;
+    }
+  } m;
+  m.syn.noise = 0;
+  m.syn.naive = 1.1;
+  SweepOptions o = guided_options();
+  o.machine_probe = [&] { return m.slow() ? 50.0 : 100.0; };
+  const fs::path a = temp_dir("drift_a");
+  Journal ja(a / "journal.jsonl", false);
+  const auto run = [&](const std::string& id, const Config& c) { return m.run(id, c); };
+  const SweepOutcome out = run_sweep(o, ja, run, diag);
+  int voided = 0;
+  for (const auto& d : out.decisions) {
+    if (d.text.find("voided and run again") == std::string::npos) continue;
+    ++voided;
+    EXPECT_NE(d.text.find("moved by 100%"), std::string::npos) << d.text;
+  }
+  EXPECT_GE(voided, 1);
+  for (const auto& row : out.confirmation) {
+    for (double r : row.ratios) EXPECT_GT(r, 0.9) << row.change;  // no 0.5x or 2x ratios
+  }
+  EXPECT_GT(ja.entries()[1].machine_before, 0);
+  // Resumed from a journal cut after the voided round, the sweep replays the same decisions
+  // (the probes come from the journal, not from the machine now).
+  const fs::path b = temp_dir("drift_b");
+  {
+    Journal jb(b / "journal.jsonl", false);
+    for (size_t i = 0; i < 9; ++i) jb.append(ja.entries()[i]);
+  }
+  Journal jb(b / "journal.jsonl", true);
+  SweepOptions fast = o;
+  fast.machine_probe = [] { return 100.0; };
+  Synthetic rest;
+  rest.noise = 0;
+  rest.naive = 1.1;
+  rest.calls = 9;
+  const SweepOutcome resumed = run_sweep(fast, jb, std::ref(rest), diag);
+  ASSERT_EQ(resumed.decisions.size(), out.decisions.size());
+  for (size_t i = 0; i < out.decisions.size(); ++i) {
+    EXPECT_EQ(resumed.decisions[i].text, out.decisions[i].text) << i;
+  }
+  // With the check off the straddling round counts.
+  SweepOptions off = o;
+  off.machine_drift = 0;
+  m = Slow{};
+  m.syn.noise = 0;
+  m.syn.naive = 1.1;
+  const fs::path c = temp_dir("drift_c");
+  Journal jc(c / "journal.jsonl", false);
+  const SweepOutcome plain = run_sweep(off, jc, run, diag);
+  for (const auto& d : plain.decisions) {
+    EXPECT_EQ(d.text.find("voided"), std::string::npos) << d.text;
+  }
+}
+
 TEST(Sweep, BudgetAndMemorySkipAreJournaled) {
   const fs::path d = temp_dir("budget");
   SweepOptions o = guided_options();

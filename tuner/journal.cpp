@@ -67,6 +67,9 @@ json entry_to_json(const JournalEntry& e) {
   j["exit_code"] = r.exit_code;
   j["losses"] = num_array(r.losses);
   j["tokens"] = num_array(r.tokens);
+  if (e.machine_before > 0 || e.machine_after > 0) {
+    j["machine_speed"] = {num(e.machine_before), num(e.machine_after)};
+  }
   return j;
 }
 
@@ -99,6 +102,12 @@ JournalEntry entry_from_json(const json& j, const std::string& where) {
     r.exit_code = j.value("exit_code", 0);
     r.losses = get_array(j, "losses");
     r.tokens = get_array(j, "tokens");
+    if (j.contains("machine_speed")) {
+      const std::vector<double> m = get_array(j, "machine_speed");
+      if (m.size() != 2) throw FormatError("machine_speed is not [before, after]");
+      e.machine_before = std::isfinite(m[0]) ? m[0] : 0;
+      e.machine_after = std::isfinite(m[1]) ? m[1] : 0;
+    }
     if (!std::isfinite(r.tokens_per_s)) r.tokens_per_s = 0;
     if (!std::isfinite(r.wall_s)) r.wall_s = 0;
     if (!std::isfinite(e.predicted_mem)) e.predicted_mem = 0;

@@ -82,7 +82,9 @@ const JournalEntry& Sweep::trial(const std::string& phase, const Config& config,
     e.result.status = TrialStatus::kRejected;
     e.result.reason = skip_reason;
   } else {
+    if (o_.machine_probe) e.machine_before = o_.machine_probe();
     e.result = run_(fmt::format("trial_{:04d}", id), config);
+    if (o_.machine_probe) e.machine_after = o_.machine_probe();
     if (post) post(e);
   }
   journal_.append(e);
@@ -203,8 +205,11 @@ bool Sweep::verify(const Config& knobs, int round, bool* failed_to_run) {
 int Sweep::run_rounds(std::vector<ConfirmRow>* rows, const std::vector<size_t>& which,
                       const std::string& phase, int round, int first, int count) {
   int complete = 0;
-  for (int r = first; r < first + count; ++r) {
+  int voids_left = o_.max_void_rounds;
+  for (int r = first; r < first + count;) {
     bool all_ran = true;
+    double lo = 0, hi = 0;  // the machine probes of this round's trials
+    std::vector<int> ids;
     for (size_t j : confirm_order(which.size(), r)) {
       ConfirmRow& row = (*rows)[which[j]];
       if (!budget_left()) {
@@ -216,9 +221,30 @@ int Sweep::run_rounds(std::vector<ConfirmRow>* rows, const std::vector<size_t>& 
       const JournalEntry& e = short_trial(phase, row.knobs, round, r);
       row.trials.push_back(e.id);
       row.tokens_per_s.push_back(e.result.status == TrialStatus::kOk ? e.result.tokens_per_s : 0);
+      ids.push_back(e.id);
+      for (double m : {e.machine_before, e.machine_after}) {
+        if (m <= 0) continue;
+        lo = lo > 0 ? std::min(lo, m) : m;
+        hi = std::max(hi, m);
+      }
     }
     if (!all_ran) break;
+    const double drift = lo > 0 ? hi / lo - 1 : 0;
+    if (o_.machine_drift > 0 && drift > o_.machine_drift && voids_left > 0) {
+      --voids_left;
+      for (size_t j : which) {  // forget the round: its ratios compare two machine states
+        (*rows)[j].trials.pop_back();
+        (*rows)[j].tokens_per_s.pop_back();
+      }
+      decide(round, "trial",
+             fmt::format("round {} voided and run again: the machine's speed moved by {:.0f}% "
+                         "during it (probes {:.0f} to {:.0f}, limit {:.0f}%)",
+                         r + 1, 100 * drift, lo, hi, 100 * o_.machine_drift),
+             ids);
+      continue;
+    }
     ++complete;
+    ++r;
   }
   return complete;
 }

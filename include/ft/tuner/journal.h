@@ -20,6 +20,9 @@ struct JournalEntry {
   std::string change;    // the change against the incumbent, e.g. "precision bf16"
   bool skipped = false;  // not run (e.g. predicted out of memory); status is rejected
   double predicted_mem = 0;  // bytes, from the memory model (0 when unknown)
+  // The machine's speed (SweepOptions::machine_probe) just before and after the trial ran;
+  // 0 when not probed. Journaled so a resumed sweep replays the same round decisions.
+  double machine_before = 0, machine_after = 0;
   TrialResult result;        // status, reason, tokens_per_s, step_ms, mem_peak, final_loss, curve
 };
 

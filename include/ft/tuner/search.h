@@ -114,6 +114,13 @@ struct SweepOptions {
   double memory_limit = 0;                            // bytes for the skip rule; 0: no limit
   bool memory_skip = true;  // skip configs predicted to exceed memory_limit
   int ranks = 1;            // processes per trial (mpirun -np); adds the parallel dimensions
+  // The machine's current speed (any unit, higher is faster), measured before and after every
+  // trial; a side-by-side round whose probes spread by more than machine_drift (max/min - 1)
+  // compared configurations under different machine states, so it is voided and run again (at
+  // most max_void_rounds times per measurement). Unset or machine_drift 0: no check.
+  std::function<double()> machine_probe;
+  double machine_drift = 0.25;
+  int max_void_rounds = 2;
 };
 
 // One configuration of a side-by-side measurement: a confirmation round (row 0 the baseline,

@@ -74,6 +74,11 @@ ChildResult run_child(const std::vector<std::string>& command, const std::filesy
 // The last line of a log that looks like an error (or the last line), at most 300 characters.
 std::string last_error_line(const std::filesystem::path& log);
 
+// The machine's current single-core speed: the best of 3 timed runs of a dependent
+// multiply-add chain (~3 ms each), in millions of operations per second. It moves with the
+// CPU share and clock a process gets, which on a shared VM change within seconds.
+double machine_speed_probe();
+
 // Runs ft-train with `config` as a child process in its own process group; kills the group
 // after the time limit. Under mpirun (ranks > 1) rank 0's metrics (FILE.rank0.jsonl) are read:
 // its loss and throughput are the job's (ft-train reduces them over the ranks). Exit 3 (ft-train's
