@@ -82,14 +82,27 @@ const JournalEntry& Sweep::trial(const std::string& phase, const Config& config,
     e.result.status = TrialStatus::kRejected;
     e.result.reason = skip_reason;
   } else {
-    if (o_.machine_probe) e.machine_before = o_.machine_probe();
+    e.machine_before = probe_machine(true);
     e.result = run_(fmt::format("trial_{:04d}", id), config);
-    if (o_.machine_probe) e.machine_after = o_.machine_probe();
+    e.machine_after = probe_machine(false);
     if (post) post(e);
   }
   journal_.append(e);
   record(e);
   return out_.trials.back();
+}
+
+// The CPU speed probe (0 without one). Back-to-back trials share a probe: the last trial's
+// "after", when taken under a second ago, is this one's "before" (each probe costs ~10 ms).
+double Sweep::probe_machine(bool may_reuse) {
+  if (!o_.machine_probe) return 0;
+  const auto now = std::chrono::steady_clock::now();
+  if (may_reuse && last_probe_ > 0 && now - last_probe_at_ < std::chrono::seconds(1)) {
+    return last_probe_;
+  }
+  last_probe_ = o_.machine_probe();
+  last_probe_at_ = std::chrono::steady_clock::now();
+  return last_probe_;
 }
 
 void Sweep::record(const JournalEntry& e) {
@@ -131,11 +144,11 @@ void Sweep::calibrate() {
            {e.id});
     return;
   }
-  const auto warmup = [](int steps) { return std::min(2, std::max(0, steps - 1)); };  // with_steps
-  const double want = std::ceil(o_.trial_seconds * 1000.0 / e.result.step_ms) + warmup(o_.trial_steps);
+  const double want =
+      std::ceil(o_.trial_seconds * 1000.0 / e.result.step_ms) + warmup_excluded(o_.trial_steps);
   trial_steps_ = static_cast<int>(
       std::clamp(want, static_cast<double>(o_.trial_steps), static_cast<double>(kMaxTrialSteps)));
-  const int measured = trial_steps_ - warmup(trial_steps_);
+  const int measured = trial_steps_ - warmup_excluded(trial_steps_);
   decide(0, "trial",
          fmt::format("trial length: the baseline ran {:.2f} ms/step, so a short trial runs {} "
                      "steps ({} measured, {:.2f} s of the baseline's steps; --trial-seconds {:g})",

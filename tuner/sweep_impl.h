@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -60,10 +61,13 @@ class Sweep {
     out_.decisions.push_back({round, kind, text, std::move(trials)});
   }
 
+  // Steps a short trial of `steps` steps leaves out of its throughput (ft-train's default 2).
+  static int warmup_excluded(int steps) { return std::min(2, std::max(0, steps - 1)); }
+
   Config with_steps(const Config& knobs, int steps) const {
     Config c = knobs;
     c["steps"] = std::to_string(std::max(1, steps));
-    c["warmup-excluded"] = std::to_string(std::min(2, std::max(0, steps - 1)));
+    c["warmup-excluded"] = std::to_string(warmup_excluded(steps));
     c["quiet"] = "";
     return c;
   }
@@ -177,6 +181,10 @@ class Sweep {
   } g_;
   int last_round_ = 0;
   int trial_steps_ = 0;  // steps of a short trial: --trial-steps, or calibrated (calibrate())
+  // The last machine probe, reused as the next trial's "before" when taken moments ago.
+  double last_probe_ = 0;
+  std::chrono::steady_clock::time_point last_probe_at_{};
+  double probe_machine(bool may_reuse);
   int next_id_ = 0;
   int planned_left_ = 0;
 };
