@@ -23,6 +23,15 @@ std::vector<std::string> split_words(const std::string& s) {
   return w;
 }
 
+// The knobs `to` sets differently from `from`.
+Config changed_knobs(const Config& from, const Config& to) {
+  Config patch;
+  for (const auto& [k, v] : to) {
+    if (const auto it = from.find(k); it == from.end() || it->second != v) patch[k] = v;
+  }
+  return patch;
+}
+
 }  // namespace
 
 bool Sweep::admit(const Config& c, bool stability, const std::string& source, int round) {
@@ -142,6 +151,37 @@ std::vector<Sweep::Candidate> Sweep::compute_candidates(int round, size_t limit)
   return cands;
 }
 
+std::vector<Sweep::Candidate> Sweep::carried_candidates(int round, size_t limit,
+                                                        const std::vector<Config>& this_round) {
+  std::vector<Candidate> cands;
+  std::set<std::string> keys = {effective_key(g_.inc, o_.train_defaults)};
+  for (const Config& c : this_round) keys.insert(effective_key(c, o_.train_defaults));
+  std::string names;
+  for (const auto& [patch, was] : g_.carry) {
+    if (cands.size() >= limit) break;
+    const bool back = std::any_of(patch.begin(), patch.end(), [&](const auto& kv) {
+      return g_.left.count(kv.first + "=" + kv.second) > 0;
+    });
+    std::string why;
+    const auto c = back ? std::nullopt : apply_knob(g_.inc, patch, o_.batch, &why);
+    if (!c) continue;
+    const std::string key = effective_key(*c, o_.train_defaults);
+    if (!g_.space_keys.empty() && !g_.space_keys.count(key)) continue;
+    if (!keys.insert(key).second) continue;
+    g_.tried.insert(key);  // tried before, on the old incumbent; not proposed a third time
+    cands.push_back({*c, false, "", 0});
+    names += fmt::format("{}{} (was {})", names.empty() ? "" : "; ", describe_diff(g_.inc, *c), was);
+  }
+  g_.carry.clear();
+  if (!cands.empty()) {
+    decide(round, "trial",
+           fmt::format("runners-up of round {}, faster than the old incumbent beyond noise but "
+                       "not taken, measured again against the new one: {}",
+                       round - 1, names));
+  }
+  return cands;
+}
+
 void Sweep::accept(const Config& knobs, int trial_id) {
   // The settings this change moved away from are not proposed again as compute knobs.
   for (const char* k : {"attention", "micro-batch", "grad-accum"}) {
@@ -217,6 +257,14 @@ void Sweep::guided() {
       }
     }
     if (accepted) continue;
+    {
+      const size_t slots = static_cast<size_t>(o_.candidates_per_round) + 2;
+      const size_t limit = slots > fast.size() ? slots - fast.size() : 0;
+      for (const Candidate& c : carried_candidates(round, limit, fast)) {
+        fast.push_back(c.knobs);
+        source.push_back(nullptr);
+      }
+    }
     // A compute-bound step: the knobs that change how the same math is computed (the split of
     // the fixed global batch, the attention implementation) fill the round up to --candidates
     // + 2 configurations, each configuration tried once.
@@ -266,6 +314,16 @@ void Sweep::guided() {
     // A finding's knob that was measured and not taken is retried only once its finding grows.
     for (size_t i = 0; i < source.size(); ++i) {
       if (source[i] && i + 1 != taken) g_.rejected[source[i]->knob] = source[i]->share;
+    }
+    // Runners-up: the rows ranked after the one taken that also beat the incumbent (those
+    // ranked before it failed verification).
+    if (accepted) {
+      const auto it = std::find(ranked.begin(), ranked.end(), taken);
+      for (auto r = it == ranked.end() ? it : it + 1; r != ranked.end(); ++r) {
+        if (rows[*r].beats_baseline) {
+          g_.carry.emplace_back(changed_knobs(rows[0].knobs, rows[*r].knobs), rows[*r].change);
+        }
+      }
     }
     if (!accepted && !budget_left()) return stop(round, budget_text());
     if (!accepted) {

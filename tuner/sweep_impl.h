@@ -151,6 +151,10 @@ class Sweep {
   // implementation, applied to the incumbent and admitted (at most `limit`); a setting an accepted
   // change moved away from is not proposed again (no oscillation).
   std::vector<Candidate> compute_candidates(int round, size_t limit);
+  // The runners-up (g_.carry) applied to the incumbent, at most `limit`, none already in
+  // `this_round`; the carry is emptied.
+  std::vector<Candidate> carried_candidates(int round, size_t limit,
+                                            const std::vector<Config>& this_round);
   // `c`'s setting of a compute knob (attention, micro-batch, grad-accum), defaults filled in.
   std::string compute_knob(const Config& c, const std::string& k) const;
   // `knobs` (verified) becomes the incumbent and the best so far.
@@ -178,6 +182,11 @@ class Sweep {
     std::set<std::string> space_keys;  // with --knobs: the grid's configurations
     std::set<std::string> left;        // "knob=value" settings accepted changes moved away from
     std::map<std::string, double> rejected;  // finding knob -> its finding's share, not taken
+    // Runners-up of the last accepting round: candidates that beat the incumbent beyond noise
+    // but were not taken, as (the knobs they changed, their description). Measured once more,
+    // applied to the new incumbent, in the next round: one round's ranking of two winners is
+    // noise-prone (the wrong point of the micro-batch axis can win it).
+    std::vector<std::pair<Config, std::string>> carry;
   } g_;
   int last_round_ = 0;
   int trial_steps_ = 0;  // steps of a short trial: --trial-steps, or calibrated (calibrate())
