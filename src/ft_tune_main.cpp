@@ -46,7 +46,7 @@ constexpr const char* kUsage =
   --verify-steps N        steps of a loss-curve verification run (default 60)
   --machine-drift F       a side-by-side round is voided and run again (twice at most) when a
                           CPU speed probe taken before and after each of its trials moves by
-                          more than F (default 0.25; 0: off)
+                          more than F (default 0.5; 0: off)
   --trial-timeout S       seconds before a trial is killed (default 300)
   --repeats N             guided: rounds of the incumbent and a round's candidates measured
                           side by side, order alternating (default 3)

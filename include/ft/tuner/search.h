@@ -119,7 +119,9 @@ struct SweepOptions {
   // compared configurations under different machine states, so it is voided and run again (at
   // most max_void_rounds times per measurement). Unset or machine_drift 0: no check.
   std::function<double()> machine_probe;
-  double machine_drift = 0.25;
+  // 0.5: only gross slow phases (the 2.7x one seen); 25-47% probe spreads voided rounds whose
+  // trials read normal (docs/tuning.md, "Machine drift").
+  double machine_drift = 0.5;
   int max_void_rounds = 2;
 };
 
