@@ -99,7 +99,7 @@ void TrainingProfile::start(trainer::Trainer& t) {
   }
   load_average_ = read_load_average();  // before our own threads add to it
   // Measured before training so that the probe does not disturb the steps.
-  page_fault_ns_ = measure_page_fault_ns(size_t{32} << 20, 3, &probe_faults_);
+  fault_costs_ = measure_page_fault_costs();
   // Before the session starts, so the clock exchange is not part of the profile.
   if (t.groups().world->world_size() > 1) clock_ = estimate_clock_offset(*t.groups().world);
   SessionOptions o;
@@ -116,8 +116,10 @@ Trace TrainingProfile::finish(trainer::Trainer& t) {
   for (auto& [k, v] : run_metadata(t)) trace.metadata[k] = std::move(v);
   auto& md = trace.metadata;
   md["env.load_average"] = fmt::format("{:.2f}", load_average_);
-  md[kMetaPageFaultNs] = fmt::format("{:.1f}", page_fault_ns_);
-  md["run.page_fault_probe_faults"] = std::to_string(probe_faults_);
+  md[kMetaPageFaultNs] = fmt::format("{:.1f}", fault_costs_.small_ns);
+  md[kMetaHugePageFaultNs] = fmt::format("{:.1f}", fault_costs_.huge_ns);
+  md["run.page_fault_probe_faults"] =
+      std::to_string(fault_costs_.small_faults + fault_costs_.huge_faults);
   if (clock_.measured) {
     md["run.clock_offset_ns"] = std::to_string(clock_.offset_ns);
     md["run.clock_offset_error_ns"] = std::to_string(clock_.error_ns);

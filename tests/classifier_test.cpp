@@ -138,6 +138,33 @@ TEST(Classifier, PageFaultsMoveComputeThenOtherToMemoryCapped) {
   EXPECT_EQ(at(partition_steps(b.t, o)[1], WaitClass::kMemory), 1000);
 }
 
+TEST(Classifier, HugePageFaultsAreChargedOnlyUpToWhatTheStepsSlowPathsMapped) {
+  // Two 100 us steps with 3 faults each. Step 0's allocator slow path requested 3 MiB (2 huge
+  // pages at most), step 1 mapped nothing: its faults are 4 KiB faults whatever the huge cost.
+  Builder b;
+  for (int s = 0; s < 2; ++s) {
+    b.span(kMain, "step", Category::kStep, s * 100000, 100000, s);
+    b.span(kMain, "fwd", Category::kCompute, s * 100000, 100000);
+    b.counter(kCounterMinorFaults, s, 3);
+  }
+  b.span(kMain, "alloc.slow_path", Category::kAlloc, 1000, 1000);
+  b.t.events.back().flags = kSlowPath;
+  b.t.events.back().bytes = 3u << 20;
+  b.t.metadata[kMetaPageFaultNs] = "1000";
+  b.t.metadata[kMetaHugePageFaultNs] = "20000";
+  auto parts = partition_steps(b.t);
+  EXPECT_EQ(parts[0].detail_ns.at("memory.page_faults"), 2 * 20000 + 1000);
+  EXPECT_EQ(parts[1].detail_ns.at("memory.page_faults"), 3 * 1000);
+  // "0": no huge pages were granted, every fault is a 4 KiB fault.
+  b.t.metadata[kMetaHugePageFaultNs] = "0";
+  EXPECT_EQ(partition_steps(b.t)[0].detail_ns.at("memory.page_faults"), 3 * 1000);
+  // A trace from before the split (no huge key): page_fault_ns for every fault, as it was.
+  b.t.metadata.erase(kMetaHugePageFaultNs);
+  EXPECT_EQ(partition_steps(b.t)[0].detail_ns.at("memory.page_faults"), 3 * 1000);
+  b.t.metadata[kMetaPageFaultNs] = "20000";
+  EXPECT_EQ(partition_steps(b.t)[1].detail_ns.at("memory.page_faults"), 3 * 20000);
+}
+
 TEST(Classifier, DeviceIdleSplitByOtherStreamsAndHost) {
   Builder b;
   const Track s7{0, 7, true}, s8{0, 8, true};
@@ -210,11 +237,15 @@ TEST(Classifier, NoStepsIsAClearError) {
 }
 
 TEST(Classifier, PageFaultProbeMeasuresFaults) {
-  int64_t faults = 0;
-  const double ns = measure_page_fault_ns(size_t{8} << 20, 2, &faults);
-  ASSERT_GT(faults, 0) << "fresh mappings fault on first touch";
-  EXPECT_GT(ns, 50.0);  // a fault is never cheaper than a few hundred cycles
-  EXPECT_LT(ns, 1e9);   // nor slower than a second (THP compaction can take ms)
+  const PageFaultCosts c = measure_page_fault_costs(size_t{1} << 20, size_t{8} << 20, 2);
+  // 1 MiB advised MADV_NOHUGEPAGE: a fault per 4 KiB page (256 per repeat).
+  EXPECT_EQ(c.small_faults, 2 * 256) << "fresh mappings fault on first touch, once per page";
+  EXPECT_GT(c.small_ns, 50.0);  // a fault is never cheaper than a few hundred cycles
+  EXPECT_LT(c.small_ns, 1e9);   // nor slower than a second
+  if (c.huge_ns > 0) {  // THP granted: at most 4 faults per 8 MiB, each zeroing 2 MiB
+    EXPECT_LE(c.huge_faults, 2 * 4 * 2);
+    EXPECT_GT(c.huge_ns, c.small_ns);
+  }
 }
 
 }  // namespace

@@ -137,6 +137,19 @@ double page_fault_cost_ns(const Trace& trace, const ClassifyOptions& options) {
   return ClassifyOptions::kDefaultPageFaultNs;
 }
 
+// The cost of a huge-page fault: options, else the trace's metadata; -1 when neither says
+// (a trace from before the split, whose page_fault_ns already covers every fault).
+double huge_fault_cost_ns(const Trace& trace, const ClassifyOptions& options) {
+  if (options.huge_page_fault_ns >= 0) return options.huge_page_fault_ns;
+  const auto it = trace.metadata.find(kMetaHugePageFaultNs);
+  if (it != trace.metadata.end()) {
+    char* end = nullptr;
+    const double v = std::strtod(it->second.c_str(), &end);
+    if (end != it->second.c_str() && std::isfinite(v) && v >= 0) return v;
+  }
+  return -1;
+}
+
 constexpr int kDeviceCommSync = 101;  // device-split label of "comm sync: ..." collectives
 
 bool is_device_busy(Category c) {
@@ -248,6 +261,7 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
             [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
 
   const double fault_ns = page_fault_cost_ns(trace, options);
+  const double huge_ns = huge_fault_cost_ns(trace, options);
   int64_t t0 = std::numeric_limits<int64_t>::max();
   for (const Event& ev : trace.events) t0 = std::min(t0, ev.ts_ns);
 
@@ -317,7 +331,20 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
     }
     if (system_ns >= 0) p.detail_ns["cpu.system"] = system_ns;  // evidence only
     if (p.page_faults > 0) {
-      const auto want = static_cast<int64_t>(std::llround(p.page_faults * fault_ns));
+      // Faults on fresh huge-page-advised segments (at most one per 2 MiB mapped by the step's
+      // allocator slow paths) cost a huge page's zeroing; the rest are 4 KiB faults.
+      int64_t huge = 0;
+      if (huge_ns > 0) {
+        for (const Event* ev : owners) {
+          if (ev->category == Category::kAlloc && (ev->flags & kSlowPath) && ev->bytes > 0) {
+            huge += static_cast<int64_t>((ev->bytes + kHugePageBytes - 1) / kHugePageBytes);
+          }
+        }
+        huge = std::min(huge, p.page_faults);
+      }
+      const double cost = huge_ns < 0 ? p.page_faults * fault_ns
+                                      : huge * huge_ns + (p.page_faults - huge) * fault_ns;
+      const auto want = static_cast<int64_t>(std::llround(cost));
       int64_t& compute = p.ns[static_cast<int>(WaitClass::kCompute)];
       int64_t& other = p.ns[static_cast<int>(WaitClass::kOther)];
       const int64_t take = std::min(want, compute + other);

@@ -28,13 +28,21 @@ inline constexpr const char* kCounterMfu = "mfu";  // model FLOPs utilisation of
 inline constexpr const char* kCounterMemPeak = "mem.peak";
 inline constexpr const char* kCounterMajorFaults = "page_faults.major";
 inline constexpr const char* kCounterDataMs = "data_ms";  // the trainer's own loader-wait time
-// Trace::metadata key holding the measured cost of one first-touch page fault (ns).
+// Trace::metadata keys holding the measured cost of one first-touch page fault (ns): a 4 KiB
+// page, and a transparent huge page ("0": none granted). A trace without the second is from
+// before the split: its page_fault_ns is charged for every fault.
 inline constexpr const char* kMetaPageFaultNs = "page_fault_ns";
+inline constexpr const char* kMetaHugePageFaultNs = "huge_page_fault_ns";
 
 struct ClassifyOptions {
-  // Cost of one minor page fault (first touch of a fresh page). 0: take it from the trace's
-  // metadata (kMetaPageFaultNs), else kDefaultPageFaultNs.
+  // Cost of one minor page fault (first touch of a fresh 4 KiB page). 0: take it from the
+  // trace's metadata (kMetaPageFaultNs), else kDefaultPageFaultNs.
   double page_fault_ns = 0;
+  // Cost of a fault that maps a transparent huge page. < 0: from the trace's metadata
+  // (kMetaHugePageFaultNs); without that key, none (every fault costs page_fault_ns). A step's
+  // faults count as huge up to one per 2 MiB its allocator slow paths requested (kAlloc spans
+  // flagged kSlowPath, their bytes): the rest are 4 KiB faults.
+  double huge_page_fault_ns = -1;
   static constexpr double kDefaultPageFaultNs = 13000;  // 4 KiB first touch on the reference VM
 };
 
@@ -75,10 +83,16 @@ std::vector<StepBreakdown> classify_steps(const Trace& trace, const ClassifyOpti
 
 namespace ft::profiler {
 
-// Measures the cost of one minor page fault under the engine allocator's page policy: maps
-// `bytes` through a non-caching ft::CachingAllocator, touches every 4 KiB, and divides the time
-// by the faults counted (median of `repeats`). Returns 0 when no faults were seen.
-double measure_page_fault_ns(size_t bytes = size_t{32} << 20, int repeats = 3,
-                             int64_t* faults_seen = nullptr);
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;  // a transparent huge page (x86-64)
+
+// Measured first-touch costs: a 4 KiB page (a mapping advised MADV_NOHUGEPAGE) and a
+// transparent huge page (advised MADV_HUGEPAGE, as the engine allocator advises its segments;
+// 0 when the kernel did not grant huge pages), each time / faults, median of the repeats.
+struct PageFaultCosts {
+  double small_ns = 0, huge_ns = 0;
+  int64_t small_faults = 0, huge_faults = 0;  // faults the probes saw
+};
+PageFaultCosts measure_page_fault_costs(size_t small_bytes = size_t{4} << 20,
+                                        size_t huge_bytes = size_t{32} << 20, int repeats = 3);
 
 }  // namespace ft::profiler

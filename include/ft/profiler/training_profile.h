@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "ft/profiler/classifier.h"
 #include "ft/profiler/session.h"
 #include "ft/trainer/trainer.h"
 
@@ -52,8 +53,7 @@ class TrainingProfile {
   StepWindow window_;
   bool quiet_ = false;
   double load_average_ = -1;  // 1-minute load before the run
-  double page_fault_ns_ = 0;
-  int64_t probe_faults_ = 0;
+  PageFaultCosts fault_costs_;
   ClockOffset clock_;
   std::unique_ptr<Session> session_;
 };
