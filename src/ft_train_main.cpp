@@ -46,7 +46,8 @@ void print_header(const TrainConfig& c, Trainer& t) {
              static_cast<long>(c.micro_batch) * c.seq_len * c.grad_accum * c.parallel.dp,
              ft::trainer::precision_name(c.options.precision),
              ft::trainer::checkpointing_name(c.options.checkpointing),
-             ft::trainer::attention_name(c.options.attention));
+             fmt::format("{}{}", ft::trainer::attention_name(c.options.attention),
+                         c.attention_auto ? " (auto)" : ""));
   fmt::print("  activations saved {} (without checkpointing {}, saved {})\n",
              ft::format_bytes(act.saved_bytes), ft::format_bytes(act.no_checkpoint_bytes),
              ft::format_bytes(act.no_checkpoint_bytes - act.saved_bytes));

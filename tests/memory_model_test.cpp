@@ -61,11 +61,11 @@ TEST(MemoryModel, PredictsMeasuredPeakWithinTenPercent) {
   // Shapes large enough that the allocator's unsplit tails (up to 1 MiB per recycled large
   // block) stay small against the peak; the small-model error is reported separately below.
   const std::vector<std::string> cases = {
-      "--layers 3 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8",
-      "--layers 3 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --checkpoint block",
+      "--layers 3 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --attention flash",
+      "--layers 3 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --checkpoint block --attention flash",
       "--layers 2 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --attention naive",
-      "--layers 2 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --precision bf16",
-      "--layers 2 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --precision fp16",
+      "--layers 2 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --precision bf16 --attention flash",
+      "--layers 2 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --precision fp16 --attention flash",
       "--layers 2 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --precision bf16 --head-chunk-mb 4",
       "--layers 4 --heads 4 --channels 256 --vocab 256 --seq-len 512 --micro-batch 4 --checkpoint block --precision bf16",
       "--layers 2 --heads 8 --channels 512 --vocab 256 --seq-len 128 --micro-batch 4 --attention naive --precision bf16",

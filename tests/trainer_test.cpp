@@ -50,6 +50,27 @@ TrainConfig small_run(const fs::path& corpus) {
   return c;
 }
 
+TEST(TrainConfig, AttentionAutoPicksMaterialisedWhileItsProbabilitiesAreSmall) {
+  const auto parse = [](std::vector<const char*> argv) {
+    argv.insert(argv.begin(), "ft-train");
+    return *parse_train_args(static_cast<int>(argv.size()), argv.data());
+  };
+  // Default (auto) at T 128, C 128, NH 4: head size 32, T <= 4 x 32, so materialised.
+  TrainConfig c = parse({});
+  EXPECT_TRUE(c.attention_auto);
+  EXPECT_EQ(c.options.attention, AttentionImpl::kMaterialized);
+  c = parse({"--seq-len", "256"});  // 256 > 128: the (B, NH, T, T) probabilities would dominate
+  EXPECT_EQ(c.options.attention, AttentionImpl::kFlash);
+  c = parse({"--seq-len", "256", "--heads", "2"});  // head size 64
+  EXPECT_EQ(c.options.attention, AttentionImpl::kMaterialized);
+  c = parse({"--attention", "flash"});
+  EXPECT_FALSE(c.attention_auto);
+  EXPECT_EQ(c.options.attention, AttentionImpl::kFlash);
+  // The config file ft-tune writes names the kernel, not "auto".
+  EXPECT_NE(parse({}).to_config_file().find("attention = naive"), std::string::npos);
+  EXPECT_THROW(parse({"--attention", "fast"}), ConfigError);
+}
+
 TEST(Schedule, WarmupThenCosineToFloor) {
   EXPECT_FLOAT_EQ(learning_rate(0, 100, 10, 1.0f, 0.1f), 0.1f);
   EXPECT_FLOAT_EQ(learning_rate(9, 100, 10, 1.0f, 0.1f), 1.0f);

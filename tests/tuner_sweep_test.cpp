@@ -99,6 +99,8 @@ SweepOptions guided_options() {
   o.trial_steps = 4;
   o.verify_steps = 20;
   o.candidates_per_round = 3;
+  // The synthetic runner's "no --attention" is the tiled kernel (ft-train's default is auto).
+  o.train_defaults = {{"attention", "flash"}};
   return o;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
@@ -221,6 +222,25 @@ TEST(Space, GridIsTheFullProductBaselineFirstSeeded) {
   for (const auto& c : g1) EXPECT_EQ(global_batch(c), 8);
   EXPECT_EQ(help_flags("  --loader-workers arg   workers\n  --prefetch arg\n").count("prefetch"),
             1u);
+}
+
+TEST(Space, AutoAttentionIsTheKernelItPicksForTheShape) {
+  // ft-train's default is --attention auto: naive when T <= 4 x head size, else flash.
+  const std::map<std::string, std::string> defaults{
+      {"attention", "auto"}, {"seq-len", "128"}, {"channels", "128"}, {"heads", "4"}};
+  EXPECT_EQ(effective_attention({}, defaults), "naive");  // T 128 <= 4 x 32
+  EXPECT_EQ(effective_attention({{"seq-len", "256"}}, defaults), "flash");
+  EXPECT_EQ(effective_attention({{"seq-len", "256"}, {"heads", "2"}}, defaults), "naive");
+  EXPECT_EQ(effective_attention({{"attention", "flash"}}, defaults), "flash");
+  EXPECT_EQ(effective_attention({{"attention", "tiled"}}, defaults), "flash");
+  // The default and its resolved kernel are one configuration (one trial, not two).
+  EXPECT_EQ(effective_key({}, defaults), effective_key({{"attention", "naive"}}, defaults));
+  EXPECT_NE(effective_key({}, defaults), effective_key({{"attention", "flash"}}, defaults));
+  EXPECT_EQ(effective_key({{"seq-len", "512"}}, defaults),
+            effective_key({{"seq-len", "512"}, {"attention", "flash"}}, defaults));
+  // Without ft-train's --help defaults, unset flags take ft-train's own (T 128, C 128, NH 4).
+  EXPECT_EQ(effective_attention({}, {}), "naive");
+  EXPECT_EQ(effective_attention({{"seq-len", "1024"}}, {}), "flash");
 }
 
 TEST(Report, ParetoFrontAndEscaping) {

@@ -25,10 +25,13 @@ const char* checkpointing_name(Checkpointing c) {
 AttentionImpl parse_attention(const std::string& s) {
   if (s == "flash" || s == "tiled") return AttentionImpl::kFlash;
   if (s == "naive" || s == "materialized") return AttentionImpl::kMaterialized;
-  throw ConfigError("unknown --attention '" + s + "' (expected flash or naive)");
+  throw ConfigError("unknown --attention '" + s + "' (expected auto, flash or naive)");
 }
 const char* attention_name(AttentionImpl a) {
   return a == AttentionImpl::kFlash ? "flash" : "naive";
+}
+AttentionImpl choose_attention(int seq_len, int head_size) {
+  return seq_len <= 4 * head_size ? AttentionImpl::kMaterialized : AttentionImpl::kFlash;
 }
 
 GptModel::GptModel(const GptConfig& config, CachingAllocator& alloc, const ModelOptions& options,

@@ -104,7 +104,7 @@ std::string TrainConfig::to_config_file() const {
 std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
                                             const std::string& program) {
   TrainConfig c;
-  std::string precision = "fp32", checkpoint = "none", attention = "flash", memory_limit = "0";
+  std::string precision = "fp32", checkpoint = "none", attention = "auto", memory_limit = "0";
   std::string device = "cpu";
   std::string config_file;
   int max_seq_len = 0, padded_vocab = 0;
@@ -140,7 +140,8 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
     ("tf32", po::value(&c.tf32)->default_value(false), "cuda, fp32: TF32 tensor-core GEMMs")
     ("precision", po::value(&precision)->default_value("fp32"), "fp32 | bf16 | fp16")
     ("checkpoint", po::value(&checkpoint)->default_value("none"), "activation checkpointing: none | block")
-    ("attention", po::value(&attention)->default_value("flash"), "flash (tiled, O(T) memory) | naive")
+    ("attention", po::value(&attention)->default_value("auto"),
+     "auto (naive when T <= 4 x head size, else flash) | flash (tiled, O(T) memory) | naive")
     ("threads", po::value(&c.threads)->default_value(0), "worker threads (0: all cores)")
     ("memory-limit", po::value(&memory_limit)->default_value("0"), "allocator budget, e.g. 2G (0: none)")
     ("allocator-caching", po::value(&caching)->default_value(true), "false: return memory to the OS on every free")
@@ -207,7 +208,8 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
   c.device = parse_device(device);
   c.options.precision = parse_precision(precision);
   c.options.checkpointing = parse_checkpointing(checkpoint);
-  c.options.attention = parse_attention(attention);
+  c.attention_auto = attention == "auto";
+  if (!c.attention_auto) c.options.attention = parse_attention(attention);
   c.memory_limit = parse_bytes(memory_limit);
   c.allocator_caching = caching;
   if (no_shuffle) c.shuffle = false;
@@ -222,6 +224,9 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
   c.model.max_seq_len = max_seq_len > 0 ? max_seq_len : c.seq_len;
   c.model.padded_vocab = padded_vocab > 0 ? padded_vocab : GptConfig::pad_vocab(c.model.vocab_size);
   c.validate();
+  if (c.attention_auto) {  // validate() has checked that the heads divide the channels
+    c.options.attention = choose_attention(c.seq_len, c.model.channels / c.model.num_heads);
+  }
   return c;
 }
 

@@ -114,9 +114,10 @@ std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Findin
 }
 
 std::string Sweep::compute_knob(const Config& c, const std::string& k) const {
+  if (k == "attention") return effective_attention(c, o_.train_defaults);
   if (const auto it = c.find(k); it != c.end()) return it->second;
   if (const auto it = o_.train_defaults.find(k); it != o_.train_defaults.end()) return it->second;
-  return k == "attention" ? "flash" : k == "micro-batch" ? "8" : "1";  // ft-train's defaults
+  return k == "micro-batch" ? "8" : "1";  // ft-train's defaults
 }
 
 std::vector<Sweep::Candidate> Sweep::compute_candidates(int round, size_t limit) {

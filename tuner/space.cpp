@@ -84,6 +84,31 @@ std::map<std::string, std::string> help_defaults(const std::string& help_text) {
   return out;
 }
 
+std::string effective_attention(const Config& c,
+                                const std::map<std::string, std::string>& defaults) {
+  static const trainer::TrainConfig kCli = [] {  // ft-train's own defaults, for unset flags
+    const char* argv[] = {"ft-train"};
+    return *trainer::parse_train_args(1, argv, "ft-train");
+  }();
+  const auto get = [&](const std::string& k, const std::string& fallback) {
+    if (const auto it = c.find(k); it != c.end()) return it->second;
+    if (const auto it = defaults.find(k); it != defaults.end()) return it->second;
+    return fallback;
+  };
+  const std::string a = get("attention", "auto");
+  if (a != "auto") return trainer::attention_name(trainer::parse_attention(a));
+  try {
+    const int T = std::stoi(get("seq-len", std::to_string(kCli.seq_len)));
+    const int C = std::stoi(get("channels", std::to_string(kCli.model.channels)));
+    const int NH = std::stoi(get("heads", std::to_string(kCli.model.num_heads)));
+    if (NH > 0 && C % NH == 0) {
+      return trainer::attention_name(trainer::choose_attention(T, C / NH));
+    }
+  } catch (const std::exception&) {  // a malformed number: ft-train rejects the config itself
+  }
+  return a;
+}
+
 std::string effective_key(const Config& c, const std::map<std::string, std::string>& defaults) {
   static const char* kKnobs[] = {"precision",
                                  "checkpoint",
@@ -104,6 +129,7 @@ std::string effective_key(const Config& c, const std::map<std::string, std::stri
     const auto d = defaults.find(k);
     if (!e.count(k) && d != defaults.end()) e[k] = d->second;
   }
+  if (e.count("attention")) e["attention"] = effective_attention(c, defaults);
   for (auto& [k, v] : e) {
     if (k != "allocator-caching" && k != "overlap") continue;
     if (v == "1") v = "true";

@@ -22,6 +22,12 @@ Checkpointing parse_checkpointing(const std::string& s);  // "none" | "block"
 const char* checkpointing_name(Checkpointing c);
 AttentionImpl parse_attention(const std::string& s);  // "flash" | "naive"
 const char* attention_name(AttentionImpl a);
+// What `--attention auto` (the default) picks: materialised attention when its saved (B, NH, T, T)
+// probabilities are at most a quarter of a block's other saved activations (~16 B T C floats),
+// i.e. T <= 4 * head_size; the tiled kernel otherwise. Materialised is 3-10% faster per kernel
+// where it fits (docs/benchmarks.md, "Attention kernels"), since the tiled backward recomputes
+// the probabilities.
+AttentionImpl choose_attention(int seq_len, int head_size);
 
 struct ModelOptions {
   Precision precision = Precision::kFp32;

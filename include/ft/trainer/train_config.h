@@ -29,6 +29,7 @@ struct TrainConfig {
   float clip = 1.0f;       // <= 0 disables clipping
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   ModelOptions options;
+  bool attention_auto = false;  // --attention auto: options.attention came from choose_attention
   int threads = 0;         // 0 = all cores
   size_t memory_limit = 0; // 0 = unlimited
   bool allocator_caching = true;

@@ -55,7 +55,12 @@ std::set<std::string> help_flags(const std::string& help_text);
 std::map<std::string, std::string> help_defaults(const std::string& help_text);
 // config_key of `c` with the knob flags it leaves at ft-train's defaults spelled out, so
 // "--precision fp32" and no --precision are the same configuration.
+// `--attention auto` (ft-train's default) counts as the kernel it picks for the config's shape.
 std::string effective_key(const Config& c, const std::map<std::string, std::string>& defaults);
+// The attention kernel `c` runs, "flash" or "naive": its --attention, else the default, with
+// "auto" resolved by trainer::choose_attention from its (or the default) seq-len, channels, heads.
+std::string effective_attention(const Config& c,
+                                const std::map<std::string, std::string>& defaults);
 
 // precision x checkpoint x (micro-batch, grad-accum) x loader workers/prefetch (when `flags`
 // has them) x allocator caching x attention. The split keeps B*K fixed unless the rule allows a
