@@ -15,6 +15,7 @@
 #include "ft/core/env_info.h"
 #include "ft/core/error.h"
 #include "ft/trainer/checkpoint_io.h"
+#include "ft/trainer/cpu_peak.h"
 #include "ft/trainer/grad_sync.h"
 #include "ft/trainer/h2d.h"
 #include "ft/trainer/ops.h"
@@ -32,24 +33,8 @@ double ms_since(Clock::time_point t0) {
 }
 }  // namespace
 
-namespace {
-// Whether oneDNN's bf16 GEMMs run on AMX here (read from /proc/cpuinfo once).
-bool cpu_has_amx_bf16() {
-  static const bool amx = collect_env_info().amx_bf16;
-  return amx;
-}
-}  // namespace
-
 double default_peak_gflops(Precision p, int threads) {
-  // Per-core peaks measured with bench/fma_peak on this machine kind (see
-  // docs/benchmarks.md): AVX-512 FMA for fp32 (and for fp16, which runs fp32
-  // GEMMs on fp16-rounded operands); for bf16 the AMX tile peak where the CPU
-  // has AMX (oneDNN dispatches bf16 GEMMs to it), else VDPBF16PS.
-  constexpr double kFp32PerCore = 178.0;
-  constexpr double kAmxBf16PerCore = 2300.0;
-  constexpr double kDpBf16PerCore = 87.0;
-  if (p != Precision::kBf16) return kFp32PerCore * threads;
-  return (cpu_has_amx_bf16() ? kAmxBf16PerCore : kDpBf16PerCore) * threads;
+  return cpu_peak(p, threads, collect_env_info()).gflops;
 }
 
 nlohmann::json StepMetrics::to_json() const {
@@ -159,13 +144,9 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
   } else if (cuda) {
     peak_gflops_ = cuda_peak_gflops(config_.options.precision, config_.tf32, 0, &peak_source_);
   } else {
-    peak_gflops_ = default_peak_gflops(config_.options.precision, threads);
-    const bool amx = cpu_has_amx_bf16();
-    peak_source_ = fmt::format("{} peak x {} threads, measured by bench/fma_peak",
-                               config_.options.precision == Precision::kBf16
-                                   ? (amx ? "AMX bf16 tile" : "AVX512-BF16 dot-product")
-                                   : "AVX-512 fp32 FMA",
-                               threads);
+    CpuPeak peak = cpu_peak(config_.options.precision, threads, collect_env_info());
+    peak_gflops_ = peak.gflops;
+    peak_source_ = std::move(peak.source);
   }
   AllocatorOptions ao;
   // On --device cuda, --memory-limit and --allocator-caching are the device allocator's.

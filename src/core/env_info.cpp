@@ -19,6 +19,9 @@ std::string EnvInfo::vector_width() const {
 
 nlohmann::json EnvInfo::to_json() const {
   return {{"cpu_model", cpu_model},
+          {"vendor", vendor},
+          {"cpu_family", cpu_family},
+          {"cpu_model_number", cpu_model_number},
           {"logical_cpus", logical_cpus},
           {"isa",
            {{"avx2", avx2},
@@ -45,6 +48,9 @@ EnvInfo collect_env_info() {
     while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
     std::string value = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
     if (key == "model name" && e.cpu_model.empty()) e.cpu_model = value;
+    if (key == "vendor_id" && e.vendor.empty()) e.vendor = value;
+    if (key == "cpu family" && e.cpu_family < 0) e.cpu_family = std::atoi(value.c_str());
+    if (key == "model" && e.cpu_model_number < 0) e.cpu_model_number = std::atoi(value.c_str());
     if (key == "flags" && flags.empty()) {
       std::istringstream in(value);
       std::string f;

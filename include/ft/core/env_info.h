@@ -10,6 +10,9 @@ namespace ft {
 
 struct EnvInfo {
   std::string cpu_model;
+  std::string vendor;   // /proc/cpuinfo vendor_id: "GenuineIntel", "AuthenticAMD", ...
+  int cpu_family = -1;  // /proc/cpuinfo "cpu family" (AMD Zen 5: 26), -1 when absent
+  int cpu_model_number = -1;  // /proc/cpuinfo "model"
   int logical_cpus = 0;
   bool avx2 = false, avx512f = false, avx512_bf16 = false, avx512_fp16 = false, amx_bf16 = false;
   std::string hostname;

@@ -1,0 +1,121 @@
+// cpu_peak.cpp: MFU peaks of the CPU kinds ft was measured on, and an FMA probe for the others.
+// GCC 12 reports a false -Wmaybe-uninitialized inside its own AVX-512 intrinsic headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "ft/trainer/cpu_peak.h"
+
+#include <immintrin.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+
+namespace ft::trainer {
+namespace {
+
+// bench/fma_peak, 1 and 2 threads (per-core figures scale linearly to 2 cores on both).
+constexpr KnownCpu kIntelAmx{"Intel Xeon with AMX", 178.0, 2300.0, "AMX bf16 tile"};
+constexpr KnownCpu kZen5{"AMD Zen 5 (family 26)", 235.0, 470.0, "AVX512-BF16 dot-product"};
+
+constexpr int kChains = 16;  // independent accumulators: 4-cycle latency x 2 FMA pipes x 2
+
+#if defined(__AVX512F__)
+using Vec = __m512;
+constexpr double kFlopsPerFma = 32.0;  // 16 lanes x (multiply + add)
+inline Vec vset(float x) { return _mm512_set1_ps(x); }
+inline Vec vfma(Vec acc, Vec a, Vec b) { return _mm512_fmadd_ps(acc, a, b); }
+inline float vfirst(Vec v) { return _mm512_cvtss_f32(v); }
+#elif defined(__FMA__)
+using Vec = __m256;
+constexpr double kFlopsPerFma = 16.0;
+inline Vec vset(float x) { return _mm256_set1_ps(x); }
+inline Vec vfma(Vec acc, Vec a, Vec b) { return _mm256_fmadd_ps(acc, a, b); }
+inline float vfirst(Vec v) { return _mm256_cvtss_f32(v); }
+#endif
+
+#if defined(__AVX512F__) || defined(__FMA__)
+// `iters` rounds of kChains independent FMAs (or VDPBF16PS); the result depends on all of them.
+__attribute__((noinline)) float fma_chains(int64_t iters, float seed, bool bf16) {
+  Vec acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = vset(seed + static_cast<float>(i));
+#if defined(__AVX512BF16__)
+  if (bf16) {
+    const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+    for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, a);
+    }
+    float s = 0;
+    for (int i = 0; i < kChains; ++i) s += vfirst(acc[i]);
+    return s;
+  }
+#else
+  (void)bf16;
+#endif
+  const Vec a = vset(0.999999f), b = vset(1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kChains; ++i) acc[i] = vfma(acc[i], a, b);
+  }
+  float s = 0;
+  for (int i = 0; i < kChains; ++i) s += vfirst(acc[i]);
+  return s;
+}
+#endif
+
+}  // namespace
+
+const KnownCpu* known_cpu(const EnvInfo& env) {
+  if (env.amx_bf16 && env.vendor == "GenuineIntel") return &kIntelAmx;
+  if (env.vendor == "AuthenticAMD" && env.cpu_family == 26 && env.avx512_bf16) return &kZen5;
+  return nullptr;
+}
+
+double probe_fma_gflops_per_core(bool bf16, double seconds) {
+#if defined(__AVX512F__) || defined(__FMA__)
+  using Clock = std::chrono::steady_clock;
+#if defined(__AVX512BF16__)
+  const bool dp = bf16;
+#else
+  const bool dp = false;  // built without VDPBF16PS: the probe measures the fp32 FMA
+#endif
+  // VDPBF16PS does twice the flops of an FMA per instruction (pairs of bf16 products).
+  const double flops_per_insn = dp ? 2 * kFlopsPerFma : kFlopsPerFma;
+  volatile float sink = 0;
+  int64_t iters = 1 << 14;
+  double best = 0, spent = 0;
+  // Grow the loop until one run takes >= 1/8 of the budget, then keep the best of the runs.
+  while (spent < seconds) {
+    const auto t0 = Clock::now();
+    sink = sink + fma_chains(iters, 1.0f, dp);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    spent += s;
+    if (s > 0) best = std::max(best, static_cast<double>(iters) * kChains * flops_per_insn / s / 1e9);
+    if (s < seconds / 8) iters *= 2;
+  }
+  return best;
+#else
+  (void)bf16;
+  (void)seconds;
+  return 0.0;
+#endif
+}
+
+CpuPeak cpu_peak(Precision p, int threads, const EnvInfo& env) {
+  const bool bf16 = p == Precision::kBf16;
+  CpuPeak peak;
+  if (const KnownCpu* cpu = known_cpu(env)) {
+    peak.gflops = (bf16 ? cpu->bf16_per_core : cpu->fp32_per_core) * threads;
+    peak.source = fmt::format("{} peak x {} threads, {}, measured by bench/fma_peak",
+                              bf16 ? cpu->bf16_unit : "AVX-512 fp32 FMA", threads, cpu->name);
+    return peak;
+  }
+  const bool dp = bf16 && env.avx512_bf16;
+  peak.gflops = probe_fma_gflops_per_core(dp) * threads;
+  peak.source = fmt::format("{} peak of one core probed at start-up x {} threads (CPU '{}' not in ft's table)",
+                            dp ? "AVX512-BF16 dot-product" : "fp32 FMA", threads, env.cpu_model);
+  return peak;
+}
+
+}  // namespace ft::trainer
