@@ -1,4 +1,5 @@
-// cpu_peak_test.cpp: the MFU peak table matches the CPU kinds it names, and the probe agrees with it here.
+// cpu_peak_test.cpp: the MFU peak table matches the CPU kinds it names, and the probe agrees with
+// it here.
 #include "ft/trainer/cpu_peak.h"
 
 #include <gtest/gtest.h>

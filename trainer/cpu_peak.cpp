@@ -3,9 +3,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "ft/trainer/cpu_peak.h"
 
-#include <immintrin.h>
-
 #include <fmt/format.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -91,7 +90,8 @@ double probe_fma_gflops_per_core(bool bf16, double seconds) {
     sink = sink + fma_chains(iters, 1.0f, dp);
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     spent += s;
-    if (s > 0) best = std::max(best, static_cast<double>(iters) * kChains * flops_per_insn / s / 1e9);
+    if (s > 0)
+      best = std::max(best, static_cast<double>(iters) * kChains * flops_per_insn / s / 1e9);
     if (s < seconds / 8) iters *= 2;
   }
   return best;
@@ -113,8 +113,9 @@ CpuPeak cpu_peak(Precision p, int threads, const EnvInfo& env) {
   }
   const bool dp = bf16 && env.avx512_bf16;
   peak.gflops = probe_fma_gflops_per_core(dp) * threads;
-  peak.source = fmt::format("{} peak of one core probed at start-up x {} threads (CPU '{}' not in ft's table)",
-                            dp ? "AVX512-BF16 dot-product" : "fp32 FMA", threads, env.cpu_model);
+  peak.source = fmt::format(
+      "{} peak of one core probed at start-up x {} threads (CPU '{}' not in ft's table)",
+      dp ? "AVX512-BF16 dot-product" : "fp32 FMA", threads, env.cpu_model);
   return peak;
 }
 

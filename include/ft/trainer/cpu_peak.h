@@ -1,4 +1,5 @@
-// cpu_peak.h: the CPU's peak GFLOP/s that MFU is measured against: a table of measured CPUs, else a start-up probe.
+// cpu_peak.h: the CPU's peak GFLOP/s that MFU is measured against: a table of measured CPUs, else a
+// start-up probe.
 #pragma once
 
 #include <string>
@@ -10,10 +11,10 @@ namespace ft::trainer {
 
 // Per-core peaks of one CPU kind, measured with bench/fma_peak (docs/benchmarks.md, "Peaks").
 struct KnownCpu {
-  const char* name;          // e.g. "AMD Zen 5 (family 26)"
-  double fp32_per_core;      // AVX-512 FMA GFLOP/s (fp32 and fp16, which runs fp32 GEMMs)
-  double bf16_per_core;      // the unit oneDNN's bf16 GEMMs use on it
-  const char* bf16_unit;     // "AMX bf16 tile" / "AVX512-BF16 dot-product"
+  const char* name;       // e.g. "AMD Zen 5 (family 26)"
+  double fp32_per_core;   // AVX-512 FMA GFLOP/s (fp32 and fp16, which runs fp32 GEMMs)
+  double bf16_per_core;   // the unit oneDNN's bf16 GEMMs use on it
+  const char* bf16_unit;  // "AMX bf16 tile" / "AVX512-BF16 dot-product"
 };
 
 // The table entry for this CPU, or nullptr when its kind was never measured.
