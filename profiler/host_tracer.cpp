@@ -149,6 +149,7 @@ void HostTracer::on_step_end(const trainer::StepMetrics& m) noexcept {
   recorder_.counter(kCounterTokensPerS, m.tokens_per_s);
   recorder_.counter(kCounterMfu, m.mfu);
   recorder_.counter(kCounterDataMs, m.data_ms);
+  recorder_.counter(kCounterDataProduceMs, m.data_preprocess_ms);
   pending_ = true;  // page faults and kernel time follow at the next step begin or flush()
 }
 

@@ -104,6 +104,30 @@ TEST(Findings, RankedByRecoverableShareWithEvidenceAndKnobs) {
   EXPECT_NEAR(f[2].share, 0.08, 1e-12) << "the warm-up step's 100% memory is excluded";
 }
 
+TEST(Findings, AWaitLongerThanTheWorkersTakeToProduceTheBatchNamesInLineLoading) {
+  // 1 worker; the training thread waits 6 ms of a 100 ms step. Batches that take the worker
+  // 0.5 ms to produce: the wait is the hand-off, so --loader-workers 0 comes first. Batches
+  // that take it 20 ms (real work) or an unrecorded production time: more workers, as before.
+  for (double produce : {0.5, 20.0, -1.0}) {
+    Trace t;
+    RunInfo run;
+    run.warmup_excluded = 1;
+    run.logical_cpus = 2;
+    run.loader_workers = 1;
+    run.data_produce_ms = produce;
+    std::vector<StepBreakdown> steps;
+    for (int i = 0; i <= 4; ++i) steps.push_back(step(i, 100, {94, 6, 0, 0, 0, 0, 0, 0}));
+    const auto f = find_issues(t, steps, run, assess_loss({3, 3, 3, 3, 3}));
+    ASSERT_FALSE(f.empty());
+    ASSERT_EQ(f[0].cls, "data");
+    const bool handoff = produce >= 0 && produce < 6;
+    EXPECT_EQ(f[0].knobs.at(0) == "--loader-workers 0", handoff) << produce;
+    EXPECT_EQ(f[0].knobs.at(handoff ? 1 : 0), "--loader-workers 2") << produce;
+    EXPECT_EQ(f[0].explanation.find("hand-off") != std::string::npos, handoff) << produce;
+    EXPECT_EQ(f[0].evidence.detail.find("to produce") != std::string::npos, produce >= 0);
+  }
+}
+
 TEST(Findings, UnstableLossRanksFirstAndNamesWarmupLrClip) {
   Trace t;
   RunInfo run;

@@ -28,7 +28,7 @@ Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options, const Fin
 
   // Loss series: a step with a loss counter contributes it (NaN included); others are skipped.
   // Memory counters or run facts present: memory was recorded (legacy PyTorch traces have none).
-  std::map<int64_t, double> loss_by_step, mfu_by_step;
+  std::map<int64_t, double> loss_by_step, mfu_by_step, produce_by_step;
   bool memory_recorded = run.mem_peak > 0 || run.mem_reserved_peak > 0;
   for (const Event& ev : trace.events) {
     if (ev.phase != Phase::kCounter || ev.name >= trace.names.size()) continue;
@@ -38,6 +38,7 @@ Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options, const Fin
     if (ev.step < 0) continue;
     if (name == kCounterLoss) loss_by_step[ev.step] = ev.value;
     if (name == kCounterMfu) mfu_by_step[ev.step] = ev.value;
+    if (name == kCounterDataProduceMs) produce_by_step[ev.step] = ev.value;
   }
   std::vector<double> losses;
   for (const auto& [step, v] : loss_by_step) losses.push_back(v);
@@ -53,6 +54,15 @@ Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options, const Fin
   d.mfu = run.mfu >= 0 ? run.mfu : (nmfu ? mfu / nmfu : 0);
   RunInfo facts = run;
   if (facts.mfu < 0 && nmfu) facts.mfu = d.mfu;
+  double produce = 0;
+  int nproduce = 0;
+  for (const StepBreakdown* s : steady) {
+    if (const auto it = produce_by_step.find(s->step); it != produce_by_step.end()) {
+      produce += it->second;
+      ++nproduce;
+    }
+  }
+  if (facts.data_produce_ms < 0 && nproduce) facts.data_produce_ms = produce / nproduce;
 
   double peak_alloc = 0, peak_reserved = 0;
   for (const StepBreakdown& s : d.steps) {

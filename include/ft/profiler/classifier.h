@@ -28,6 +28,9 @@ inline constexpr const char* kCounterMfu = "mfu";  // model FLOPs utilisation of
 inline constexpr const char* kCounterMemPeak = "mem.peak";
 inline constexpr const char* kCounterMajorFaults = "page_faults.major";
 inline constexpr const char* kCounterDataMs = "data_ms";  // the trainer's own loader-wait time
+// Time spent producing the step's batches (preprocessing, tokenising, packing, the batch copy),
+// on whichever thread did it: a loader worker's work, or the training thread's when in-line.
+inline constexpr const char* kCounterDataProduceMs = "data.produce_ms";
 // Trace::metadata keys holding the measured cost of one first-touch page fault (ns): a 4 KiB
 // page, and a transparent huge page ("0": none granted). A trace without the second is from
 // before the split: its page_fault_ns is charged for every fault.

@@ -29,6 +29,7 @@ struct RunInfo {
   double memory_limit = 0;     // bytes (0: none)
   double memory_capacity = 0;  // bytes available to the run (limit, else MemAvailable)
   double mem_peak = 0, mem_reserved_peak = 0;  // bytes
+  double data_produce_ms = -1;  // mean batch production time per steady step (-1: not recorded)
   int64_t alloc_retries = 0, ooms = 0, segment_maps = 0, segment_unmaps = 0;
   int cpu_vector_bits = 0;                      // widest vector ISA of the CPU (512, 256, 128)
   std::string gemm_library;                     // e.g. "oneDNN 2.6.3 (max ISA avx512_core_amx)"
