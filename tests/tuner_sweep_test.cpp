@@ -483,6 +483,44 @@ TEST(Sweep, AComputeBoundBf16StepAlsoTriesFp32) {
   }
 }
 
+TEST(Sweep, AComputeKnobThatLostIsNotRetriedWhileTheMathIsTheSame) {
+  // Compute-bound step; allocator caching (the finding's knob) is 1.3x, every micro-batch split
+  // and the other attention are worth nothing. Round 1 takes caching; the compute knobs lost
+  // beside the same precision, attention and split, so round 2 proposes none of them again.
+  const DiagnoseFn diag = [](int, const Config&) {
+    Diagnosis d;
+    d.compute_share = 0.9;
+    d.findings = {
+        {"memory", 0.25, "warning", "allocator stalls", "", {"--allocator-caching true"}}};
+    return d;
+  };
+  struct Caching {
+    Synthetic syn;
+    TrialResult operator()(const std::string& id, const Config& c) {
+      TrialResult r = syn(id, c);
+      if (c.count("allocator-caching") && c.at("allocator-caching") == "true") {
+        r.tokens_per_s *= 1.3;
+      }
+      return r;
+    }
+  } run;
+  run.syn.noise = 0;
+  run.syn.batch_gain = 0;
+  const fs::path d = temp_dir("compute_lost");
+  Journal j(d / "journal.jsonl", false);
+  const SweepOutcome out = run_sweep(guided_options(), j, std::ref(run), diag);
+  EXPECT_EQ(out.best.at("allocator-caching"), "true");
+  int round1_compute = 0, round2_compute = 0;
+  for (const auto& e : j.entries()) {
+    if (e.phase != "trial" || e.change == "baseline") continue;
+    const bool compute = e.config.at("micro-batch") != "2" || e.config.count("attention") ||
+                         e.config.count("precision");
+    (e.round == 1 ? round1_compute : round2_compute) += compute && e.round <= 2;
+  }
+  EXPECT_GT(round1_compute, 0);
+  EXPECT_EQ(round2_compute, 0) << out.stop_reason;
+}
+
 TEST(Sweep, GuidedWithKnobsStaysInsideTheGridSpace) {
   const fs::path d = temp_dir("guided_space");
   SweepOptions o = guided_options();

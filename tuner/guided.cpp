@@ -142,16 +142,28 @@ std::vector<Sweep::Candidate> Sweep::compute_candidates(int round, size_t limit)
   // operand conversions outweigh the GEMMs, and fp32 ran 1.14x bf16 (Zen 5, 9 alternating
   // rounds). fp32 is the reference precision, so the loss check passes it whenever bf16 passed.
   if (compute_knob(g_.inc, "precision") != "fp32") patches.push_back({{"precision", "fp32"}});
+  std::string settings;  // the incumbent's compute settings
+  for (const char* k : {"precision", "attention", "micro-batch", "grad-accum", "checkpoint"}) {
+    settings += fmt::format(
+        " {}={}", k,
+        k == std::string("checkpoint") && !g_.inc.count(k) ? "none" : compute_knob(g_.inc, k));
+  }
   std::vector<Candidate> cands;
   for (const Config& patch : patches) {
     const bool back = std::any_of(patch.begin(), patch.end(), [&](const auto& kv) {
       return g_.left.count(kv.first + "=" + kv.second) > 0;
     });
     if (back) continue;  // no going back to a setting an accepted change left
+    std::string lost_key;
+    for (const auto& [k, v] : patch) lost_key += k + "=" + v + " ";
+    lost_key += "@" + settings;
+    if (g_.compute_lost.count(lost_key)) continue;  // lost against the same math before
     if (cands.size() >= limit) break;
     std::string why;
     const auto c = apply_knob(g_.inc, patch, o_.batch, &why);
-    if (c && admit(*c, false, "compute-bound step", round)) cands.push_back({*c, false, "", 0});
+    if (c && admit(*c, false, "compute-bound step", round)) {
+      cands.push_back({*c, false, lost_key, 0});
+    }
   }
   return cands;
 }
@@ -246,6 +258,7 @@ void Sweep::guided() {
     // A loss-stability change is not about speed: it goes straight to verification.
     std::vector<Config> fast;
     std::vector<const Candidate*> source;  // the finding candidate behind fast[i], or nullptr
+    std::vector<std::string> lost_keys;    // a compute candidate's lost_key at fast[i], or ""
     bool accepted = false;
     for (const Candidate& c : from_findings) {
       if (!c.stability) {
@@ -281,6 +294,8 @@ void Sweep::guided() {
       for (const Candidate& c : compute_candidates(round, slots - from_diagnosis)) {
         fast.push_back(c.knobs);
         source.push_back(nullptr);
+        lost_keys.resize(fast.size());
+        lost_keys.back() = c.knob;
       }
       if (fast.size() > from_diagnosis) {
         std::string names;
@@ -343,6 +358,14 @@ void Sweep::guided() {
     for (size_t i = 0; i < source.size(); ++i) {
       if (source[i] && i + 1 != taken && !carried.count(i + 1)) {
         g_.rejected[source[i]->knob] = source[i]->share;
+      }
+    }
+    // A compute knob that lost is not proposed again while the math it would change is the
+    // same: in a memory sweep the micro-batch axis lost every point beside micro-batch 4 x 4 and
+    // was searched again, point by point, after allocator caching was accepted (9 trials).
+    for (size_t i = 0; i < lost_keys.size(); ++i) {
+      if (!lost_keys[i].empty() && i + 1 != taken && !carried.count(i + 1)) {
+        g_.compute_lost.insert(lost_keys[i]);
       }
     }
     if (!accepted && !budget_left()) return stop(round, budget_text());

@@ -137,7 +137,7 @@ class Sweep {
   struct Candidate {
     Config knobs;
     bool stability = false;
-    std::string knob;  // the finding's knob text ("" for a compute knob)
+    std::string knob;  // the finding's knob text; a compute knob: its lost_key (see below)
     double share = 0;  // the finding's share of step time
   };
   // False (with a decision) when `c` is outside the --knobs space, was tried before, or is
@@ -182,6 +182,10 @@ class Sweep {
     std::set<std::string> space_keys;  // with --knobs: the grid's configurations
     std::set<std::string> left;        // "knob=value" settings accepted changes moved away from
     std::map<std::string, double> rejected;  // finding knob -> its finding's share, not taken
+    // Compute knobs measured and not taken, as "patch @ the incumbent's compute settings"
+    // (precision, attention, split, checkpointing): not proposed again until one of those
+    // settings changes (a new allocator or loader setting leaves the same math to compute).
+    std::set<std::string> compute_lost;
     // Runners-up of the last accepting round: candidates that beat the incumbent beyond noise
     // but were not taken, as (the knobs they changed, their description). Measured once more,
     // applied to the new incumbent, in the next round: one round's ranking of two winners is
