@@ -157,7 +157,7 @@ TEST(DiagnoseRanksScenario, PipelineBubbleSuggestsMoreMicroBatches) {
   if (kUnderAsan) GTEST_SKIP() << "time shares are dominated by ASan's shadow-memory faults";
   const CliRun r =
       diagnose_ranks("bubble",
-                     "--pp 2 --micro-batches 1 --layers 4 --heads 4 --channels 128 --seq-len 64 "
+                     "--pp 2 --micro-batches 1 --layers 4 --heads 4 --channels 128 --seq-len 128 "
                      "--micro-batch 4 --steps 8 --loader-workers 0");
   const json j = report(r);
   ASSERT_FALSE(j.at("findings").empty()) << r.out;
