@@ -116,31 +116,43 @@ TEST(DiagnoseRanksScenario, StragglerFindingNamesTheSlowRank) {
   const std::string flags =
       "--dp 2 --straggle-rank 1 --straggle-work 400 --layers 2 --heads 4 "
       "--channels 64 --seq-len 64 --micro-batch 4 --steps 10 --loader-workers 0";
+  // Two oversubscribed ranks on 2 cores shared with other tests: a burst of outside load can
+  // mask the injected work in one run (seen on Zen 5 once in 7 full runs), so a second run is
+  // allowed; every check must hold in one of them, and the first run's failures are printed.
+  const auto problems = [](const json& j) {
+    std::string p;
+    if (j.at("parallel").at("straggler") != 1) p += "straggler is not rank 1; ";
+    if (j.at("findings").empty()) return p + "no findings; ";
+    const json& top = j["findings"][0];
+    if (top.at("class") != "parallel") p += "top finding class " + top.at("class").dump() + "; ";
+    if (top.at("title").get<std::string>().find("Straggler: rank 1 ") == std::string::npos)
+      p += "top finding " + top.at("title").dump() + "; ";
+    if (!has_knob(top, "--straggle-work 0")) p += "no --straggle-work 0 knob; ";
+    // The slow rank is found by arriving late, not by its step time (all-reduce equalises
+    // that). Compared as total lateness (arrivals x median margin): under outside load rank 0
+    // is also late at some collectives (8 vs 8 arrivals in one loaded run), by less.
+    const auto lateness = [&](int r) {
+      return j["ranks"][r].at("late").get<int>() * j["ranks"][r].at("late_ms").get<double>();
+    };
+    if (!(lateness(1) > lateness(0))) p += "rank 1 not later than rank 0; ";
+    if (!(j["ranks"][0].at("exposed_wait_ms").get<double>() >
+          j["ranks"][1].at("exposed_wait_ms").get<double>()))
+      p += "rank 0 did not wait longer than rank 1; ";
+    return p;
+  };
   CliRun r = diagnose_ranks("straggler", flags);
   json j = report(r);
-  // Two oversubscribed ranks on 2 cores shared with another test: a burst of outside load on
-  // rank 0 can mask the injected work in one run, so a second run is allowed.
-  if (j.at("parallel").at("straggler") != 1) {
+  std::string first = problems(j);
+  if (!first.empty()) {
+    first += j["ranks"].dump() + " " + j["findings"].dump();
     fs::remove_all(r.dir);
     r = diagnose_ranks("straggler_again", flags);
     j = report(r);
   }
-  EXPECT_EQ(j.at("parallel").at("straggler"), 1) << j["ranks"].dump(1);
+  EXPECT_EQ(problems(j), "") << j["ranks"].dump(1) << j["findings"].dump(1)
+                             << "\nfirst run: " << first;
   ASSERT_FALSE(j.at("findings").empty()) << r.out;
   const json& top = j["findings"][0];
-  EXPECT_EQ(top.at("class"), "parallel") << j["findings"].dump(1);
-  EXPECT_NE(top.at("title").get<std::string>().find("Straggler: rank 1 "), std::string::npos)
-      << top.dump(1);
-  EXPECT_TRUE(has_knob(top, "--straggle-work 0"));
-  // The slow rank is found by arriving late, not by its step time (all-reduce equalises that).
-  // Compared as total lateness (arrivals x median margin): under outside load rank 0 is also
-  // late at some collectives (8 vs 8 arrivals in one loaded run), by less.
-  const auto lateness = [&](int r) {
-    return j["ranks"][r].at("late").get<int>() * j["ranks"][r].at("late_ms").get<double>();
-  };
-  EXPECT_GT(lateness(1), lateness(0)) << j["ranks"].dump(1);
-  EXPECT_GT(j["ranks"][0].at("exposed_wait_ms").get<double>(),
-            j["ranks"][1].at("exposed_wait_ms").get<double>());
   // Re-analysing the run directory gives the same diagnosis.
   const CliRun again = run_shell(std::string(FT_BINARY_DIR) + "/ft-diagnose " + r.dir.string() +
                                  " --out " + (r.dir / "again").string());
@@ -155,14 +167,24 @@ TEST(DiagnoseRanksScenario, StragglerFindingNamesTheSlowRank) {
 TEST(DiagnoseRanksScenario, PipelineBubbleSuggestsMoreMicroBatches) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   if (kUnderAsan) GTEST_SKIP() << "time shares are dominated by ASan's shadow-memory faults";
-  const CliRun r =
-      diagnose_ranks("bubble",
-                     "--pp 2 --micro-batches 1 --layers 4 --heads 4 --channels 128 --seq-len 128 "
-                     "--micro-batch 4 --steps 8 --loader-workers 0");
-  const json j = report(r);
+  // seq-len 128: at 64 a Zen 5 stage was busy 4 ms per step, and under outside load the syncs'
+  // latency (comm 38.1%) outranked the bubble (36.9%) in 1 of 6 loaded repeats. One rerun is
+  // allowed when the top finding is not the bubble; the first run's findings are printed.
+  const std::string flags =
+      "--pp 2 --micro-batches 1 --layers 4 --heads 4 --channels 128 --seq-len 128 "
+      "--micro-batch 4 --steps 8 --loader-workers 0";
+  CliRun r = diagnose_ranks("bubble", flags);
+  json j = report(r);
+  std::string first;
+  if (j.at("findings").empty() || j["findings"][0].at("class") != "parallel") {
+    first = j.at("findings").dump();
+    fs::remove_all(r.dir);
+    r = diagnose_ranks("bubble_again", flags);
+    j = report(r);
+  }
   ASSERT_FALSE(j.at("findings").empty()) << r.out;
   const json& top = j["findings"][0];
-  EXPECT_EQ(top.at("class"), "parallel") << j["findings"].dump(1);
+  EXPECT_EQ(top.at("class"), "parallel") << j["findings"].dump(1) << "\nfirst run: " << first;
   EXPECT_EQ(top.at("title").get<std::string>().rfind("Pipeline bubble", 0), 0u) << top.dump(1);
   EXPECT_TRUE(has_knob(top, "--micro-batch 2 --grad-accum 2"));
   // Theory (p-1)/m = 100%; the measured bubble also holds the activation transfers.
