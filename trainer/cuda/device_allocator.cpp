@@ -296,8 +296,9 @@ void DeviceCachingAllocator::deallocate(void* ptr) {
 
 void DeviceCachingAllocator::free_block_locked(Block* b) {
   Impl::Pool& pool = impl_->pool(b);
-  // Coalesce with free neighbours ordered on the same stream.
-  auto mergeable = [b](const Block* n) {
+  // Coalesce with free neighbours ordered on the same stream. By reference: after a merge
+  // with prev, b is prev (ASan caught the by-value capture reading the deleted block).
+  auto mergeable = [&b](const Block* n) {
     return n != nullptr && !n->allocated && !n->pending && n->stream == b->stream;
   };
   if (Block* prev = b->prev; mergeable(prev)) {
