@@ -1,4 +1,5 @@
-// fma_peak: measures the CPU's fp32 AVX-512 FMA, bf16 VDPBF16PS and AMX TDPBF16PS peak GFLOP/s on N OpenMP threads.
+// fma_peak: measures the CPU's fp32 AVX-512 FMA, bf16 VDPBF16PS and AMX TDPBF16PS peak GFLOP/s on N
+// OpenMP threads.
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/syscall.h>
@@ -14,50 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "ft/trainer/cpu_peak.h"
+
 namespace {
 
-constexpr int kChains = 16;  // independent accumulators: covers 4-cycle latency x 2 FMA ports x 2.
-
-// Sums the 16 lanes (avoids _mm512_reduce_add_ps, which trips GCC 12's -Wuninitialized).
-float HorizontalSum(__m512 v) {
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, v);
-  float s = 0.0f;
-  for (float x : lanes) s += x;
-  return s;
-}
-
-// Runs `iters` rounds of kChains independent fp32 FMAs; returns a value that depends on all of them.
-__attribute__((noinline)) float FmaLoop(int64_t iters, float seed) {
-  __m512 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(seed + static_cast<float>(i));
-  const __m512 a = _mm512_set1_ps(0.999999f);
-  const __m512 b = _mm512_set1_ps(1e-7f);
-  for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 16
-    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  }
-  __m512 sum = acc[0];
-  for (int i = 1; i < kChains; ++i) sum = _mm512_add_ps(sum, acc[i]);
-  return HorizontalSum(sum);
-}
-
-#if defined(__AVX512BF16__)
-// Same with VDPBF16PS: each instruction does 32 bf16 pairs (multiply + add) into 16 fp32 lanes.
-__attribute__((noinline)) float DpBf16Loop(int64_t iters, float seed) {
-  __m512 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(seed + static_cast<float>(i));
-  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
-  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
-  for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 16
-    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
-  }
-  __m512 sum = acc[0];
-  for (int i = 1; i < kChains; ++i) sum = _mm512_add_ps(sum, acc[i]);
-  return HorizontalSum(sum);
-}
-#endif
+// fp32 FMA and VDPBF16PS: the same loop that ft-train's start-up probe times
+// (ft/trainer/cpu_peak.h).
+constexpr int kChains = ft::trainer::kFmaChains;
+float FmaLoop(int64_t iters, float seed) { return ft::trainer::fma_chains(iters, seed, false); }
+float DpBf16Loop(int64_t iters, float seed) { return ft::trainer::fma_chains(iters, seed, true); }
 
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__)
 // AMX: 4 independent 16x16 fp32 accumulator tiles, each TDPBF16PS does
@@ -108,7 +74,7 @@ __attribute__((noinline)) float AmxLoop(int64_t iters, float seed) {
 #endif
 
 struct Result {
-  double best_gflops = 0.0;    // total flops / wall time of the parallel region
+  double best_gflops = 0.0;  // total flops / wall time of the parallel region
   double median_gflops = 0.0;
   double best_cpu_gflops = 0.0;  // sum over threads of flops / that thread's CPU time
   double sink = 0.0;
@@ -120,9 +86,10 @@ double ThreadCpuSeconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// Times `loop` on `threads` threads `reps` times; flops = threads * iters * kChains * flops_per_insn.
-// The CPU-time figure ignores time a thread spent descheduled (a busy shared machine), but not
-// time lost to a sibling hyperthread: wall ~ CPU-time figure means the threads ran undisturbed.
+// Times `loop` on `threads` threads `reps` times; flops = threads * iters * kChains *
+// flops_per_insn. The CPU-time figure ignores time a thread spent descheduled (a busy shared
+// machine), but not time lost to a sibling hyperthread: wall ~ CPU-time figure means the threads
+// ran undisturbed.
 template <typename Loop>
 Result Measure(Loop loop, int threads, int64_t iters, int reps, double flops_per_insn) {
   std::vector<double> gflops;
@@ -173,22 +140,23 @@ int main(int argc, char** argv) {
   }
   if (threads < 1 || iters < 10 || reps < 1) Usage(argv[0]);
 
-  const Result fp32 = Measure(FmaLoop, threads, iters, reps, 32.0);  // 16 lanes x (mul + add).
+  const Result fp32 = Measure(FmaLoop, threads, iters, reps, ft::trainer::fma_chain_flops(false));
   std::printf("{\"bench\":\"fma_peak\",\"threads\":%d,\"iters\":%lld,\"reps\":%d,", threads,
               static_cast<long long>(iters), reps);
   std::printf("\"fp32_fma_gflops\":%.1f,\"fp32_fma_gflops_median\":%.1f,", fp32.best_gflops,
               fp32.median_gflops);
   std::printf("\"fp32_fma_gflops_cpu_time\":%.1f,", fp32.best_cpu_gflops);
   double sink = fp32.sink;
-#if defined(__AVX512BF16__)
-  const Result bf16 = Measure(DpBf16Loop, threads, iters, reps, 64.0);  // 32 pairs x 2.
-  std::printf("\"bf16_dp_gflops\":%.1f,\"bf16_dp_gflops_median\":%.1f,", bf16.best_gflops,
-              bf16.median_gflops);
-  std::printf("\"bf16_dp_gflops_cpu_time\":%.1f,", bf16.best_cpu_gflops);
-  sink += bf16.sink;
-#else
-  std::printf("\"bf16_dp_gflops\":null,\"bf16_note\":\"built without AVX512_BF16\",");
-#endif
+  if (ft::trainer::fma_chains_bf16()) {
+    const Result bf16 =
+        Measure(DpBf16Loop, threads, iters, reps, ft::trainer::fma_chain_flops(true));
+    std::printf("\"bf16_dp_gflops\":%.1f,\"bf16_dp_gflops_median\":%.1f,", bf16.best_gflops,
+                bf16.median_gflops);
+    std::printf("\"bf16_dp_gflops_cpu_time\":%.1f,", bf16.best_cpu_gflops);
+    sink += bf16.sink;
+  } else {
+    std::printf("\"bf16_dp_gflops\":null,\"bf16_note\":\"built without AVX512_BF16\",");
+  }
 #if defined(__AMX_BF16__) && defined(__AMX_TILE__)
   if (AmxPermitted()) {
     const Result amx = Measure(AmxLoop, threads, iters / 16, reps, 16384.0);
@@ -201,7 +169,6 @@ int main(int argc, char** argv) {
 #else
   std::printf("\"amx_bf16_gflops\":null,\"amx_note\":\"built without AMX\",");
 #endif
-  std::printf("\"per_thread_fp32_gflops\":%.1f,\"sink\":%g}\n", fp32.best_gflops / threads,
-              sink);
+  std::printf("\"per_thread_fp32_gflops\":%.1f,\"sink\":%g}\n", fp32.best_gflops / threads, sink);
   return 0;
 }

@@ -21,8 +21,8 @@ EnvInfo zen5() {
 
 TEST(CpuPeak, TableNamesZen5AndIntelAmxAndNothingElse) {
   ASSERT_NE(known_cpu(zen5()), nullptr);
-  EXPECT_DOUBLE_EQ(known_cpu(zen5())->fp32_per_core, 260.0);
-  EXPECT_DOUBLE_EQ(known_cpu(zen5())->bf16_per_core, 522.0);
+  EXPECT_DOUBLE_EQ(known_cpu(zen5())->fp32_per_core, 268.0);
+  EXPECT_DOUBLE_EQ(known_cpu(zen5())->bf16_per_core, 534.0);
   EnvInfo intel;
   intel.vendor = "GenuineIntel";
   intel.avx512f = intel.avx512_bf16 = intel.amx_bf16 = true;
@@ -37,12 +37,12 @@ TEST(CpuPeak, TableNamesZen5AndIntelAmxAndNothingElse) {
 
 TEST(CpuPeak, KnownCpuScalesByThreadsAndNamesItsSource) {
   const auto fp32 = cpu_peak(Precision::kFp32, 2, zen5());
-  EXPECT_DOUBLE_EQ(fp32.gflops, 520.0);
+  EXPECT_DOUBLE_EQ(fp32.gflops, 536.0);
   EXPECT_NE(fp32.source.find("AMD Zen 5"), std::string::npos) << fp32.source;
   const auto fp16 = cpu_peak(Precision::kFp16, 2, zen5());  // fp16 runs fp32 GEMMs
-  EXPECT_DOUBLE_EQ(fp16.gflops, 520.0);
+  EXPECT_DOUBLE_EQ(fp16.gflops, 536.0);
   const auto bf16 = cpu_peak(Precision::kBf16, 3, zen5());
-  EXPECT_DOUBLE_EQ(bf16.gflops, 1566.0);
+  EXPECT_DOUBLE_EQ(bf16.gflops, 1602.0);
   EXPECT_NE(bf16.source.find("AVX512-BF16"), std::string::npos) << bf16.source;
 }
 
@@ -62,7 +62,12 @@ TEST(CpuPeak, UnknownCpuIsProbedAndSaysSo) {
 TEST(CpuPeak, ProbeDoesNotExceedTheTableOnThisMachine) {
   const EnvInfo env = ft::collect_env_info();
   const auto* cpu = known_cpu(env);
-  if (cpu == nullptr) GTEST_SKIP() << "CPU '" << env.cpu_model << "' is not in the table";
+  if (cpu == nullptr) {  // nothing to hold against the probe: the peak must then come from it
+    const auto p = cpu_peak(Precision::kFp32, 1, env);
+    EXPECT_NE(p.source.find("probed at start-up"), std::string::npos) << p.source;
+    EXPECT_GT(p.gflops, 0.0);
+    return;
+  }
   const double fp32 = probe_fma_gflops_per_core(false, 0.05);
   EXPECT_LE(fp32, 1.3 * cpu->fp32_per_core) << cpu->name;
   EXPECT_GT(fp32, 0.0);

@@ -14,11 +14,9 @@ namespace ft::trainer {
 namespace {
 
 // bench/fma_peak, 1 and 2 threads (per-core figures scale linearly to 2 cores on both). The
-// highest of the runs: the Zen 5 VM's clock moves by ~10% between phases (fp32 235 to 260).
+// highest of the runs: the Zen 5 VM's clock moves by ~10% between phases (fp32 235 to 268).
 constexpr KnownCpu kIntelAmx{"Intel Xeon with AMX", 178.0, 2300.0, "AMX bf16 tile"};
-constexpr KnownCpu kZen5{"AMD Zen 5 (family 26)", 260.0, 522.0, "AVX512-BF16 dot-product"};
-
-constexpr int kChains = 16;  // independent accumulators: 4-cycle latency x 2 FMA pipes x 2
+constexpr KnownCpu kZen5{"AMD Zen 5 (family 26)", 268.0, 534.0, "AVX512-BF16 dot-product"};
 
 #if defined(__AVX512F__)
 using Vec = __m512;
@@ -35,31 +33,17 @@ inline float vfirst(Vec v) { return _mm256_cvtss_f32(v); }
 #endif
 
 #if defined(__AVX512F__) || defined(__FMA__)
-// `iters` rounds of kChains independent FMAs (or VDPBF16PS); the result depends on all of them.
-__attribute__((noinline)) float fma_chains(int64_t iters, float seed, bool bf16) {
-  Vec acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = vset(seed + static_cast<float>(i));
-#if defined(__AVX512BF16__)
-  if (bf16) {
-    const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
-    for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 16
-      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, a);
-    }
-    float s = 0;
-    for (int i = 0; i < kChains; ++i) s += vfirst(acc[i]);
-    return s;
-  }
-#else
-  (void)bf16;
-#endif
-  const Vec a = vset(0.999999f), b = vset(1e-7f);
+// `iters` rounds of `step` on kFmaChains independent accumulators; depends on all of them.
+template <typename Step>
+inline float run_chains(int64_t iters, float seed, Step step) {
+  Vec acc[kFmaChains];
+  for (int i = 0; i < kFmaChains; ++i) acc[i] = vset(seed + static_cast<float>(i));
   for (int64_t it = 0; it < iters; ++it) {
 #pragma GCC unroll 16
-    for (int i = 0; i < kChains; ++i) acc[i] = vfma(acc[i], a, b);
+    for (int i = 0; i < kFmaChains; ++i) acc[i] = step(acc[i]);
   }
   float s = 0;
-  for (int i = 0; i < kChains; ++i) s += vfirst(acc[i]);
+  for (int i = 0; i < kFmaChains; ++i) s += vfirst(acc[i]);
   return s;
 }
 #endif
@@ -72,35 +56,60 @@ const KnownCpu* known_cpu(const EnvInfo& env) {
   return nullptr;
 }
 
-double probe_fma_gflops_per_core(bool bf16, double seconds) {
-#if defined(__AVX512F__) || defined(__FMA__)
-  using Clock = std::chrono::steady_clock;
+bool fma_chains_bf16() {
 #if defined(__AVX512BF16__)
-  const bool dp = bf16;
+  return true;
 #else
-  const bool dp = false;  // built without VDPBF16PS: the probe measures the fp32 FMA
+  return false;
 #endif
+}
+
+double fma_chain_flops(bool bf16) {
+#if defined(__AVX512F__) || defined(__FMA__)
   // VDPBF16PS does twice the flops of an FMA per instruction (pairs of bf16 products).
-  const double flops_per_insn = dp ? 2 * kFlopsPerFma : kFlopsPerFma;
+  return bf16 && fma_chains_bf16() ? 2 * kFlopsPerFma : kFlopsPerFma;
+#else
+  (void)bf16;
+  return 0.0;
+#endif
+}
+
+__attribute__((noinline)) float fma_chains(int64_t iters, float seed, bool bf16) {
+#if defined(__AVX512BF16__)
+  if (bf16) {
+    const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+    return run_chains(iters, seed, [a](Vec x) { return _mm512_dpbf16_ps(x, a, a); });
+  }
+#else
+  (void)bf16;
+#endif
+#if defined(__AVX512F__) || defined(__FMA__)
+  const Vec a = vset(0.999999f), b = vset(1e-7f);
+  return run_chains(iters, seed, [a, b](Vec x) { return vfma(x, a, b); });
+#else
+  (void)iters;
+  return seed;
+#endif
+}
+
+double probe_fma_gflops_per_core(bool bf16, double seconds) {
+  const double flops_per_insn = fma_chain_flops(bf16);
+  if (flops_per_insn == 0) return 0.0;
+  using Clock = std::chrono::steady_clock;
   volatile float sink = 0;
   int64_t iters = 1 << 14;
   double best = 0, spent = 0;
   // Grow the loop until one run takes >= 1/8 of the budget, then keep the best of the runs.
   while (spent < seconds) {
     const auto t0 = Clock::now();
-    sink = sink + fma_chains(iters, 1.0f, dp);
+    sink = sink + fma_chains(iters, 1.0f, bf16);
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     spent += s;
     if (s > 0)
-      best = std::max(best, static_cast<double>(iters) * kChains * flops_per_insn / s / 1e9);
+      best = std::max(best, static_cast<double>(iters) * kFmaChains * flops_per_insn / s / 1e9);
     if (s < seconds / 8) iters *= 2;
   }
   return best;
-#else
-  (void)bf16;
-  (void)seconds;
-  return 0.0;
-#endif
 }
 
 CpuPeak cpu_peak(Precision p, int threads, const EnvInfo& env) {

@@ -33,10 +33,6 @@ double ms_since(Clock::time_point t0) {
 }
 }  // namespace
 
-double default_peak_gflops(Precision p, int threads) {
-  return cpu_peak(p, threads, collect_env_info()).gflops;
-}
-
 nlohmann::json StepMetrics::to_json() const {
   nlohmann::json j = {{"step", step},
                       {"loss", loss},

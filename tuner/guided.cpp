@@ -117,7 +117,11 @@ std::string Sweep::compute_knob(const Config& c, const std::string& k) const {
   if (k == "attention") return effective_attention(c, o_.train_defaults);
   if (const auto it = c.find(k); it != c.end()) return it->second;
   if (const auto it = o_.train_defaults.find(k); it != o_.train_defaults.end()) return it->second;
-  return k == "micro-batch" ? "8" : k == "precision" ? "fp32" : "1";  // ft-train's defaults
+  // ft-train's defaults.
+  static const std::map<std::string, std::string> kDefaults = {
+      {"micro-batch", "8"}, {"grad-accum", "1"}, {"precision", "fp32"}, {"checkpoint", "none"}};
+  const auto it = kDefaults.find(k);
+  return it != kDefaults.end() ? it->second : "1";
 }
 
 std::vector<Sweep::Candidate> Sweep::compute_candidates(int round, size_t limit) {
@@ -144,9 +148,7 @@ std::vector<Sweep::Candidate> Sweep::compute_candidates(int round, size_t limit)
   if (compute_knob(g_.inc, "precision") != "fp32") patches.push_back({{"precision", "fp32"}});
   std::string settings;  // the incumbent's compute settings
   for (const char* k : {"precision", "attention", "micro-batch", "grad-accum", "checkpoint"}) {
-    settings += fmt::format(
-        " {}={}", k,
-        k == std::string("checkpoint") && !g_.inc.count(k) ? "none" : compute_knob(g_.inc, k));
+    settings += fmt::format(" {}={}", k, compute_knob(g_.inc, k));
   }
   std::vector<Candidate> cands;
   for (const Config& patch : patches) {

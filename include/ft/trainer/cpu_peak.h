@@ -2,6 +2,7 @@
 // start-up probe.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "ft/core/env_info.h"
@@ -19,6 +20,15 @@ struct KnownCpu {
 
 // The table entry for this CPU, or nullptr when its kind was never measured.
 const KnownCpu* known_cpu(const EnvInfo& env);
+
+// The FMA loop that both the probe below and bench/fma_peak time: `iters` rounds of kFmaChains
+// independent fp32 FMAs (AVX-512, else AVX2), or VDPBF16PS when `bf16` and fma_chains_bf16();
+// the result depends on every accumulator. fma_chain_flops: flops of one such instruction (0
+// without FMA units).
+inline constexpr int kFmaChains = 16;  // 4-cycle latency x 2 FMA pipes x 2
+float fma_chains(int64_t iters, float seed, bool bf16);
+double fma_chain_flops(bool bf16);
+bool fma_chains_bf16();  // built with VDPBF16PS
 
 // One thread's FMA throughput (GFLOP/s) over about `seconds` of dependent-free chains: fp32
 // AVX-512 (or AVX2) FMA, or VDPBF16PS when `bf16` and the CPU has it. 0 without FMA units.

@@ -167,8 +167,4 @@ class Trainer {
   StepObserver* observer_ = nullptr;
 };
 
-// ft's stated peak for MFU when --peak-gflops is not given: the CPU table of
-// ft/trainer/cpu_peak.h (bench/fma_peak figures), else a start-up probe.
-double default_peak_gflops(Precision p, int threads);
-
 }  // namespace ft::trainer
