@@ -19,7 +19,7 @@ EnvInfo zen5() {
   return e;
 }
 
-TEST(CpuPeak, TableNamesZen5AndIntelAmxAndNothingElse) {
+TEST(CpuPeak, TableNamesZen5Zen4AndIntelAmxAndNothingElse) {
   ASSERT_NE(known_cpu(zen5()), nullptr);
   EXPECT_DOUBLE_EQ(known_cpu(zen5())->fp32_per_core, 268.0);
   EXPECT_DOUBLE_EQ(known_cpu(zen5())->bf16_per_core, 534.0);
@@ -30,7 +30,15 @@ TEST(CpuPeak, TableNamesZen5AndIntelAmxAndNothingElse) {
   EXPECT_DOUBLE_EQ(known_cpu(intel)->bf16_per_core, 2300.0);
   EnvInfo zen4 = zen5();
   zen4.cpu_family = 25;
-  EXPECT_EQ(known_cpu(zen4), nullptr);
+  ASSERT_NE(known_cpu(zen4), nullptr);
+  EXPECT_DOUBLE_EQ(known_cpu(zen4)->fp32_per_core, 117.4);
+  EXPECT_DOUBLE_EQ(known_cpu(zen4)->bf16_per_core, 234.5);
+  EnvInfo zen3 = zen4;  // family 25 without AVX-512
+  zen3.avx512f = zen3.avx512_bf16 = false;
+  EXPECT_EQ(known_cpu(zen3), nullptr);
+  EnvInfo zen6 = zen5();
+  zen6.cpu_family = 27;
+  EXPECT_EQ(known_cpu(zen6), nullptr);
   intel.amx_bf16 = false;
   EXPECT_EQ(known_cpu(intel), nullptr);
 }
