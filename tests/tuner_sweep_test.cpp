@@ -332,14 +332,16 @@ TEST(Sweep, ARunnerUpIsMeasuredAgainstTheNewIncumbent) {
                                                 "grad-accum 1, micro-batch 4"}));
   EXPECT_TRUE(carried);
   // Round 2: the new incumbent, the runner-up and the compute candidates still untried (the
-  // other attention; micro-batch 1 is what the accepted change left), each once per round.
+  // other attention and the in-line loader, since the step does not wait for data; micro-batch
+  // 1 is what the accepted change left), each once per round.
   std::set<std::string> round2;
   for (const auto& e : j.entries()) {
     if (e.phase == "trial" && e.round == 2) round2.insert(e.change);
   }
   EXPECT_EQ(round2,
             (std::set<std::string>{"grad-accum 2, micro-batch 2", "grad-accum 1, micro-batch 4",
-                                   "attention naive, grad-accum 2, micro-batch 2"}));
+                                   "attention naive, grad-accum 2, micro-batch 2",
+                                   "grad-accum 2, loader-workers 0, micro-batch 2"}));
 }
 
 TEST(Sweep, ComputeKnobsNeverGoBackToASettingAnAcceptedChangeLeft) {
@@ -479,6 +481,46 @@ TEST(Sweep, AComputeBoundBf16StepAlsoTriesFp32) {
     for (const Config& c : syn.seen) fp32_trials += c.at("precision") == "fp32";
     if (base == "fp32") {
       EXPECT_EQ(fp32_trials, static_cast<int>(syn.seen.size()));
+    }
+  }
+}
+
+TEST(Sweep, AComputeBoundStepThatBarelyWaitsForDataTriesTheInLineLoader) {
+  // One loader worker (ft-train's default) on a step that waits 1% for data: no finding names
+  // the loader, but guided measures --loader-workers 0 and takes it when it is faster (x1.05
+  // here). When the step waits 20% for data (the data finding's business) it is not proposed.
+  struct InLine {
+    Synthetic syn;
+    TrialResult operator()(const std::string& id, const Config& c) {
+      TrialResult r = syn(id, c);
+      if (c.count("loader-workers") && c.at("loader-workers") == "0") r.tokens_per_s *= 1.05;
+      return r;
+    }
+  };
+  for (const double data : {0.01, 0.2}) {
+    const DiagnoseFn diag = [data](int, const Config&) {
+      Diagnosis d;
+      d.compute_share = 0.9;
+      d.data_share = data;
+      return d;
+    };
+    InLine run;
+    run.syn.noise = 0;
+    run.syn.batch_gain = 0;
+    const fs::path d = temp_dir("inline_loader_" + std::to_string(data));
+    Journal j(d / "journal.jsonl", false);
+    const SweepOutcome out = run_sweep(guided_options(), j, std::ref(run), diag);
+    int inline_trials = 0;
+    for (const Config& c : run.syn.seen) {
+      inline_trials += c.count("loader-workers") && c.at("loader-workers") == "0";
+    }
+    if (data < 0.05) {
+      EXPECT_GT(inline_trials, 0);
+      ASSERT_TRUE(out.best.count("loader-workers")) << out.stop_reason;
+      EXPECT_EQ(out.best.at("loader-workers"), "0");
+    } else {
+      EXPECT_EQ(inline_trials, 0);
+      EXPECT_FALSE(out.best.count("loader-workers"));
     }
   }
 }

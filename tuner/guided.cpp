@@ -124,7 +124,8 @@ std::string Sweep::compute_knob(const Config& c, const std::string& k) const {
   return it != kDefaults.end() ? it->second : "1";
 }
 
-std::vector<Sweep::Candidate> Sweep::compute_candidates(int round, size_t limit) {
+std::vector<Sweep::Candidate> Sweep::compute_candidates(int round, size_t limit,
+                                                        const Diagnosis& diag) {
   // The micro-batch axis at a fixed global batch is a line search: its nearest points on both
   // sides (B/2 x 2K, 2B x K/2), the other attention, then the points two steps away (B/4 x 4K,
   // 4B x K/4), so one round measures the axis two steps deep when the slots allow.
@@ -146,6 +147,14 @@ std::vector<Sweep::Candidate> Sweep::compute_candidates(int round, size_t limit)
   // operand conversions outweigh the GEMMs, and fp32 ran 1.14x bf16 (Zen 5, 9 alternating
   // rounds). fp32 is the reference precision, so the loss check passes it whenever bf16 passed.
   if (compute_knob(g_.inc, "precision") != "fp32") patches.push_back({{"precision", "fp32"}});
+  // Background loader workers pay only when the step waits for data. When it barely does (under
+  // the data finding's 5%), a worker buys nothing, hands every batch across threads and shares
+  // the cores with compute; the in-line loader produces the batch on the training thread. In
+  // the underfilled and memory scenarios grid's best had it (1.037x, 11 rounds, Zen 5) while no
+  // finding named it. A costly preprocessing step makes it lose, and it is then not re-proposed.
+  if (std::atoi(compute_knob(g_.inc, "loader-workers").c_str()) > 0 && diag.data_share < 0.05) {
+    patches.push_back({{"loader-workers", "0"}});
+  }
   std::string settings;  // the incumbent's compute settings
   for (const char* k : {"precision", "attention", "micro-batch", "grad-accum", "checkpoint"}) {
     settings += fmt::format(" {}={}", k, compute_knob(g_.inc, k));
@@ -293,7 +302,7 @@ void Sweep::guided() {
     const size_t from_diagnosis = fast.size();
     const size_t slots = static_cast<size_t>(o_.candidates_per_round) + 2;
     if (o_.compute_bound > 0 && diag.compute_share >= o_.compute_bound && from_diagnosis < slots) {
-      for (const Candidate& c : compute_candidates(round, slots - from_diagnosis)) {
+      for (const Candidate& c : compute_candidates(round, slots - from_diagnosis, diag)) {
         fast.push_back(c.knobs);
         source.push_back(nullptr);
         lost_keys.resize(fast.size());

@@ -60,6 +60,9 @@ Diagnosis read_diagnosis(const std::filesystem::path& report_json) {
     if (t.contains("compute") && t["compute"].is_number()) {
       d.compute_share = std::clamp(t["compute"].get<double>(), 0.0, 1.0);
     }
+    if (t.contains("data") && t["data"].is_number()) {
+      d.data_share = std::clamp(t["data"].get<double>(), 0.0, 1.0);
+    }
   }
   return d;
 }

@@ -150,7 +150,7 @@ class Sweep {
   // The micro-batch halved / doubled within the global batch and the other attention
   // implementation, applied to the incumbent and admitted (at most `limit`); a setting an accepted
   // change moved away from is not proposed again (no oscillation).
-  std::vector<Candidate> compute_candidates(int round, size_t limit);
+  std::vector<Candidate> compute_candidates(int round, size_t limit, const Diagnosis& diag);
   // The runners-up (g_.carry) applied to the incumbent, at most `limit`, none already in
   // `this_round`; the carry is emptied.
   std::vector<Candidate> carried_candidates(int round, size_t limit,

@@ -23,11 +23,12 @@ struct Finding {
   std::string severity, title, evidence;
   std::vector<std::string> knobs;  // ft-train flag strings, e.g. "--micro-batch 16 --grad-accum 2"
 };
-// What the guided loop reads from a diagnosis: the findings and the share of step time spent
-// in compute (report.json's totals.compute, 0 when absent).
+// What the guided loop reads from a diagnosis: the findings and the shares of step time spent
+// in compute and waiting for data (report.json's totals.compute and totals.data, 0 when absent).
 struct Diagnosis {
   std::vector<Finding> findings;
   double compute_share = 0;
+  double data_share = 0;
   Diagnosis() = default;
   Diagnosis(std::vector<Finding> f) : findings(std::move(f)) {}  // NOLINT: implicit on purpose
 };
