@@ -167,7 +167,11 @@ std::vector<Sweep::Candidate> Sweep::compute_candidates(int round, size_t limit,
     if (back) continue;  // no going back to a setting an accepted change left
     std::string lost_key;
     for (const auto& [k, v] : patch) lost_key += k + "=" + v + " ";
-    lost_key += "@" + settings;
+    // The in-line loader's cost (producing the batch on the training thread) and gain (no
+    // handoff) do not depend on how the GEMMs are computed: one loss is final for the sweep. In
+    // a memory sweep it was re-proposed after the split and the attention changed, lost again
+    // (x1.034, 2 of 6 rounds slower) and cost 12 trials.
+    lost_key += patch.count("loader-workers") ? "@sweep" : "@" + settings;
     if (g_.compute_lost.count(lost_key)) continue;  // lost against the same math before
     if (cands.size() >= limit) break;
     std::string why;
