@@ -5,6 +5,7 @@
 #include <cctype>
 #include <set>
 
+#include "ft/profiler/findings.h"
 #include "sweep_impl.h"
 
 namespace ft::tuner::detail {
@@ -152,7 +153,8 @@ std::vector<Sweep::Candidate> Sweep::compute_candidates(int round, size_t limit,
   // the cores with compute; the in-line loader produces the batch on the training thread. In
   // the underfilled and memory scenarios grid's best had it (1.037x, 11 rounds, Zen 5) while no
   // finding named it. A costly preprocessing step makes it lose, and it is then not re-proposed.
-  if (std::atoi(compute_knob(g_.inc, "loader-workers").c_str()) > 0 && diag.data_share < 0.05) {
+  if (std::atoi(compute_knob(g_.inc, "loader-workers").c_str()) > 0 &&
+      diag.data_share < profiler::FindingRules{}.data_share) {
     patches.push_back({{"loader-workers", "0"}});
   }
   std::string settings;  // the incumbent's compute settings

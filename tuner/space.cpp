@@ -57,12 +57,12 @@ Diagnosis read_diagnosis(const std::filesystem::path& report_json) {
   Diagnosis d(std::move(out));
   if (j.contains("totals") && j["totals"].is_object()) {
     const auto& t = j["totals"];
-    if (t.contains("compute") && t["compute"].is_number()) {
-      d.compute_share = std::clamp(t["compute"].get<double>(), 0.0, 1.0);
-    }
-    if (t.contains("data") && t["data"].is_number()) {
-      d.data_share = std::clamp(t["data"].get<double>(), 0.0, 1.0);
-    }
+    const auto share = [&t](const char* cls) {
+      return t.contains(cls) && t[cls].is_number() ? std::clamp(t[cls].get<double>(), 0.0, 1.0)
+                                                   : 0.0;
+    };
+    d.compute_share = share("compute");
+    d.data_share = share("data");
   }
   return d;
 }
