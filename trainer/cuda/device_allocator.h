@@ -1,9 +1,9 @@
-// device_allocator.h: stream-ordered caching allocator for device memory (host-side policy; memory
-// from an injectable backend).
+// device_allocator.h: stream-ordered caching allocator for device memory from a pluggable backend.
 //
-// Internal header (no CUDA types): the policy (rounding, best-fit reuse, split/coalesce,
-// stream ordering, OOM retry, statistics) is plain C++ compiled into ft_trainer, so the
-// CPU tests verify it against a fake backend that hands out address ranges. The real
+// Internal header (no CUDA types): the policy is plain C++ compiled into ft_trainer, so the
+// CPU tests verify it against a fake backend that hands out address ranges. Rounding,
+// best-fit reuse, split/coalesce, the OOM retry and statistics are the block pool shared
+// with the host allocator (ft/core/block_pool.h); stream ordering is added here. The real
 // backend (cudaMalloc, cudaEvent) is trainer/cuda/device_allocator.cu.
 //
 // Stream ordering (as PyTorch's CUDA caching allocator, with a cheaper cross-stream rule):
@@ -26,6 +26,10 @@
 #include <vector>
 
 #include "ft/core/allocator.h"
+
+namespace ft {
+struct PoolBlock;  // ft/core/block_pool.h
+}  // namespace ft
 
 namespace ft::trainer::gpu {
 
@@ -89,22 +93,15 @@ class DeviceCachingAllocator {
   uint64_t cross_stream_reuses() const;
 
  private:
-  struct Block;
-  struct Segment;
-  struct Impl;
-  Block* take_free_block(size_t size, bool large, StreamId stream);
-  Block* map_segment(size_t size, bool large, StreamId stream, size_t requested, const char* tag);
-  void free_block_locked(Block* b);
+  struct Impl;  // the shared block pool (ft/core/block_pool.h) plus the stream-ordering state
+  PoolBlock* take_free_block(size_t size, bool large, StreamId stream);
   void process_pending_locked(bool all_done);
   size_t release_cached_locked();
-  void update_largest_free_locked() const;
-  [[noreturn]] void throw_oom_locked(size_t requested, const char* tag, const std::string& why);
 
   std::unique_ptr<DeviceMemory> memory_;
   DeviceAllocatorOptions options_;
   mutable std::mutex mu_;
-  mutable AllocatorStats stats_;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Impl> impl_;  // after memory_: its pool releases segments through it
 };
 
 // The CUDA backend for `device` (trainer/cuda/device_allocator.cu; CUDA builds only).
@@ -112,44 +109,14 @@ std::unique_ptr<DeviceMemory> make_cuda_device_memory(int device);
 
 // RAII device buffer of `count` T from a DeviceCachingAllocator.
 template <typename T>
-class DeviceBuffer {
+class DeviceBuffer : public OwnedArray<T, DeviceCachingAllocator> {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(DeviceCachingAllocator& alloc, size_t count, StreamId stream, const char* tag = "")
-      : alloc_(&alloc),
-        count_(count),
-        ptr_(count ? static_cast<T*>(alloc.allocate(count * sizeof(T), stream, tag)) : nullptr) {}
-  ~DeviceBuffer() { reset(); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : alloc_(o.alloc_), count_(o.count_), ptr_(o.ptr_) {
-    o.ptr_ = nullptr;
-    o.count_ = 0;
-  }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      alloc_ = o.alloc_;
-      count_ = o.count_;
-      ptr_ = o.ptr_;
-      o.ptr_ = nullptr;
-      o.count_ = 0;
-    }
-    return *this;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void reset() noexcept {
-    if (ptr_) alloc_->deallocate(ptr_);
-    ptr_ = nullptr;
-    count_ = 0;
-  }
-  T* data() const { return ptr_; }
-  size_t size() const { return count_; }
-  size_t bytes() const { return count_ * sizeof(T); }
-
- private:
-  DeviceCachingAllocator* alloc_ = nullptr;
-  size_t count_ = 0;
-  T* ptr_ = nullptr;
+      : OwnedArray<T, DeviceCachingAllocator>(
+            alloc, count, count ? alloc.allocate(count * sizeof(T), stream, tag) : nullptr) {}
+  T* data() const { return this->get(); }
+  size_t bytes() const { return this->size() * sizeof(T); }
 };
 
 }  // namespace ft::trainer::gpu

@@ -10,6 +10,8 @@
 
 namespace ft {
 
+class BlockPool;  // ft/core/block_pool.h
+
 // Allocator statistics, in bytes unless noted.
 struct AllocatorStats {
   size_t allocated = 0;        // bytes held by live blocks (rounded sizes, plus any unsplit tail)
@@ -66,40 +68,28 @@ class CachingAllocator {
   void set_memory_limit(size_t bytes);
 
  private:
-  struct Block;
-  struct Segment;
-  struct Impl;  // free-block indices and the live-pointer map, defined in the .cpp
-  Block* find_free_block(size_t size, bool large);
-  Block* map_segment(size_t size, bool large, size_t requested, const char* tag);
-  void unmap_segment(Segment* seg);
   size_t release_cached_locked();
-  void update_largest_free_locked() const;
-  [[noreturn]] void throw_oom_locked(size_t requested, const char* tag, const std::string& why);
 
   AllocatorOptions options_;
   mutable std::mutex mu_;
-  std::vector<Segment*> segments_;
-  mutable AllocatorStats stats_;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<BlockPool> pool_;  // the shared block policy over mmapped segments
 };
 
 // The process-wide allocator used by the engine.
 CachingAllocator& default_allocator();
 
-// RAII buffer from an allocator: `Buffer<float> x(alloc, n, "tag")`.
-template <typename T>
-class Buffer {
+// Move-only ownership of `count` T taken from an allocator with deallocate(void*): what
+// Buffer and the device allocator's DeviceBuffer share.
+template <typename T, typename Alloc>
+class OwnedArray {
  public:
-  Buffer() = default;
-  Buffer(CachingAllocator& alloc, size_t count, const char* tag = "")
-      : alloc_(&alloc), count_(count),
-        ptr_(count ? static_cast<T*>(alloc.allocate(count * sizeof(T), tag)) : nullptr) {}
-  ~Buffer() { reset(); }
-  Buffer(Buffer&& o) noexcept : alloc_(o.alloc_), count_(o.count_), ptr_(o.ptr_) {
+  OwnedArray() = default;
+  ~OwnedArray() { reset(); }
+  OwnedArray(OwnedArray&& o) noexcept : alloc_(o.alloc_), count_(o.count_), ptr_(o.ptr_) {
     o.ptr_ = nullptr;
     o.count_ = 0;
   }
-  Buffer& operator=(Buffer&& o) noexcept {
+  OwnedArray& operator=(OwnedArray&& o) noexcept {
     if (this != &o) {
       reset();
       alloc_ = o.alloc_;
@@ -110,24 +100,40 @@ class Buffer {
     }
     return *this;
   }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
+  OwnedArray(const OwnedArray&) = delete;
+  OwnedArray& operator=(const OwnedArray&) = delete;
 
-  void reset() {
+  void reset() noexcept {
     if (ptr_) alloc_->deallocate(ptr_);
     ptr_ = nullptr;
     count_ = 0;
   }
-  T* data() { return ptr_; }
-  const T* data() const { return ptr_; }
   size_t size() const { return count_; }
-  T& operator[](size_t i) { return ptr_[i]; }
-  const T& operator[](size_t i) const { return ptr_[i]; }
+
+ protected:
+  OwnedArray(Alloc& alloc, size_t count, void* ptr)
+      : alloc_(&alloc), count_(count), ptr_(static_cast<T*>(ptr)) {}
+  T* get() const { return ptr_; }
 
  private:
-  CachingAllocator* alloc_ = nullptr;
+  Alloc* alloc_ = nullptr;
   size_t count_ = 0;
   T* ptr_ = nullptr;
+};
+
+// RAII buffer from an allocator: `Buffer<float> x(alloc, n, "tag")`.
+template <typename T>
+class Buffer : public OwnedArray<T, CachingAllocator> {
+ public:
+  Buffer() = default;
+  Buffer(CachingAllocator& alloc, size_t count, const char* tag = "")
+      : OwnedArray<T, CachingAllocator>(
+            alloc, count, count ? alloc.allocate(count * sizeof(T), tag) : nullptr) {}
+
+  T* data() { return this->get(); }
+  const T* data() const { return this->get(); }
+  T& operator[](size_t i) { return this->get()[i]; }
+  const T& operator[](size_t i) const { return this->get()[i]; }
 };
 
 // Parses "512M", "2G", "1048576" into bytes; throws ConfigError.
