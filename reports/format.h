@@ -12,6 +12,14 @@ namespace ft::reports::detail {
 // report.json without indentation (for embedding in report.html).
 std::string render_json_compact(const profiler::Diagnosis& d);
 
+// The head of ft's HTML pages (a diagnosis' and a sweep's report.html) up to </style>: doctype,
+// a Content-Security-Policy without network access (scripts only with `script_nonce`), the
+// escaped title, the shared CSS and then `extra_style`.
+std::string html_head(const std::string& title, const std::string& script_nonce,
+                      const std::string& extra_style = "");
+// A summary card: the key above its value, both escaped.
+std::string html_card(const std::string& key, const std::string& value);
+
 std::string fixed(double x, int decimals);            // "12.35"; NaN/inf -> "n/a"
 std::string percent(double share, int decimals = 1);  // 0.1234 -> "12.3%"
 std::string bytes_h(double bytes);                    // "1.50 GiB", "12.0 MiB", "512 B"

@@ -18,6 +18,7 @@ using detail::breakdown_svg;
 using detail::bytes_h;
 using detail::class_colour;
 using detail::fixed;
+using detail::html_card;
 using detail::line_svg;
 using detail::percent;
 using detail::render_json_compact;
@@ -104,11 +105,6 @@ if(data.steps.length){readout.textContent='slowest: ';show(worst,worst);
 root.setAttribute('data-ft-ready',String(data.steps.length));
 })();
 )js";
-
-std::string card(const std::string& key, const std::string& value) {
-  return fmt::format("<div class=\"card\"><div class=\"k\">{}</div><div class=\"v\">{}</div></div>",
-                     h(key), h(value));
-}
 
 std::string map_table(const std::map<std::string, std::string>& m, const char* key) {
   if (m.empty()) return "<p class=\"muted\">(none recorded)</p>\n";
@@ -223,32 +219,48 @@ std::string ranks_html(const Diagnosis& d) {
 
 }  // namespace
 
+namespace detail {
+
+std::string html_head(const std::string& title, const std::string& script_nonce,
+                      const std::string& extra_style) {
+  std::string out = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
+  // No network at all, and only the page's own (nonce'd) scripts may run.
+  out += fmt::format(
+      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+      "style-src 'unsafe-inline'; img-src data:{}\">\n",
+      script_nonce.empty() ? "" : fmt::format("; script-src 'nonce-{}'", script_nonce));
+  out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  out +=
+      "<title>" + h(title) + "</title>\n<style>" + std::string(kStyle) + extra_style + "</style>\n";
+  return out;
+}
+
+std::string html_card(const std::string& key, const std::string& value) {
+  return fmt::format("<div class=\"card\"><div class=\"k\">{}</div><div class=\"v\">{}</div></div>",
+                     h(key), h(value));
+}
+
+}  // namespace detail
+
 std::string render_html(const Diagnosis& d) {
   const RunSummary sum = summarize(d);
   const std::string json = render_json_compact(d);
   const std::string nonce = fmt::format("ft{:08x}", crc32(json.data(), json.size()));
   std::string out;
   out.reserve(json.size() * 2 + 65536);
-  out += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-  // No network at all, and only this page's own scripts may run.
-  out += fmt::format(
-      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-      "style-src 'unsafe-inline'; img-src data:; script-src 'nonce-{}'\">\n",
-      nonce);
-  out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
-  out += "<title>ft diagnosis report</title>\n<style>" + std::string(kStyle) + "</style>\n";
+  out += detail::html_head("ft diagnosis report", nonce);
   out += fmt::format("<script nonce=\"{}\">{}</script>\n</head>\n<body>\n", nonce, kHookScript);
   out += fmt::format(
       "<header><h1>ft diagnosis report</h1><p class=\"source\">{}</p></header>\n<main>\n",
       h(d.source.empty() ? std::string("(unknown source)") : d.source));
 
   out += "<section id=\"summary\"><h2>Summary</h2><div class=\"cards\">";
-  out += card("tokens/s", fixed(d.tokens_per_s, 0));
-  out += card("MFU", percent(d.mfu));
-  out += card("step time (mean)", fixed(sum.mean_ms, 2) + " ms");
-  out += card("steps", std::to_string(sum.steps));
-  out += card("loss health", d.loss_health.verdict.empty() ? "n/a" : d.loss_health.verdict);
-  out += card("peak memory", detail::recorded_bytes(d.memory.peak));
+  out += html_card("tokens/s", fixed(d.tokens_per_s, 0));
+  out += html_card("MFU", percent(d.mfu));
+  out += html_card("step time (mean)", fixed(sum.mean_ms, 2) + " ms");
+  out += html_card("steps", std::to_string(sum.steps));
+  out += html_card("loss health", d.loss_health.verdict.empty() ? "n/a" : d.loss_health.verdict);
+  out += html_card("peak memory", detail::recorded_bytes(d.memory.peak));
   out += "</div>";
   if (!d.findings.empty()) {
     out += fmt::format("<p><b>Top finding:</b> {} ({}, {})</p>", h(d.findings[0].title),

@@ -240,7 +240,9 @@ std::string line_svg(const std::string& id, const std::vector<Series>& series,
   out += x_axis(xlo, xhi, x_unit, x_label);
   double legend_x = kLeft + 8;
   for (const auto& s : series) {
-    const auto pts = decimate(s.points);
+    // A scatter and a series with tooltips keep every point (the titles belong to them).
+    const bool keep_all = !s.line || !s.point_titles.empty();
+    const auto pts = keep_all ? s.points : decimate(s.points);
     std::string path, gaps;
     bool pen = false;
     for (const auto& [x, y] : pts) {
@@ -256,16 +258,19 @@ std::string line_svg(const std::string& id, const std::vector<Series>& series,
       pen = true;
     }
     out += fmt::format("<g class=\"series\"><title>{}</title>", html_escape(s.name));
-    if (!path.empty()) {
-      out += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"/>", path,
-                         html_escape(s.colour));
+    if (!path.empty() && s.line) {
+      out += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\"{}/>",
+                         path, html_escape(s.colour), s.dashed ? " stroke-dasharray=\"5 3\"" : "");
     }
-    if (pts.size() <= 60) {
-      for (const auto& [x, y] : pts) {
-        if (std::isfinite(x) && std::isfinite(y)) {
-          out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.2\" fill=\"{}\"/>", px(x),
-                             py(y), html_escape(s.colour));
-        }
+    if (pts.size() <= 60 || !s.line) {
+      for (size_t i = 0; i < pts.size(); ++i) {
+        const auto [x, y] = pts[i];
+        if (!std::isfinite(x) || !std::isfinite(y)) continue;
+        out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{}\" fill=\"{}\"", px(x), py(y),
+                           fixed(s.radius, 1), html_escape(s.colour));
+        out += i < s.point_titles.size()
+                   ? fmt::format("><title>{}</title></circle>", html_escape(s.point_titles[i]))
+                   : std::string("/>");
       }
     }
     out += gaps + "</g>\n";

@@ -15,11 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/launch.h"
-#include "ft/trainer/train_config.h"
 #include "ft/tuner/journal.h"
 #include "ft/tuner/report.h"
 #include "ft/tuner/search.h"
@@ -267,11 +265,10 @@ int run(int argc, char** argv) {
                     ft_diagnose.string()));
   }
   fs::create_directories(out);
-  const ChildResult help = run_child({ft_train.string(), "--help"}, out / "ft-train-help.txt", 60);
-  if (help.exit_code != 0) throw IoError(fmt::format("{} --help failed", ft_train.string()));
-  opt.train_flags = help_flags(read_file(out / "ft-train-help.txt"));
-  opt.train_defaults = help_defaults(read_file(out / "ft-train-help.txt"));
-  validate_config(opt.baseline, opt.train_flags);
+  // ft-train's options come from the engine ft-tune is built with (trainer::option_table()).
+  opt.train_flags = ft_train_flags();
+  opt.train_defaults = ft_train_defaults();
+  validate_config(opt.baseline);
   if (!knobs.empty()) {
     const auto all = default_space(opt.baseline, opt.train_flags, opt.batch, ranks);
     std::string rest = knobs + ",";
@@ -299,17 +296,9 @@ int run(int argc, char** argv) {
   }
   // The memory limit the skip rule checks: the baseline's --memory-limit, else what the
   // machine has available now.
-  {
-    Config only{
-        {"memory-limit", opt.baseline.count("memory-limit") ? opt.baseline["memory-limit"] : "0"}};
-    std::vector<std::string> words{"ft-train"};
-    for (const auto& w : config_args(only)) words.push_back(w);
-    std::vector<const char*> av;
-    for (auto& w : words) av.push_back(w.c_str());
-    const auto tc = trainer::parse_train_args(static_cast<int>(av.size()), av.data());
-    opt.memory_limit =
-        tc && tc->memory_limit > 0 ? static_cast<double>(tc->memory_limit) : available_memory();
-  }
+  const auto tc = to_train_config(opt.baseline);  // validated above
+  opt.memory_limit =
+      tc && tc->memory_limit > 0 ? static_cast<double>(tc->memory_limit) : available_memory();
 
   Journal journal(out / "journal.jsonl", resume);
   if (journal.dropped_bytes() > 0) {

@@ -9,6 +9,7 @@
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
+#include "ft/profiler/diagnosis_json.h"
 #include "ft/reports/report.h"
 #include "reference/report_sample.h"
 
@@ -90,6 +91,53 @@ TEST(ReportJson, CarriesTheInterfaceFields) {
   EXPECT_EQ(j["loss_curve"].size(), 12u);
   EXPECT_EQ(j["memory_timeline"].size(), 24u);
   EXPECT_EQ(j["environment"]["OPENBLAS_CORETYPE"], "Haswell");
+}
+
+// The profiler's reader (the one ft-tune and parse_report_json use) gives back what the writer
+// wrote: findings with severity, evidence and knobs, totals, mfu, tokens/s, memory, loss health.
+TEST(ReportJson, ProfilerReaderRoundTripsTheWriter) {
+  const Diagnosis d = testing::sample_diagnosis();
+  const Diagnosis back = profiler::diagnosis_from_json(nlohmann::json::parse(render_json(d)));
+  ASSERT_EQ(back.findings.size(), d.findings.size());
+  for (size_t i = 0; i < d.findings.size(); ++i) {
+    const auto& a = d.findings[i];
+    const auto& b = back.findings[i];
+    EXPECT_EQ(b.cls, a.cls);
+    EXPECT_NEAR(b.share, a.share, 1e-6);
+    EXPECT_EQ(b.severity, a.severity);
+    EXPECT_EQ(b.title, a.title);
+    EXPECT_EQ(b.explanation, a.explanation);
+    EXPECT_EQ(b.evidence.steps, a.evidence.steps);
+    EXPECT_EQ(b.evidence.examples, a.evidence.examples);
+    EXPECT_EQ(b.evidence.detail, a.evidence.detail);
+    EXPECT_EQ(b.knobs, a.knobs);
+  }
+  for (int c = 0; c < profiler::kNumWaitClasses; ++c) {
+    EXPECT_NEAR(back.totals[c], d.totals[c], 1e-6) << c;
+  }
+  EXPECT_NEAR(back.mfu, d.mfu, 1e-6 * d.mfu);
+  EXPECT_NEAR(back.tokens_per_s, d.tokens_per_s, 1e-5 * d.tokens_per_s);
+  EXPECT_EQ(back.source, d.source);
+  EXPECT_EQ(back.steps.size(), d.steps.size());
+  EXPECT_EQ(back.memory.alloc_retries, d.memory.alloc_retries);
+  EXPECT_EQ(back.loss_health.verdict, d.loss_health.verdict);
+  EXPECT_EQ(back.config, d.config);
+  EXPECT_EQ(back.environment, d.environment);
+  EXPECT_EQ(render_json(back), render_json(d));
+  // read_diagnosis_file: the same, from a file; a malformed one is a FormatError naming it.
+  const auto dir = std::filesystem::path(FT_BINARY_DIR) / "report_json_test_out" / "reader";
+  std::filesystem::create_directories(dir);
+  write_file_atomic(dir / "report.json", render_json(d));
+  EXPECT_EQ(render_json(profiler::read_diagnosis_file(dir / "report.json")), render_json(d));
+  write_file_atomic(dir / "bad.json", "{\"format\": \"ft-report\", \"version\": 1}");
+  try {
+    profiler::read_diagnosis_file(dir / "bad.json");
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find((dir / "bad.json").string() + ": /: missing field"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ReportJson, RoundTripsThroughTheReader) {

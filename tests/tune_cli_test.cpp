@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ft/core/atomic_file.h"
+#include "ft/reports/report.h"
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/launch.h"
 #include "ft/tuner/journal.h"
@@ -119,8 +120,8 @@ TEST(TuneCli, GridOnATinySpaceWritesReportsAndALoadableBestCfg) {
   EXPECT_EQ(order[0], "baseline");
   EXPECT_GT(rep["confirmed_ratio"].get<double>(), 0);
   const std::string html = read_file(d / "report.html");
-  EXPECT_NE(html.find("<svg"), std::string::npos);
-  EXPECT_NE(html.find("polyline"), std::string::npos);
+  EXPECT_NE(html.find("<svg id=\"ft-sweep-throughput\""), std::string::npos);
+  EXPECT_NE(html.find("<section id=\"curves\">"), std::string::npos);
   EXPECT_NE(read_file(d / "report.md").find("## Decisions"), std::string::npos);
   EXPECT_NE(r.out.find("trials done"), std::string::npos);  // the progress line
   // best.cfg loads in ft-train.
@@ -342,10 +343,17 @@ TEST(TuneCli, GuidedNeverKeepsTheBrokenChangeAndNeedsARealDiagnoser) {
                     "out=\"$a\"; prev=\"$a\"; done\nmkdir -p \"$out\"\ncp \"" +
                         (d / "findings.json").string() + "\" \"$out/report.json\"\n");
   fs::permissions(fake, fs::perms::owner_all);
-  write_file_atomic(d / "findings.json",
-                    R"({"findings": [{"class": "batch", "share": 0.6, "severity": "warning",
-                        "title": "under-filled micro-batch", "evidence": "tiny <b>GEMMs</b>",
-                        "knobs": ["--micro-batch 16"]}]})");
+  // ft-diagnose's report.json, as reports::render_json writes it.
+  profiler::Diagnosis findings;
+  profiler::Finding f;
+  f.cls = "batch";
+  f.share = 0.6;
+  f.severity = profiler::Severity::kWarning;
+  f.title = "under-filled micro-batch";
+  f.evidence.detail = "tiny <b>GEMMs</b>";
+  f.knobs = {"--micro-batch 16"};
+  findings.findings = {f};
+  write_file_atomic(d / "findings.json", reports::render_json(findings));
   const std::string model = " --data " + corpus().string() +
                             " --layers 2 --heads 2 --channels 32 --seq-len 32 --threads 1 "
                             "--micro-batch 1 --lr 0.03 --min-lr 0 --warmup 0 --steps 160";

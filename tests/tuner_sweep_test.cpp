@@ -26,6 +26,30 @@ fs::path temp_dir(const std::string& name) {
   return ft::test::scratch_dir("ft_tuner_sweep_test_" + name);
 }
 
+using profiler::Diagnosis;
+using profiler::Finding;
+using profiler::Severity;
+constexpr size_t kCompute = static_cast<size_t>(profiler::WaitClass::kCompute);
+constexpr size_t kData = static_cast<size_t>(profiler::WaitClass::kData);
+
+// A finding as ft-diagnose reports it (explanation and evidence left empty).
+Finding finding(const std::string& cls, double share, Severity severity, const std::string& title,
+                const std::vector<std::string>& knobs) {
+  Finding f;
+  f.cls = cls;
+  f.share = share;
+  f.severity = severity;
+  f.title = title;
+  f.knobs = knobs;
+  return f;
+}
+
+Diagnosis diagnosis(std::vector<Finding> findings) {
+  Diagnosis d;
+  d.findings = std::move(findings);
+  return d;
+}
+
 // A deterministic stand-in for ft-train, for the sweep's bookkeeping only: throughput follows
 // from the flags, and fp16 "without loss scaling" is fast but produces NaN losses.
 struct Synthetic {
@@ -83,13 +107,15 @@ struct Synthetic {
   }
 };
 
-std::vector<Finding> findings(int round, const Config&) {
+Diagnosis findings(int round, const Config&) {
   if (round == 1) {
-    return {
-        {"batch", 0.2, "warning", "under-filled micro-batch", "", {"--micro-batch 8 (fills it)"}},
-        {"compute", 0.4, "warning", "fp32 GEMMs", "", {"--precision fp16", "--precision bf16"}}};
+    return diagnosis({finding("batch", 0.2, Severity::kWarning, "under-filled micro-batch",
+                              {"--micro-batch 8 (fills it)"}),
+                      finding("compute", 0.4, Severity::kWarning, "fp32 GEMMs",
+                              {"--precision fp16", "--precision bf16"})});
   }
-  return {{"compute", 0.02, "info", "little left", "", {"--checkpoint block"}}};
+  return diagnosis(
+      {finding("compute", 0.02, Severity::kInfo, "little left", {"--checkpoint block"})});
 }
 
 SweepOptions guided_options() {
@@ -132,7 +158,7 @@ TEST(Sweep, GuidedRejectsAFastButBrokenChangeAndKeepsTheVerifiedOne) {
   for (const auto& e : j.entries()) rejected_entries += e.result.status == TrialStatus::kRejected;
   EXPECT_EQ(rejected_entries, 1);
   EXPECT_EQ(static_cast<int>(j.entries().size()), syn.calls);
-  const std::string html = report_html(out, o);
+  const std::string html = reports::render_sweep_html(sweep_report(out, o));
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_NE(html.find("REJECTED by the loss-curve check"), std::string::npos);
   // Round 1: the incumbent and the three candidates side by side, 3 rounds, the order reversed
@@ -159,16 +185,17 @@ TEST(Sweep, GuidedRejectsAFastButBrokenChangeAndKeepsTheVerifiedOne) {
   EXPECT_EQ(out.confirmation[1].ratios.size(), 3u);
   // bf16 is 1.5x by construction; the synthetic noise is at most 2% per measurement.
   EXPECT_NEAR(out.confirmed_ratio, 1.5, 0.05);
-  EXPECT_NE(report_markdown(out, o).find("## Confirmation round"), std::string::npos);
+  EXPECT_NE(reports::render_sweep_markdown(sweep_report(out, o)).find("## Confirmation round"),
+            std::string::npos);
 }
 
 TEST(Sweep, GuidedNeedsEveryRoundToFavourTheCandidate) {
   // bf16 no faster than fp32, but its first measurement caught the machine idle (x1.5): the
   // two later rounds disagree (a tie is not a win), so it is not accepted. A real 1.5x is.
   const DiagnoseFn diag = [](int round, const Config&) {
-    return round == 1
-               ? std::vector<Finding>{{"compute", 0.4, "warning", "fp32", "", {"--precision bf16"}}}
-               : std::vector<Finding>{};
+    return round == 1 ? diagnosis({finding("compute", 0.4, Severity::kWarning, "fp32",
+                                           {"--precision bf16"})})
+                      : Diagnosis{};
   };
   for (double real : {1.0, 1.5}) {
     const fs::path d = temp_dir("every" + std::to_string(real > 1));
@@ -212,13 +239,9 @@ TEST(Sweep, AFasterUndecidedCandidateIsExtendedBeforeASlowerDecidedOneIsTaken) {
   // of 6) is taken instead of the slower decided change. Micro-batch 4, the runner-up, is
   // measured again on top of bf16 in round 2 and taken there.
   const DiagnoseFn diag = [](int round, const Config&) {
-    return round == 1 ? std::vector<Finding>{{"compute",
-                                              0.4,
-                                              "warning",
-                                              "fp32",
-                                              "",
-                                              {"--precision bf16", "--micro-batch 4"}}}
-                      : std::vector<Finding>{};
+    return round == 1 ? diagnosis({finding("compute", 0.4, Severity::kWarning, "fp32",
+                                           {"--precision bf16", "--micro-batch 4"})})
+                      : Diagnosis{};
   };
   const fs::path d = temp_dir("faster_undecided");
   Journal j(d / "journal.jsonl", false);
@@ -248,7 +271,7 @@ TEST(Sweep, AComputeBoundStepAlsoTriesAttentionAndTheMicroBatchSplit) {
   // keeps the fastest, 8 x 1, in one round; attention makes no difference here and is not kept.
   const DiagnoseFn diag = [](int, const Config&) {
     Diagnosis d;
-    d.compute_share = 0.9;
+    d.totals[kCompute] = 0.9;
     return d;
   };
   const fs::path d = temp_dir("compute");
@@ -299,7 +322,7 @@ TEST(Sweep, ARunnerUpIsMeasuredAgainstTheNewIncumbent) {
   // run again (it was tried), and the sweep would end on the second-best split.
   const DiagnoseFn diag = [](int, const Config&) {
     Diagnosis d;
-    d.compute_share = 0.9;
+    d.totals[kCompute] = 0.9;
     return d;
   };
   struct Busy {
@@ -356,7 +379,7 @@ TEST(Sweep, ComputeKnobsNeverGoBackToASettingAnAcceptedChangeLeft) {
   // nor is micro-batch 2 x 16 (from 8 x 4, a quarter) once the second change left it.
   const DiagnoseFn diag = [](int, const Config&) {
     Diagnosis d;
-    d.compute_share = 0.9;
+    d.totals[kCompute] = 0.9;
     return d;
   };
   const fs::path d = temp_dir("no_back");
@@ -391,10 +414,11 @@ TEST(Sweep, AKnobNotTakenIsRetriedOnlyWhenItsFindingGrows) {
   // is measured again.
   for (double share2 : {0.2, 0.35}) {
     const DiagnoseFn diag = [share2](int round, const Config&) {
-      std::vector<Finding> f{
-          {"data", round == 1 ? 0.2 : share2, "warning", "data waits", "", {"--loader-workers 2"}}};
-      if (round == 1) f.push_back({"compute", 0.4, "warning", "fp32", "", {"--precision bf16"}});
-      return f;
+      std::vector<Finding> f{finding("data", round == 1 ? 0.2 : share2, Severity::kWarning,
+                                     "data waits", {"--loader-workers 2"})};
+      if (round == 1)
+        f.push_back(finding("compute", 0.4, Severity::kWarning, "fp32", {"--precision bf16"}));
+      return diagnosis(f);
     };
     const fs::path d = temp_dir("retry" + std::to_string(share2 > 0.3));
     Journal j(d / "journal.jsonl", false);
@@ -423,10 +447,11 @@ TEST(Sweep, AnUndecidedFindingKnobIsMeasuredAgainstTheNewIncumbent) {
   // measured again on bf16 in round 2 (while its finding's share is unchanged, which the
   // "retried once the finding grows" rule alone would skip) and taken there.
   const DiagnoseFn diag = [](int round, const Config&) {
-    std::vector<Finding> f{
-        {"memory", 0.26, "warning", "allocator stalls", "", {"--allocator-caching true"}}};
-    if (round == 1) f.push_back({"compute", 0.4, "warning", "fp32", "", {"--precision bf16"}});
-    return f;
+    std::vector<Finding> f{finding("memory", 0.26, Severity::kWarning, "allocator stalls",
+                                   {"--allocator-caching true"})};
+    if (round == 1)
+      f.push_back(finding("compute", 0.4, Severity::kWarning, "fp32", {"--precision bf16"}));
+    return diagnosis(f);
   };
   struct Cotenant {
     Synthetic syn;
@@ -467,7 +492,7 @@ TEST(Sweep, AComputeBoundBf16StepAlsoTriesFp32) {
   // an fp32 baseline it is never proposed (fp32 is not a setting to go back to).
   const DiagnoseFn diag = [](int, const Config&) {
     Diagnosis d;
-    d.compute_share = 0.9;
+    d.totals[kCompute] = 0.9;
     return d;
   };
   for (const std::string base : {"bf16", "fp32"}) {
@@ -504,8 +529,8 @@ TEST(Sweep, AComputeBoundStepThatBarelyWaitsForDataTriesTheInLineLoader) {
   for (const double data : {0.01, 0.2}) {
     const DiagnoseFn diag = [data](int, const Config&) {
       Diagnosis d;
-      d.compute_share = 0.9;
-      d.data_share = data;
+      d.totals[kCompute] = 0.9;
+      d.totals[kData] = data;
       return d;
     };
     InLine run;
@@ -535,9 +560,9 @@ TEST(Sweep, AComputeKnobThatLostIsNotRetriedWhileTheMathIsTheSame) {
   // beside the same precision, attention and split, so round 2 proposes none of them again.
   const DiagnoseFn diag = [](int, const Config&) {
     Diagnosis d;
-    d.compute_share = 0.9;
-    d.findings = {
-        {"memory", 0.25, "warning", "allocator stalls", "", {"--allocator-caching true"}}};
+    d.totals[kCompute] = 0.9;
+    d.findings = {finding("memory", 0.25, Severity::kWarning, "allocator stalls",
+                          {"--allocator-caching true"})};
     return d;
   };
   struct Caching {
@@ -809,7 +834,7 @@ TEST(Sweep, ARoundWhoseMachineSpeedMovedIsVoidedAndRunAgain) {
   // decision then rests on rounds measured in one machine state each.
   const DiagnoseFn diag = [](int, const Config&) {
     Diagnosis d;
-    d.compute_share = 0.9;
+    d.totals[kCompute] = 0.9;
     return d;
   };
   struct Slow {
@@ -889,8 +914,9 @@ TEST(Sweep, BudgetAndMemorySkipAreJournaled) {
   o.memory_limit = 0.5 * (small + large);
   o.budget_trials = 3;
   const DiagnoseFn diag = [](int, const Config&) {
-    return std::vector<Finding>{{"batch", 0.3, "warning", "small batch", "", {"--micro-batch 64"}},
-                                {"compute", 0.3, "warning", "fp32", "", {"--precision bf16"}}};
+    return diagnosis(
+        {finding("batch", 0.3, Severity::kWarning, "small batch", {"--micro-batch 64"}),
+         finding("compute", 0.3, Severity::kWarning, "fp32", {"--precision bf16"})});
   };
   Journal j(d / "journal.jsonl", false);
   Synthetic syn;
@@ -946,21 +972,23 @@ TEST(Space, DerivedKnobsForCommunicationAndTheBubble) {
   const Config inc{
       {"micro-batch", "4"}, {"grad-accum", "2"}, {"overlap", "false"}, {"bucket-mb", "10"}};
   const auto comm =
-      derived_knobs({"comm", 0.3, "warning", "Communication is exposed", "", {}}, inc);
+      derived_knobs(finding("comm", 0.3, Severity::kWarning, "Communication is exposed", {}), inc);
   ASSERT_EQ(comm.size(), 3u);
   EXPECT_EQ(comm[0], (Config{{"overlap", "true"}}));
   EXPECT_EQ(comm[1], (Config{{"bucket-mb", "20"}}));
   EXPECT_EQ(comm[2], (Config{{"grad-accum", "4"}}));
   Config on = inc;
   on["overlap"] = "true";
-  EXPECT_EQ(derived_knobs({"comm", 0.3, "warning", "x", "", {}}, on).size(), 2u);
-  const auto bubble = derived_knobs(
-      {"parallel", 0.4, "critical", "Pipeline bubble 100% (theory (p-1)/m = 100%)", "", {}}, inc);
+  EXPECT_EQ(derived_knobs(finding("comm", 0.3, Severity::kWarning, "x", {}), on).size(), 2u);
+  const auto bubble = derived_knobs(finding("parallel", 0.4, Severity::kCritical,
+                                            "Pipeline bubble 100% (theory (p-1)/m = 100%)", {}),
+                                    inc);
   ASSERT_EQ(bubble.size(), 2u);
   EXPECT_EQ(bubble[0], (Config{{"micro-batch", "2"}, {"grad-accum", "4"}}));  // same global batch
   EXPECT_EQ(bubble[1], (Config{{"grad-accum", "8"}}));
   EXPECT_TRUE(
-      derived_knobs({"parallel", 0.3, "warning", "Straggler: rank 1 ...", "", {}}, inc).empty());
+      derived_knobs(finding("parallel", 0.3, Severity::kWarning, "Straggler: rank 1 ...", {}), inc)
+          .empty());
 }
 
 TEST(Sweep, GuidedTriesTheOverlapACommFindingImplies) {
@@ -972,8 +1000,8 @@ TEST(Sweep, GuidedTriesTheOverlapACommFindingImplies) {
   // ft-diagnose's communication finding, its knob strings left out: the sweep derives them.
   const DiagnoseFn diag = [](int round, const Config& c) {
     if (round == 1 && c.at("overlap") == "false")
-      return std::vector<Finding>{{"comm", 0.4, "critical", "Communication is exposed", "", {}}};
-    return std::vector<Finding>{};
+      return diagnosis({finding("comm", 0.4, Severity::kCritical, "Communication is exposed", {})});
+    return Diagnosis{};
   };
   Synthetic syn;
   const TrialFn run = [&](const std::string& id, const Config& c) {

@@ -14,6 +14,7 @@
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
+#include "ft/reports/report.h"
 #include "ft/tuner/journal.h"
 #include "ft/tuner/report.h"
 #include "ft/tuner/search.h"
@@ -220,8 +221,39 @@ TEST(Space, GridIsTheFullProductBaselineFirstSeeded) {
   EXPECT_EQ(grid_configs(base, space, 7, BatchRule{}), g1);
   EXPECT_NE(grid_configs(base, space, 8, BatchRule{}), g1);
   for (const auto& c : g1) EXPECT_EQ(global_batch(c), 8);
-  EXPECT_EQ(help_flags("  --loader-workers arg   workers\n  --prefetch arg\n").count("prefetch"),
-            1u);
+  // ft-train's flags add the loader dimension.
+  EXPECT_EQ(default_space(base, ft_train_flags(), BatchRule{}).size(), 6u);
+}
+
+TEST(Space, FlagsAndDefaultsComeFromFtTrainsOptionTable) {
+  const std::set<std::string> flags = ft_train_flags();
+  for (const char* f : {"micro-batch", "grad-accum", "precision", "loader-workers", "prefetch",
+                        "dp", "tp", "pp", "zero", "bucket-mb", "overlap", "quiet", "config"}) {
+    EXPECT_TRUE(flags.count(f)) << f;
+  }
+  const auto defaults = ft_train_defaults();
+  EXPECT_EQ(defaults.at("precision"), "fp32");
+  EXPECT_EQ(defaults.at("attention"), "auto");
+  EXPECT_EQ(defaults.at("micro-batch"), "8");
+  EXPECT_EQ(defaults.at("allocator-caching"), "true");
+  EXPECT_EQ(defaults.at("bucket-mb"), "25");
+  EXPECT_EQ(defaults.at("lr"), "0.001");
+  EXPECT_FALSE(defaults.count("metrics"));  // no default
+  // validate_config checks names against the table and values through ft_trainer, directly.
+  EXPECT_NO_THROW(validate_config({{"micro-batch", "4"}, {"quiet", ""}, {"metrics", "m.jsonl"}}));
+  try {
+    validate_config({{"micro-batch", "4"}, {"bogus-flag", "3"}});
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--bogus-flag is neither"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(validate_config({{"precision", "fp8"}}), ConfigError);
+  EXPECT_THROW(validate_config({{"micro-batch", "many"}}), ConfigError);
+  // to_train_config drops what ft-train does not have and keeps the rest.
+  const auto tc = to_train_config({{"micro-batch", "4"}, {"newer-flag", "1"}});
+  ASSERT_TRUE(tc);
+  EXPECT_EQ(tc->micro_batch, 4);
+  EXPECT_FALSE(to_train_config({{"micro-batch", "0"}}));
 }
 
 TEST(Space, AutoAttentionIsTheKernelItPicksForTheShape) {
@@ -238,12 +270,12 @@ TEST(Space, AutoAttentionIsTheKernelItPicksForTheShape) {
   EXPECT_NE(effective_key({}, defaults), effective_key({{"attention", "flash"}}, defaults));
   EXPECT_EQ(effective_key({{"seq-len", "512"}}, defaults),
             effective_key({{"seq-len", "512"}, {"attention", "flash"}}, defaults));
-  // Without ft-train's --help defaults, unset flags take ft-train's own (T 128, C 128, NH 4).
+  // Without defaults given, unset flags take ft_trainer's own (T 128, C 128, NH 4).
   EXPECT_EQ(effective_attention({}, {}), "naive");
   EXPECT_EQ(effective_attention({{"seq-len", "1024"}}, {}), "flash");
 }
 
-TEST(Report, ParetoFrontAndEscaping) {
+TEST(Report, ParetoFront) {
   std::vector<JournalEntry> t;
   for (auto [tps, mem] : {std::pair{100.0, 10.0}, {150.0, 20.0}, {120.0, 25.0}, {90.0, 5.0}}) {
     JournalEntry e;
@@ -255,23 +287,41 @@ TEST(Report, ParetoFrontAndEscaping) {
     t.push_back(e);
   }
   EXPECT_EQ(pareto_front(t), (std::vector<int>{3, 0, 1}));  // 2 is dominated by 1
-  EXPECT_EQ(html_escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
 }
 
-TEST(Diagnosis, MalformedReportIsAFormatError) {
+// The guided loop reads ft-diagnose's report.json through the profiler's one reader: what
+// reports::render_json wrote comes back as profiler::Diagnosis (an existing report is read,
+// ft-diagnose is not run).
+TEST(Diagnosis, RunDiagnosisReadsTheReportThroughTheProfilersReader) {
   const fs::path d = temp_dir("diag");
+  profiler::Diagnosis want;
+  want.totals[static_cast<size_t>(profiler::WaitClass::kCompute)] = 0.875;
+  want.totals[static_cast<size_t>(profiler::WaitClass::kData)] = 0.1;
+  profiler::Finding f;
+  f.cls = "data";
+  f.share = 0.3;
+  f.severity = profiler::Severity::kWarning;
+  f.title = "the step waits for data";
+  f.evidence.detail = "loader.wait 3 ms";
+  f.knobs = {"--loader-workers 2"};
+  want.findings = {f};
+  write_file_atomic(d / "report.json", reports::render_json(want));
+  const profiler::Diagnosis got = run_diagnosis("/nonexistent/ft-diagnose", d, {}, 1);
+  ASSERT_EQ(got.findings.size(), 1u);
+  EXPECT_EQ(got.findings[0].cls, "data");
+  EXPECT_EQ(got.findings[0].severity, profiler::Severity::kWarning);
+  EXPECT_EQ(got.findings[0].knobs[0], "--loader-workers 2");
+  EXPECT_EQ(got.findings[0].evidence.detail, "loader.wait 3 ms");
+  EXPECT_NEAR(got.totals[static_cast<size_t>(profiler::WaitClass::kCompute)], 0.875, 1e-12);
+  // Anything else is a FormatError naming the file.
   write_file_atomic(d / "report.json", "{\"findings\": [{\"share\": 0.3}]}");
-  EXPECT_THROW(read_diagnosis(d / "report.json"), FormatError);
-  write_file_atomic(d / "report.json",
-                    "{\"findings\": [{\"class\": \"data\", \"share\": 0.3, "
-                    "\"knobs\": [\"--loader-workers 2\"]}]}");
-  const auto f = read_diagnosis(d / "report.json");
-  ASSERT_EQ(f.findings.size(), 1u);
-  EXPECT_EQ(f.findings[0].knobs[0], "--loader-workers 2");
-  EXPECT_EQ(f.compute_share, 0);
-  write_file_atomic(d / "report.json",
-                    "{\"findings\": [], \"totals\": {\"compute\": 0.875, \"data\": 0.1}}");
-  EXPECT_NEAR(read_diagnosis(d / "report.json").compute_share, 0.875, 1e-12);
+  try {
+    run_diagnosis("/nonexistent/ft-diagnose", d, {}, 1);
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find((d / "report.json").string()), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -5,9 +5,14 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
 
 #include "ft/core/allocator.h"
 #include "ft/core/error.h"
@@ -16,6 +21,14 @@
 namespace ft::trainer {
 
 namespace po = boost::program_options;
+
+namespace {
+
+// A float as the double with the float's shortest round-trip decimal form (1e-3f -> 0.001, not
+// 0.0010000000474974513), so JSON and config text show what the user typed.
+double shortest(float f) { return std::strtod(fmt::format("{}", f).c_str(), nullptr); }
+
+}  // namespace
 
 void TrainConfig::validate() const {
   model.validate();
@@ -60,8 +73,9 @@ nlohmann::json TrainConfig::to_json() const {
       {"layers", model.num_layers}, {"heads", model.num_heads}, {"channels", model.channels},
       {"vocab", model.vocab_size}, {"padded_vocab", model.padded_vocab},
       {"max_seq_len", model.max_seq_len}, {"micro_batch", micro_batch}, {"seq_len", seq_len},
-      {"grad_accum", grad_accum}, {"steps", steps}, {"lr", lr}, {"min_lr", min_lr},
-      {"warmup", warmup}, {"weight_decay", weight_decay}, {"clip", clip},
+      {"grad_accum", grad_accum}, {"steps", steps}, {"lr", shortest(lr)},
+      {"min_lr", shortest(min_lr)}, {"warmup", warmup},
+      {"weight_decay", shortest(weight_decay)}, {"clip", shortest(clip)},
       {"precision", precision_name(options.precision)},
       {"checkpoint", checkpointing_name(options.checkpointing)},
       {"attention", attention_name(options.attention)}, {"threads", threads},
@@ -70,7 +84,8 @@ nlohmann::json TrainConfig::to_json() const {
       {"loader_workers", loader_workers}, {"prefetch", prefetch},
       {"preprocess_cost", preprocess_cost}, {"shuffle", shuffle},
       {"h2d", h2d}, {"h2d_payload_mb", h2d_payload_mb},
-      {"seed", seed}, {"loss_scale", loss_scale}, {"loss_scale_window", loss_scale_window},
+      {"seed", seed}, {"loss_scale", shortest(loss_scale)},
+      {"loss_scale_window", loss_scale_window},
       {"dp", parallel.dp}, {"tp", parallel.tp}, {"pp", parallel.pp}, {"zero", parallel.zero},
       {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap},
       {"device", device_name(device)}, {"tf32", tf32}};
@@ -83,8 +98,10 @@ std::string TrainConfig::to_config_file() const {
     << "\nchannels = " << model.channels << "\nvocab = " << model.vocab_size
     << "\nmax-seq-len = " << model.max_seq_len << "\nseq-len = " << seq_len
     << "\nmicro-batch = " << micro_batch << "\ngrad-accum = " << grad_accum
-    << "\nsteps = " << steps << "\nlr = " << lr << "\nmin-lr = " << min_lr
-    << "\nwarmup = " << warmup << "\nweight-decay = " << weight_decay << "\nclip = " << clip
+    << "\nsteps = " << steps << "\nlr = " << fmt::format("{}", lr)
+    << "\nmin-lr = " << fmt::format("{}", min_lr) << "\nwarmup = " << warmup
+    << "\nweight-decay = " << fmt::format("{}", weight_decay)
+    << "\nclip = " << fmt::format("{}", clip)
     << "\nprecision = " << precision_name(options.precision)
     << "\ncheckpoint = " << checkpointing_name(options.checkpointing)
     << "\nattention = " << attention_name(options.attention) << "\nthreads = " << threads
@@ -101,9 +118,11 @@ std::string TrainConfig::to_config_file() const {
   return o.str();
 }
 
-std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
-                                            const std::string& program) {
-  TrainConfig c;
+namespace {
+
+// What the options read into locals before parse_train_args converts them (enums, byte sizes,
+// the switches that negate a setting).
+struct RawFlags {
   std::string precision = "fp32", checkpoint = "none", attention = "auto", memory_limit = "0";
   std::string device = "cpu";
   std::string config_file;
@@ -112,19 +131,44 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
   bool no_shuffle = false;
   bool no_overlap = false;
   int micro_batches = 0;
+};
+
+// The options that take one of a fixed set of values: the canonical names their parsers
+// (parse_precision and the like) accept and print; option_table() lists them.
+const std::map<std::string, std::vector<std::string>>& choices() {
+  static const std::map<std::string, std::vector<std::string>> kChoices = {
+      {"precision", {"fp32", "bf16", "fp16"}},
+      {"checkpoint", {"none", "block"}},
+      {"attention", {"auto", "flash", "naive"}},
+      {"device", {"cpu", "cuda"}},
+      {"h2d", {"pinned", "pageable"}},
+      {"tokenizer", {"byte", "gpt2"}},
+      {"zero", {"0", "1", "2"}}};
+  return kChoices;
+}
+
+// The options only the command line takes.
+po::options_description command_options(RawFlags& raw, const std::string& program) {
   po::options_description cli(fmt::format("{} options", program));
   // clang-format off
   cli.add_options()
     ("help,h", "show this help")
-    ("config", po::value(&config_file), "read options from FILE (key = value lines; flags win)");
+    ("config", po::value(&raw.config_file), "read options from FILE (key = value lines; flags win)");
+  // clang-format on
+  return cli;
+}
+
+// Every setting, on the command line and in a --config file alike.
+po::options_description training_options(TrainConfig& c, RawFlags& raw) {
   po::options_description opts("training");
+  // clang-format off
   opts.add_options()
     ("layers", po::value(&c.model.num_layers)->default_value(4), "transformer blocks L")
     ("heads", po::value(&c.model.num_heads)->default_value(4), "attention heads NH")
     ("channels", po::value(&c.model.channels)->default_value(128), "model width C")
     ("vocab", po::value(&c.model.vocab_size)->default_value(256), "vocabulary V (>= 256 for byte data)")
-    ("padded-vocab", po::value(&padded_vocab)->default_value(0), "rows of wte (0: V rounded up to 64)")
-    ("max-seq-len", po::value(&max_seq_len)->default_value(0), "rows of wpe (0: = --seq-len)")
+    ("padded-vocab", po::value(&raw.padded_vocab)->default_value(0), "rows of wte (0: V rounded up to 64)")
+    ("max-seq-len", po::value(&raw.max_seq_len)->default_value(0), "rows of wpe (0: = --seq-len)")
     ("seq-len", po::value(&c.seq_len)->default_value(128), "sequence length T")
     ("micro-batch", po::value(&c.micro_batch)->default_value(8), "micro-batch B")
     ("grad-accum", po::value(&c.grad_accum)->default_value(1), "micro-batches per step K")
@@ -136,15 +180,15 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
     ("clip", po::value(&c.clip)->default_value(1.0f, "1.0"), "global grad-norm clip (<= 0: off)")
     ("beta1", po::value(&c.beta1)->default_value(0.9f, "0.9"), "AdamW beta1")
     ("beta2", po::value(&c.beta2)->default_value(0.95f, "0.95"), "AdamW beta2")
-    ("device", po::value(&device)->default_value("cpu"), "engine: cpu | cuda (first CUDA device)")
+    ("device", po::value(&raw.device)->default_value("cpu"), "engine: cpu | cuda (first CUDA device)")
     ("tf32", po::value(&c.tf32)->default_value(false), "cuda, fp32: TF32 tensor-core GEMMs")
-    ("precision", po::value(&precision)->default_value("fp32"), "fp32 | bf16 | fp16")
-    ("checkpoint", po::value(&checkpoint)->default_value("none"), "activation checkpointing: none | block")
-    ("attention", po::value(&attention)->default_value("auto"),
+    ("precision", po::value(&raw.precision)->default_value("fp32"), "fp32 | bf16 | fp16")
+    ("checkpoint", po::value(&raw.checkpoint)->default_value("none"), "activation checkpointing: none | block")
+    ("attention", po::value(&raw.attention)->default_value("auto"),
      "auto (naive when T <= 4 x head size, else flash) | flash (tiled, O(T) memory) | naive")
     ("threads", po::value(&c.threads)->default_value(0), "worker threads (0: all cores)")
-    ("memory-limit", po::value(&memory_limit)->default_value("0"), "allocator budget, e.g. 2G (0: none)")
-    ("allocator-caching", po::value(&caching)->default_value(true), "false: return memory to the OS on every free")
+    ("memory-limit", po::value(&raw.memory_limit)->default_value("0"), "allocator budget, e.g. 2G (0: none)")
+    ("allocator-caching", po::value(&raw.caching)->default_value(true), "false: return memory to the OS on every free")
     ("data", po::value(&c.data)->default_value("kjv"), "kjv | text file | llm.c shard | shard directory")
     ("val-data", po::value(&c.val_data), "held-out data for validation, used whole (replaces the split of --data)")
     ("tokenizer", po::value(&c.tokenizer)->default_value("byte"), "tokenizer for text/JSONL data: byte | gpt2")
@@ -155,7 +199,7 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
     ("prefetch", po::value(&c.prefetch)->default_value(4), "ready batches the loader queues ahead")
     ("preprocess-cost", po::value(&c.preprocess_cost)->default_value(0), "passes of text normalisation + hashing per document (extra real loader work)")
     ("shuffle", po::value(&c.shuffle)->default_value(true), "shuffle chunk order per epoch and rows within chunks (false: sequential)")
-    ("no-shuffle", po::bool_switch(&no_shuffle), "same as --shuffle false")
+    ("no-shuffle", po::bool_switch(&raw.no_shuffle), "same as --shuffle false")
     ("h2d", po::value(&c.h2d)->default_value("pinned"), "--device cuda: pinned (async copy stream) | pageable (synchronous copies)")
     ("h2d-payload-mb", po::value(&c.h2d_payload_mb)->default_value(0), "--device cuda: MiB of side input copied to the GPU with every batch (PCIe experiments)")
     ("metrics", po::value(&c.metrics), "write per-step metrics as JSONL to FILE")
@@ -181,53 +225,159 @@ std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
     ("zero", po::value(&c.parallel.zero)->default_value(0), "ZeRO stage: 0 | 1 (shard optimizer states) | 2 (and gradients)")
     ("bucket-mb", po::value(&c.parallel.bucket_mb)->default_value(25.0, "25"), "DP gradient bucket size in MiB")
     ("overlap", po::value(&c.parallel.overlap)->default_value(true), "all-reduce gradient buckets during backward")
-    ("no-overlap", po::bool_switch(&no_overlap), "same as --overlap false")
-    ("micro-batches", po::value(&micro_batches)->default_value(0), "micro-batches per step (same as --grad-accum; the pipeline's m)")
+    ("no-overlap", po::bool_switch(&raw.no_overlap), "same as --overlap false")
+    ("micro-batches", po::value(&raw.micro_batches)->default_value(0), "micro-batches per step (same as --grad-accum; the pipeline's m)")
     ("comm-timeout", po::value(&c.parallel.comm_timeout_s)->default_value(120.0, "120"), "seconds a collective may take before the job fails")
     ("straggle-rank", po::value(&c.parallel.straggle_rank)->default_value(-1), "fault injection: world rank that does extra compute each step")
     ("straggle-work", po::value(&c.parallel.straggle_work)->default_value(0), "fault injection: extra GEMM passes per step on --straggle-rank");
   // clang-format on
-  cli.add(opts);
-  po::variables_map vm;
-  try {
-    po::store(po::parse_command_line(argc, argv, cli), vm);
-    if (vm.count("help")) {
-      std::cout << "usage: " << program << " [options]\n" << cli << "\n";
-      return std::nullopt;
-    }
-    if (vm.count("config")) {
-      const std::string path = vm["config"].as<std::string>();
-      std::ifstream in(path);
-      if (!in) throw ConfigError("cannot open config file '" + path + "'");
-      po::store(po::parse_config_file(in, opts), vm);
-    }
-    po::notify(vm);
-  } catch (const po::error& e) {
-    throw ConfigError(fmt::format("{}: {}", program, e.what()));
+  return opts;
+}
+
+// The type of `T` in option_table() terms, and its default as text.
+template <typename T>
+bool describe_typed(const po::value_semantic* s, const char* type, OptionInfo* info) {
+  if (!dynamic_cast<const po::typed_value<T>*>(s)) return false;
+  info->type = type;
+  boost::any v;
+  if (!s->apply_default(v)) return true;
+  const T d = boost::any_cast<T>(v);
+  if constexpr (std::is_same_v<T, std::string>) {
+    info->default_value = d;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    info->default_value = d ? "true" : "false";
+  } else {
+    info->default_value = fmt::format("{}", d);  // floats in shortest round-trip form
   }
-  c.device = parse_device(device);
-  c.options.precision = parse_precision(precision);
-  c.options.checkpointing = parse_checkpointing(checkpoint);
-  c.attention_auto = attention == "auto";
-  if (!c.attention_auto) c.options.attention = parse_attention(attention);
-  c.memory_limit = parse_bytes(memory_limit);
-  c.allocator_caching = caching;
-  if (no_shuffle) c.shuffle = false;
-  if (no_overlap) c.parallel.overlap = false;
-  if (micro_batches > 0) {
-    if (!vm["grad-accum"].defaulted() && c.grad_accum != micro_batches) {
-      throw ConfigError(fmt::format("--micro-batches {} contradicts --grad-accum {}", micro_batches,
-                                    c.grad_accum));
+  return true;
+}
+
+OptionInfo describe_option(const po::option_description& o) {
+  OptionInfo info;
+  info.name = o.long_name();
+  info.help = o.description();
+  const po::value_semantic* s = o.semantic().get();
+  const bool typed =
+      describe_typed<int>(s, "int", &info) || describe_typed<uint64_t>(s, "int", &info) ||
+      describe_typed<float>(s, "float", &info) || describe_typed<double>(s, "float", &info) ||
+      describe_typed<bool>(s, "bool", &info) || describe_typed<std::string>(s, "string", &info);
+  if (!typed) {
+    if (s->max_tokens() != 0) {
+      throw std::logic_error("option_table: --" + info.name + " has a type it does not know");
     }
-    c.grad_accum = micro_batches;
+    info.type = "bool";  // a switch without a value (--help)
   }
-  c.model.max_seq_len = max_seq_len > 0 ? max_seq_len : c.seq_len;
-  c.model.padded_vocab = padded_vocab > 0 ? padded_vocab : GptConfig::pad_vocab(c.model.vocab_size);
+  if (const auto it = choices().find(info.name); it != choices().end()) info.allowed = it->second;
+  return info;
+}
+
+// Stores one --config FILE into `vm`, line by line so that an error names its line. Keys the
+// command line set are kept (flags win); a key set twice in the file is an error.
+void store_config_file(const std::string& path, const po::options_description& opts,
+                       po::variables_map* vm) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(fmt::format("cannot open config file '{}'", path));
+  std::map<std::string, int> first_line;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const auto at = [&](const std::string& what) {
+      return ConfigError(fmt::format("{}:{}: {}", path, n, what));
+    };
+    const size_t start = line.find_first_not_of(" \t\r");
+    if (start != std::string::npos && line[start] == '[') {
+      throw at("[section] headers are not supported (one 'key = value' per line)");
+    }
+    std::istringstream one(line);
+    try {
+      const po::parsed_options parsed = po::parse_config_file(one, opts);
+      for (const auto& o : parsed.options) {
+        const auto [it, fresh] = first_line.emplace(o.string_key, n);
+        if (!fresh) {
+          throw at(fmt::format("'{}' is set again (first on line {})", o.string_key, it->second));
+        }
+      }
+      po::store(parsed, *vm);
+    } catch (const po::error& e) {
+      throw at(e.what());
+    }
+  }
+}
+
+// The settings the locals hold, converted, checked and resolved (--attention auto).
+TrainConfig finish_config(TrainConfig c, const RawFlags& raw, const po::variables_map& vm) {
+  c.device = parse_device(raw.device);
+  c.options.precision = parse_precision(raw.precision);
+  c.options.checkpointing = parse_checkpointing(raw.checkpoint);
+  c.attention_auto = raw.attention == "auto";
+  if (!c.attention_auto) c.options.attention = parse_attention(raw.attention);
+  c.memory_limit = parse_bytes(raw.memory_limit);
+  c.allocator_caching = raw.caching;
+  if (raw.no_shuffle) c.shuffle = false;
+  if (raw.no_overlap) c.parallel.overlap = false;
+  if (raw.micro_batches > 0) {
+    if (!vm["grad-accum"].defaulted() && c.grad_accum != raw.micro_batches) {
+      throw ConfigError(fmt::format("--micro-batches {} contradicts --grad-accum {}",
+                                    raw.micro_batches, c.grad_accum));
+    }
+    c.grad_accum = raw.micro_batches;
+  }
+  c.model.max_seq_len = raw.max_seq_len > 0 ? raw.max_seq_len : c.seq_len;
+  c.model.padded_vocab =
+      raw.padded_vocab > 0 ? raw.padded_vocab : GptConfig::pad_vocab(c.model.vocab_size);
   c.validate();
   if (c.attention_auto) {  // validate() has checked that the heads divide the channels
     c.options.attention = choose_attention(c.seq_len, c.model.channels / c.model.num_heads);
   }
   return c;
+}
+
+}  // namespace
+
+const std::vector<OptionInfo>& option_table() {
+  static const std::vector<OptionInfo> kTable = [] {
+    TrainConfig c;
+    RawFlags raw;
+    po::options_description all = command_options(raw, "ft-train");
+    all.add(training_options(c, raw));
+    std::vector<OptionInfo> out;
+    for (const auto& o : all.options()) out.push_back(describe_option(*o));
+    return out;
+  }();
+  return kTable;
+}
+
+const OptionInfo* find_option(const std::string& name) {
+  for (const OptionInfo& o : option_table()) {
+    if (o.name == name) return &o;
+  }
+  return nullptr;
+}
+
+std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
+                                            const std::string& program) {
+  TrainConfig c;
+  RawFlags raw;
+  po::options_description cli = command_options(raw, program);
+  const po::options_description opts = training_options(c, raw);
+  cli.add(opts);
+  po::variables_map vm;
+  // The caller prefixes the program's name (ft::run_command_line): the messages do not.
+  try {
+    po::store(po::parse_command_line(argc, argv, cli), vm);
+  } catch (const po::error& e) {
+    throw ConfigError(e.what());
+  }
+  if (vm.count("help")) {
+    std::cout << "usage: " << program << " [options]\n" << cli << "\n";
+    return std::nullopt;
+  }
+  if (vm.count("config")) store_config_file(vm["config"].as<std::string>(), opts, &vm);
+  try {
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw ConfigError(e.what());
+  }
+  return finish_config(c, raw, vm);
 }
 
 }  // namespace ft::trainer

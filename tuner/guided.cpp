@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <set>
 
 #include "ft/profiler/findings.h"
@@ -10,6 +11,16 @@
 
 namespace ft::tuner::detail {
 namespace {
+
+using profiler::Diagnosis;
+using profiler::Finding;
+
+// The share of step time a diagnosis puts in `c` (report.json's totals; 0 when unknown).
+double total_share(const Diagnosis& d, profiler::WaitClass c) {
+  const double v = d.totals[static_cast<size_t>(c)];
+  return std::isfinite(v) ? std::clamp(v, 0.0, 1.0) : 0.0;
+}
+double compute_share(const Diagnosis& d) { return total_share(d, profiler::WaitClass::kCompute); }
 
 std::vector<std::string> split_words(const std::string& s) {
   std::vector<std::string> w;
@@ -62,7 +73,7 @@ std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Findin
   std::vector<Candidate> cands;
   *promising = false;
   for (const Finding& f : findings) {
-    const bool stability = f.cls == "loss" && f.severity != "info";
+    const bool stability = f.cls == "loss" && f.severity != profiler::Severity::kInfo;
     if (!stability && f.share < o_.min_gain) continue;
     *promising = *promising || !stability;
     // A candidate from a patch: the finding's knob (`knob` is its text) or a derived one.
@@ -154,7 +165,7 @@ std::vector<Sweep::Candidate> Sweep::compute_candidates(int round, size_t limit,
   // the underfilled and memory scenarios grid's best had it (1.037x, 11 rounds, Zen 5) while no
   // finding named it. A costly preprocessing step makes it lose, and it is then not re-proposed.
   if (std::atoi(compute_knob(g_.inc, "loader-workers").c_str()) > 0 &&
-      diag.data_share < profiler::FindingRules{}.data_share) {
+      total_share(diag, profiler::WaitClass::kData) < profiler::FindingRules{}.data_share) {
     patches.push_back({{"loader-workers", "0"}});
   }
   std::string settings;  // the incumbent's compute settings
@@ -259,6 +270,9 @@ void Sweep::guided() {
     Diagnosis diag = diag_(round, with_steps(g_.inc, o_.trial_steps));
     ++out_.diagnoses;
     std::vector<Finding>& findings = diag.findings;
+    for (Finding& f : findings) {  // an unknown (null) share promises nothing
+      if (!std::isfinite(f.share) || f.share < 0) f.share = 0;
+    }
     std::stable_sort(findings.begin(), findings.end(),
                      [](const Finding& x, const Finding& y) { return x.share > y.share; });
     std::string summary;
@@ -269,7 +283,7 @@ void Sweep::guided() {
     decide(round, "diagnose",
            fmt::format("diagnosis of {}: {}; compute {:.0f}% of step time",
                        describe_diff(o_.baseline, g_.inc),
-                       summary.empty() ? "no findings" : summary, 100 * diag.compute_share));
+                       summary.empty() ? "no findings" : summary, 100 * compute_share(diag)));
     bool promising = false;
     const std::vector<Candidate> from_findings = finding_candidates(findings, round, &promising);
     // A loss-stability change is not about speed: it goes straight to verification.
@@ -307,7 +321,7 @@ void Sweep::guided() {
     // + 2 configurations, each configuration tried once.
     const size_t from_diagnosis = fast.size();
     const size_t slots = static_cast<size_t>(o_.candidates_per_round) + 2;
-    if (o_.compute_bound > 0 && diag.compute_share >= o_.compute_bound && from_diagnosis < slots) {
+    if (o_.compute_bound > 0 && compute_share(diag) >= o_.compute_bound && from_diagnosis < slots) {
       for (const Candidate& c : compute_candidates(round, slots - from_diagnosis, diag)) {
         fast.push_back(c.knobs);
         source.push_back(nullptr);
@@ -321,7 +335,7 @@ void Sweep::guided() {
         }
         decide(round, "trial",
                fmt::format("compute is {:.0f}% of step time (>= {:.0f}%): also trying {}",
-                           100 * diag.compute_share, 100 * o_.compute_bound, names));
+                           100 * compute_share(diag), 100 * o_.compute_bound, names));
       }
     }
     if (fast.empty()) {

@@ -1,98 +1,70 @@
-// space.cpp: the knob space, grid enumeration, knob application with the batch rule, diagnosis
-// reading and memory prediction of a flag config.
-// GCC 12 reports a false -Wmaybe-uninitialized inside <regex> (std::function moves) in
-// sanitizer builds.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// space.cpp: ft-train's flags (from its option table), the knob space, grid enumeration, knob
+// application with the batch rule, running a diagnosis and memory prediction of a flag config.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <random>
-#include <regex>
 
-#include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
-#include "ft/trainer/train_config.h"
+#include "ft/profiler/diagnosis_json.h"
 #include "ft/tuner/memory_model.h"
 #include "ft/tuner/search.h"
 
 namespace ft::tuner {
-using nlohmann::json;
 
-Diagnosis read_diagnosis(const std::filesystem::path& report_json) {
-  const std::string text = read_file(report_json);
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    throw FormatError(fmt::format("{}: not a JSON object", report_json.string()));
-  }
-  if (!j.contains("findings") || !j["findings"].is_array()) {
-    throw FormatError(fmt::format("{}: no findings[] array", report_json.string()));
-  }
-  std::vector<Finding> out;
-  int i = 0;
-  for (const auto& f : j["findings"]) {
-    try {
-      Finding x;
-      x.cls = f.at("class").get<std::string>();
-      x.share = f.value("share", 0.0);
-      if (x.share > 1.0) x.share /= 100.0;  // a percentage
-      if (!std::isfinite(x.share) || x.share < 0) x.share = 0;
-      x.severity = f.value("severity", std::string("info"));
-      x.title = f.value("title", std::string());
-      if (f.contains("evidence")) {
-        x.evidence =
-            f["evidence"].is_string() ? f["evidence"].get<std::string>() : f["evidence"].dump();
-      }
-      if (f.contains("knobs")) {
-        for (const auto& k : f["knobs"]) x.knobs.push_back(k.get<std::string>());
-      }
-      out.push_back(std::move(x));
-    } catch (const json::exception& e) {
-      throw FormatError(fmt::format("{}: findings[{}]: {}", report_json.string(), i, e.what()));
-    }
-    ++i;
-  }
-  Diagnosis d(std::move(out));
-  if (j.contains("totals") && j["totals"].is_object()) {
-    const auto& t = j["totals"];
-    const auto share = [&t](const char* cls) {
-      return t.contains(cls) && t[cls].is_number() ? std::clamp(t[cls].get<double>(), 0.0, 1.0)
-                                                   : 0.0;
-    };
-    d.compute_share = share("compute");
-    d.data_share = share("data");
-  }
-  return d;
-}
-
-std::set<std::string> help_flags(const std::string& help_text) {
+std::set<std::string> ft_train_flags() {
   std::set<std::string> out;
-  static const std::regex re("(^|[\\s,])--([a-z][a-z0-9-]*)");
-  for (auto it = std::sregex_iterator(help_text.begin(), help_text.end(), re);
-       it != std::sregex_iterator(); ++it) {
-    out.insert((*it)[2].str());
+  for (const auto& o : trainer::option_table()) out.insert(o.name);
+  return out;
+}
+
+std::map<std::string, std::string> ft_train_defaults() {
+  std::map<std::string, std::string> out;
+  for (const auto& o : trainer::option_table()) {
+    if (!o.default_value.empty()) out[o.name] = o.default_value;
   }
   return out;
 }
 
-std::map<std::string, std::string> help_defaults(const std::string& help_text) {
-  std::map<std::string, std::string> out;
-  static const std::regex re("--([a-z][a-z0-9-]*) arg \\(=([^)]*)\\)");
-  for (auto it = std::sregex_iterator(help_text.begin(), help_text.end(), re);
-       it != std::sregex_iterator(); ++it) {
-    out[(*it)[1].str()] = (*it)[2].str();
+namespace {
+
+// `c` as ft_trainer parses it. A flag ft-train does not have is a ConfigError naming it when
+// `strict`, else dropped (as are --metrics and --config, which name files).
+trainer::TrainConfig parse_config(Config c, bool strict) {
+  c.erase("metrics");
+  c.erase("config");
+  for (auto it = c.begin(); it != c.end();) {
+    if (trainer::find_option(it->first)) {
+      ++it;
+    } else if (strict) {
+      throw ConfigError(fmt::format("--{} is neither an ft-tune nor an ft-train flag", it->first));
+    } else {
+      it = c.erase(it);
+    }
   }
-  return out;
+  std::vector<std::string> words = config_args(c);
+  words.insert(words.begin(), "ft-train");
+  std::vector<const char*> argv;
+  for (auto& w : words) argv.push_back(w.c_str());
+  return *trainer::parse_train_args(static_cast<int>(argv.size()), argv.data());
 }
+
+}  // namespace
+
+std::optional<trainer::TrainConfig> to_train_config(const Config& c) {
+  try {
+    return parse_config(c, /*strict=*/false);
+  } catch (const ConfigError&) {
+    return std::nullopt;
+  }
+}
+
+void validate_config(const Config& c) { parse_config(c, /*strict=*/true); }
 
 std::string effective_attention(const Config& c,
                                 const std::map<std::string, std::string>& defaults) {
-  static const trainer::TrainConfig kCli = [] {  // ft-train's own defaults, for unset flags
-    const char* argv[] = {"ft-train"};
-    return *trainer::parse_train_args(1, argv, "ft-train");
-  }();
+  static const trainer::TrainConfig kCli = *to_train_config({});  // for unset flags
   const auto get = [&](const std::string& k, const std::string& fallback) {
     if (const auto it = c.find(k); it != c.end()) return it->second;
     if (const auto it = defaults.find(k); it != defaults.end()) return it->second;
@@ -143,28 +115,6 @@ std::string effective_key(const Config& c, const std::map<std::string, std::stri
 
 namespace {
 
-// The TrainConfig of a flag config (ft_trainer's defaults for the rest); flags this build of
-// ft_trainer does not know (e.g. a newer ft-train's loader flags) are dropped.
-std::optional<trainer::TrainConfig> to_train_config(Config c) {
-  c.erase("metrics");
-  c.erase("config");
-  for (int attempt = 0; attempt < 16; ++attempt) {
-    std::vector<std::string> words = config_args(c);
-    words.insert(words.begin(), "ft-tune");
-    std::vector<const char*> argv;
-    for (auto& w : words) argv.push_back(w.c_str());
-    try {
-      return trainer::parse_train_args(static_cast<int>(argv.size()), argv.data());
-    } catch (const ConfigError& e) {
-      static const std::regex unknown("unrecognised option '--([a-z0-9-]+)'");
-      std::smatch m;
-      const std::string what = e.what();
-      if (!std::regex_search(what, m, unknown) || !c.erase(m[1].str())) return std::nullopt;
-    }
-  }
-  return std::nullopt;
-}
-
 std::string fmt_num(double v) { return fmt::format("{:.6g}", v); }
 
 }  // namespace
@@ -179,8 +129,8 @@ int global_batch(const Config& c) {
       throw ConfigError(fmt::format("--{} '{}' is not an integer", k, it->second));
     }
   };
-  const auto tc = to_train_config(Config{});  // ft-train's defaults
-  return get("micro-batch", tc ? tc->micro_batch : 8) * get("grad-accum", tc ? tc->grad_accum : 1);
+  static const trainer::TrainConfig kDefaults = *to_train_config({});
+  return get("micro-batch", kDefaults.micro_batch) * get("grad-accum", kDefaults.grad_accum);
 }
 
 double predicted_peak(const Config& c) {
@@ -300,7 +250,7 @@ std::vector<Dimension> default_space(const Config& baseline, const std::set<std:
   return dims;
 }
 
-std::vector<Config> derived_knobs(const Finding& f, const Config& inc) {
+std::vector<Config> derived_knobs(const profiler::Finding& f, const Config& inc) {
   const auto tc = to_train_config(inc);
   if (!tc) return {};
   const int B = tc->micro_batch, K = tc->grad_accum;
@@ -351,39 +301,11 @@ std::vector<Config> grid_configs(const Config& baseline, const std::vector<Dimen
   return all;
 }
 
-}  // namespace ft::tuner
-
-namespace ft::tuner {
-
-void validate_config(const Config& c, const std::set<std::string>& train_flags) {
-  for (const auto& [k, v] : c) {
-    if (!train_flags.empty() && !train_flags.count(k)) {
-      throw ConfigError(fmt::format("--{} is neither an ft-tune nor an ft-train flag", k));
-    }
-  }
-  Config known = c;
-  known.erase("metrics");
-  for (int attempt = 0; attempt < 16; ++attempt) {
-    std::vector<std::string> words = config_args(known);
-    words.insert(words.begin(), "ft-train");
-    std::vector<const char*> argv;
-    for (auto& w : words) argv.push_back(w.c_str());
-    try {
-      trainer::parse_train_args(static_cast<int>(argv.size()), argv.data());
-      return;
-    } catch (const ConfigError& e) {
-      static const std::regex unknown("unrecognised option '--([a-z0-9-]+)'");
-      std::smatch m;
-      const std::string what = e.what();
-      if (!std::regex_search(what, m, unknown) || !known.erase(m[1].str())) throw;
-    }
-  }
-}
-
-Diagnosis run_diagnosis(const std::filesystem::path& ft_diagnose, const std::filesystem::path& dir,
-                        const Config& config, double timeout_s, int ranks) {
+profiler::Diagnosis run_diagnosis(const std::filesystem::path& ft_diagnose,
+                                  const std::filesystem::path& dir, const Config& config,
+                                  double timeout_s, int ranks) {
   const auto report = dir / "report.json";
-  if (std::filesystem::exists(report)) return read_diagnosis(report);
+  if (std::filesystem::exists(report)) return profiler::read_diagnosis_file(report);
   std::filesystem::create_directories(dir);
   std::vector<std::string> cmd{ft_diagnose.string(), "run", "--out", dir.string()};
   if (ranks > 1) cmd.insert(cmd.end(), {"--ranks", std::to_string(ranks)});
@@ -401,7 +323,7 @@ Diagnosis run_diagnosis(const std::filesystem::path& ft_diagnose, const std::fil
   if (!std::filesystem::exists(report)) {
     throw IoError(fmt::format("ft-diagnose wrote no {}", report.string()));
   }
-  return read_diagnosis(report);
+  return profiler::read_diagnosis_file(report);
 }
 
 }  // namespace ft::tuner

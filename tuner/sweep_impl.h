@@ -145,12 +145,13 @@ class Sweep {
   bool admit(const Config& c, bool stability, const std::string& source, int round);
   // The findings' knobs applied to the incumbent (at most --candidates), admitted; *promising
   // is set when a finding other than loss stability promises more than --min-gain.
-  std::vector<Candidate> finding_candidates(const std::vector<Finding>& findings, int round,
-                                            bool* promising);
+  std::vector<Candidate> finding_candidates(const std::vector<profiler::Finding>& findings,
+                                            int round, bool* promising);
   // The micro-batch halved / doubled within the global batch and the other attention
   // implementation, applied to the incumbent and admitted (at most `limit`); a setting an accepted
   // change moved away from is not proposed again (no oscillation).
-  std::vector<Candidate> compute_candidates(int round, size_t limit, const Diagnosis& diag);
+  std::vector<Candidate> compute_candidates(int round, size_t limit,
+                                            const profiler::Diagnosis& diag);
   // The runners-up (g_.carry) applied to the incumbent, at most `limit`, none already in
   // `this_round`; the carry is emptied.
   std::vector<Candidate> carried_candidates(int round, size_t limit,

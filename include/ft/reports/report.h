@@ -7,11 +7,13 @@
 #include <string_view>
 
 #include "ft/profiler/diagnosis.h"
+#include "ft/profiler/diagnosis_json.h"
 
 namespace ft::reports {
 
-// Version of the report.json layout ("format": "ft-report", "version": kReportJsonVersion).
-constexpr int kReportJsonVersion = 1;
+// Version of the report.json layout ("format": "ft-report", "version": kReportJsonVersion); the
+// reader, profiler::diagnosis_from_json, shares it.
+constexpr int kReportJsonVersion = profiler::kDiagnosisJsonVersion;
 
 // report.json: steps[] ({step, wall_ms, breakdown{8 classes} in ms, ...}), totals (shares of
 // wall time), ranked findings[], mfu, tokens_per_s, memory, loss_health, loss_curve,
@@ -20,11 +22,13 @@ constexpr int kReportJsonVersion = 1;
 // is deterministic; unknown values (NaN) are written as null.
 std::string render_json(const profiler::Diagnosis& d);
 
-// Parses render_json's output. Throws FormatError (naming `origin`, the byte offset of a syntax
-// error or the JSON path of a missing/mistyped field) on malformed input.
+// Parses render_json's output (profiler::diagnosis_from_json_text, the one reader). Throws
+// FormatError (naming `origin`, the byte offset of a syntax error or the JSON path of a
+// missing/mistyped field) on malformed input.
 profiler::Diagnosis parse_report_json(std::string_view text,
                                       const std::string& origin = "report.json");
-// Reads a report.json file: IoError when it cannot be read, FormatError when malformed.
+// Reads a report.json file (profiler::read_diagnosis_file): IoError when it cannot be read,
+// FormatError when malformed.
 profiler::Diagnosis read_report_json(const std::filesystem::path& path);
 
 // report.md: summary, per-class totals, ranked findings (evidence, knobs), per-step table

@@ -75,8 +75,23 @@ struct TrainConfig {
   std::string to_config_file() const;
 };
 
+// One of ft-train's options, as parse_train_args's option description declares it.
+struct OptionInfo {
+  std::string name;                  // the long flag without "--", e.g. "micro-batch"
+  std::string type;                  // int, float, bool (also a switch such as --quiet), string
+  std::string default_value;         // "" if none; floats in shortest round-trip form ("0.001")
+  std::vector<std::string> allowed;  // the values it takes, empty if free (precision: fp32 ...)
+  std::string help;
+};
+// Every option ft-train takes (the command line's and the training settings, which a --config
+// file takes too), built once from the option description parse_train_args parses with.
+const std::vector<OptionInfo>& option_table();
+// The entry of `name` (without "--") in option_table(); null when ft-train has no such option.
+const OptionInfo* find_option(const std::string& name);
+
 // Parses ft-train's command line (and any --config FILE it names).
-// Returns nullopt when --help was printed. Throws ConfigError on bad input.
+// Returns nullopt when --help was printed. Throws ConfigError on bad input; its message is
+// "FILE:LINE: what" for an error in a --config file and carries no program-name prefix.
 std::optional<TrainConfig> parse_train_args(int argc, const char* const* argv,
                                             const std::string& program = "ft-train");
 

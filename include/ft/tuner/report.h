@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ft/reports/sweep_report.h"
 #include "ft/tuner/search.h"
 
 namespace ft::tuner {
@@ -13,11 +14,8 @@ namespace ft::tuner {
 // front (no other ok trial is both faster and smaller), sorted by peak memory.
 std::vector<int> pareto_front(const std::vector<JournalEntry>& trials);
 
-nlohmann::json report_json(const SweepOutcome& outcome, const SweepOptions& options);
-std::string report_markdown(const SweepOutcome& outcome, const SweepOptions& options);
-// Self-contained HTML with inline SVG charts; every text is escaped.
-std::string report_html(const SweepOutcome& outcome, const SweepOptions& options);
-std::string html_escape(const std::string& s);
+// What the sweep report shows (reports/ renders it: reports::render_sweep_{json,markdown,html}).
+reports::SweepReport sweep_report(const SweepOutcome& outcome, const SweepOptions& options);
 
 // Writes DIR/best.cfg and DIR/report.{md,html,json}, each atomically.
 void write_outputs(const std::filesystem::path& dir, const SweepOutcome& outcome,

@@ -10,30 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "ft/profiler/diagnosis.h"
+#include "ft/trainer/train_config.h"
 #include "ft/tuner/journal.h"
 #include "ft/tuner/trial.h"
 #include "ft/tuner/verify.h"
 
 namespace ft::tuner {
-
-// A finding of ft-diagnose's report.json: {class, share, severity, title, evidence, knobs[]}.
-struct Finding {
-  std::string cls;
-  double share = 0;  // recoverable share of step time, 0..1 (0 for risk findings such as loss)
-  std::string severity, title, evidence;
-  std::vector<std::string> knobs;  // ft-train flag strings, e.g. "--micro-batch 16 --grad-accum 2"
-};
-// What the guided loop reads from a diagnosis: the findings and the shares of step time spent
-// in compute and waiting for data (report.json's totals.compute and totals.data, 0 when absent).
-struct Diagnosis {
-  std::vector<Finding> findings;
-  double compute_share = 0;
-  double data_share = 0;
-  Diagnosis() = default;
-  Diagnosis(std::vector<Finding> f) : findings(std::move(f)) {}  // NOLINT: implicit on purpose
-};
-// Reads DIR/report.json; throws FormatError (with the file) when it is not a diagnosis.
-Diagnosis read_diagnosis(const std::filesystem::path& report_json);
 
 // One dimension of the space: alternative settings, each a patch of ft-train flags.
 struct Dimension {
@@ -49,11 +32,13 @@ struct BatchRule {
   std::string lr_scaling = "sqrt";
 };
 
-// The flags `ft-train --help` lists (long names without "--").
-std::set<std::string> help_flags(const std::string& help_text);
-
-// The defaults `ft-train --help` prints ("--precision arg (=fp32)"); booleans as true/false.
-std::map<std::string, std::string> help_defaults(const std::string& help_text);
+// ft-train's flags (long names without "--") and the defaults of those that have one
+// ("precision" -> "fp32", booleans as true/false), from trainer::option_table().
+std::set<std::string> ft_train_flags();
+std::map<std::string, std::string> ft_train_defaults();
+// The TrainConfig of a flag config (ft-train's defaults for the rest); flags ft-train does not
+// have are dropped. nullopt when ft_trainer rejects the values.
+std::optional<trainer::TrainConfig> to_train_config(const Config& c);
 // config_key of `c` with the knob flags it leaves at ft-train's defaults spelled out, so
 // "--precision fp32" and no --precision are the same configuration.
 // `--attention auto` (ft-train's default) counts as the kernel it picks for the config's shape.
@@ -77,7 +62,7 @@ std::vector<Dimension> default_space(const Config& baseline, const std::set<std:
 // all-reduce; a pipeline bubble -> more micro-batches (at the same global batch when the
 // micro-batch halves evenly, and with a larger one). The guided sweep tries them after the
 // finding's own knobs.
-std::vector<Config> derived_knobs(const Finding& finding, const Config& incumbent);
+std::vector<Config> derived_knobs(const profiler::Finding& finding, const Config& incumbent);
 // Every combination, the baseline first, the rest in a seeded shuffle (so a budget-truncated
 // grid is an unbiased sample); duplicates removed.
 std::vector<Config> grid_configs(const Config& baseline, const std::vector<Dimension>& space,
@@ -114,9 +99,9 @@ struct SweepOptions {
   uint64_t seed = 1;
   BatchRule batch;
   VerifyRules verify;
-  std::set<std::string> train_flags;                  // from ft-train --help
+  std::set<std::string> train_flags;                  // ft-train's: ft_train_flags()
   std::vector<Dimension> space;                       // grid space; empty: default_space()
-  std::map<std::string, std::string> train_defaults;  // from ft-train --help
+  std::map<std::string, std::string> train_defaults;  // ft-train's: ft_train_defaults()
   double memory_limit = 0;                            // bytes for the skip rule; 0: no limit
   bool memory_skip = true;  // skip configs predicted to exceed memory_limit
   int ranks = 1;            // processes per trial (mpirun -np); adds the parallel dimensions
@@ -200,8 +185,9 @@ struct SweepOutcome {
 
 // Runs (or, for ids already journaled, replays) one trial.
 using TrialFn = std::function<TrialResult(const std::string& id, const Config& config)>;
-// Diagnoses `config` (round 1 = baseline) and returns its findings.
-using DiagnoseFn = std::function<Diagnosis(int round, const Config& config)>;
+// Diagnoses `config` (round 1 = baseline): ft-diagnose's diagnosis, of which the guided loop
+// reads the findings and the compute and data shares of step time (totals).
+using DiagnoseFn = std::function<profiler::Diagnosis(int round, const Config& config)>;
 using ProgressFn = std::function<void(const SweepOutcome& so_far, int trials_left)>;
 
 // The sweep. Trial ids are sequential and every decision depends only on the options (seed)
@@ -214,12 +200,13 @@ SweepOutcome run_sweep(const SweepOptions& options, Journal& journal, const Tria
 // reads DIR/report.json. An existing DIR/report.json (a resumed sweep) is read, not rerun.
 // Throws IoError (with the log's last line) when ft-diagnose fails or writes no report.
 // With `ranks` > 1 it runs `ft-diagnose run --ranks N`, which launches ft-train under mpirun.
-Diagnosis run_diagnosis(const std::filesystem::path& ft_diagnose, const std::filesystem::path& dir,
-                        const Config& config, double timeout_s, int ranks = 1);
+profiler::Diagnosis run_diagnosis(const std::filesystem::path& ft_diagnose,
+                                  const std::filesystem::path& dir, const Config& config,
+                                  double timeout_s, int ranks = 1);
 
-// Throws ConfigError when `c` has a flag that ft-train (`train_flags`, from its --help) does not
-// list, or when ft_trainer rejects the values (flags it does not know are left to ft-train).
-void validate_config(const Config& c, const std::set<std::string>& train_flags);
+// Throws ConfigError when `c` has a flag ft-train does not have (trainer::option_table()) or when
+// ft_trainer rejects the values.
+void validate_config(const Config& c);
 
 // Predicted peak bytes of a knob config (flags ft_trainer does not know are ignored); 0 when it
 // cannot be predicted.
