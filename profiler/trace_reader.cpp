@@ -232,7 +232,13 @@ class Reader {
 }  // namespace
 
 Trace parse_trace_json(std::string_view text, std::string_view origin) {
-  return Reader(origin).read(text);
+  try {
+    return Reader(origin).read(text);
+  } catch (const nlohmann::json::exception& e) {
+    // A number out of range (1e400) while parsing, or a field of an unexpected type read by
+    // json::value(): malformed input, never a crash.
+    throw FormatError(fmt::format("{}: not a valid trace: {}", origin, e.what()));
+  }
 }
 
 Trace read_trace_json(const std::filesystem::path& path) {

@@ -1,0 +1,144 @@
+// fuzz_body.h: what one fuzz input goes through, shared by the libFuzzer target
+// (kineto_reader_fuzz.cpp) and the regression test over tests/data/fuzz/
+// (tests/fuzz_regression_test.cpp). Header-only so the regression test needs no extra source.
+//
+// Every input goes through every reader ft has for text it did not write, and whatever a reader
+// accepts goes on through the analyses and every report writer:
+//  - the Kineto reader (read_kineto_records_from_memory, options picked from the input's size),
+//    then hta_analyses (one or two ranks, dumped as ft-hta writes it), prepare_kineto_trace,
+//    diagnose() on the prepared trace and the report writers;
+//  - read_kineto_trace_from_memory (to_trace) on some inputs;
+//  - ft's own trace.json reader (parse_trace_json), then diagnose() and the writers;
+//  - the report.json reader (parse_report_json), then the writers.
+// The report writers: render_json, render_markdown, render_html, and render_json's output read
+// back by parse_report_json, which must accept it and render the same JSON again (a fixed point).
+//
+// Expected outcomes for bad input are the library's documented errors, ft::FormatError and
+// ft::ConfigError; they are caught here. Anything else (another exception, a failed check below,
+// a sanitizer report) escapes: under libFuzzer that is a crash, in the regression test a failure.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ft/core/error.h"
+#include "ft/profiler/diagnosis.h"
+#include "ft/profiler/event.h"
+#include "ft/profiler/findings.h"
+#include "ft/profiler/hta.h"
+#include "ft/profiler/kineto_reader.h"
+#include "ft/profiler/kineto_trace.h"
+#include "ft/profiler/load_trace.h"
+#include "ft/profiler/trace_reader.h"
+#include "ft/reports/report.h"
+
+namespace ft::fuzz {
+
+// A broken invariant (not bad input): thrown so that it is never mistaken for an expected error.
+class FuzzCheckFailed : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+inline void fuzz_check(bool ok, const char* what) {
+  if (!ok) throw FuzzCheckFailed(std::string("fuzz check failed: ") + what);
+}
+
+// Every report writer on `d`; render_json's output must read back and render identically.
+inline void fuzz_render_all(const profiler::Diagnosis& d) {
+  const std::string json = reports::render_json(d);
+  const std::string md = reports::render_markdown(d);
+  const std::string html = reports::render_html(d);
+  fuzz_check(!json.empty() && !md.empty() && !html.empty(), "a report writer wrote nothing");
+  // The writer's own output is valid input: a FormatError here is a bug, not bad input.
+  const profiler::Diagnosis back = reports::parse_report_json(json, "fuzz report.json");
+  fuzz_check(reports::render_json(back) == json, "render_json(parse_report_json(j)) == j");
+}
+
+// diagnose() and the writers; no steps (or bad configuration in the trace) is a documented error.
+inline void fuzz_diagnose(const profiler::Trace& t) {
+  profiler::Diagnosis d;
+  try {
+    d = profiler::diagnose(t);
+  } catch (const FormatError&) {
+    return;
+  } catch (const ConfigError&) {
+    return;
+  }
+  fuzz_render_all(d);
+}
+
+inline void fuzz_kineto(const std::string& text, size_t size) {
+  // The reader's options from the size's low bits, so that mutations reach every combination.
+  profiler::KinetoReadOptions opt;
+  opt.keep_flows = (size & 1) != 0;
+  opt.keep_instants = (size & 2) != 0;
+  opt.keep_memory = (size & 4) == 0;
+  opt.assign_steps = (size & 8) == 0;
+  // Small buffers: tokens straddle refills.
+  static constexpr size_t kBuffers[4] = {64, 1 << 20, 7, 4096};
+  opt.buffer_bytes = kBuffers[(size >> 4) & 3];
+  const bool two_ranks = (size & 64) != 0;
+
+  std::vector<profiler::KinetoTrace> ranks;
+  try {
+    ranks.push_back(profiler::read_kineto_records_from_memory(text, "fuzz", opt));
+    if (two_ranks) {
+      profiler::KinetoReadOptions other = opt;
+      other.buffer_bytes = 1 << 20;
+      ranks.push_back(profiler::read_kineto_records_from_memory(text, "fuzz rank 1", other));
+    }
+  } catch (const FormatError&) {
+    return;
+  }
+  // ft-hta and ft-diagnose --hta-json write the analyses as doc.dump(1).
+  (void)profiler::hta_analyses(ranks).dump(1);
+  profiler::Trace t;
+  try {
+    t = profiler::prepare_kineto_trace(std::move(ranks));
+  } catch (const FormatError&) {
+    return;
+  }
+  fuzz_diagnose(t);
+  if ((size & 128) != 0) {
+    try {
+      (void)profiler::read_kineto_trace_from_memory(text, "fuzz", opt);
+    } catch (const FormatError&) {
+      fuzz_check(false, "read_kineto_trace_from_memory rejects what the records reader read");
+    }
+  }
+}
+
+inline void fuzz_ft_trace(const std::string& text) {
+  profiler::Trace t;
+  try {
+    t = profiler::parse_trace_json(text, "fuzz trace.json");
+  } catch (const FormatError&) {
+    return;
+  }
+  fuzz_diagnose(t);
+}
+
+inline void fuzz_report_json(const std::string& text) {
+  profiler::Diagnosis d;
+  try {
+    d = reports::parse_report_json(text, "fuzz");
+  } catch (const FormatError&) {
+    return;
+  }
+  fuzz_render_all(d);
+}
+
+}  // namespace ft::fuzz
+
+// One input, start to end. Returns normally for good and for bad input alike.
+inline void fuzz_one_input(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  ft::fuzz::fuzz_kineto(text, size);
+  ft::fuzz::fuzz_ft_trace(text);
+  ft::fuzz::fuzz_report_json(text);
+}
