@@ -13,7 +13,7 @@
 #include "ft/profiler/activity_source.h"
 #include "ft/profiler/cupti_source.h"
 #include "ft/profiler/recorder.h"
-#include "ft/trainer/device.h"
+#include "ft/core/device_query.h"
 
 namespace ft::profiler {
 namespace {
@@ -181,7 +181,7 @@ class CuptiSource final : public ActivitySource {
   bool start(std::string* why) noexcept override {
     try {
       std::string reason;
-      if (trainer::cuda_devices(&reason).empty()) {
+      if (ft::cuda_devices(&reason).empty()) {
         if (why)
           *why = "not available: " + (reason.empty() ? std::string("no CUDA device") : reason);
         return false;

@@ -137,7 +137,7 @@ void HostTracer::on_step_begin(int64_t step) noexcept {
   recorder_.set_step(step);
 }
 
-void HostTracer::on_step_end(const trainer::StepMetrics& m) noexcept {
+void HostTracer::on_step_end(const StepMetrics& m) noexcept {
   if (!recorder_.active()) return;
   // Counter names are the classifier's (ft/profiler/classifier.h): one list for both sides.
   recorder_.counter(kCounterLoss, m.loss);

@@ -70,7 +70,7 @@ void Session::StepHook::on_step_begin(int64_t step) noexcept {
   s_.tracer_.on_step_begin(step);
 }
 
-void Session::StepHook::on_step_end(const trainer::StepMetrics& m) noexcept {
+void Session::StepHook::on_step_end(const StepMetrics& m) noexcept {
   s_.tracer_.on_step_end(m);
 }
 

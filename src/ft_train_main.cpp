@@ -13,7 +13,7 @@
 #include "ft/core/env_info.h"
 #include "ft/core/error.h"
 #include "ft/profiler/trace_writer.h"
-#include "ft/profiler/training_profile.h"
+#include "ft/app/training_profile.h"
 #include "ft/trainer/checkpoint_io.h"
 #include "ft/trainer/device.h"
 #include "ft/trainer/grad_sync.h"
@@ -108,16 +108,16 @@ void print_step(const StepMetrics& m, double val_loss) {
 }
 
 // --trace / --profile-steps: the profiler path ft-diagnose run uses too (null when off).
-std::unique_ptr<ft::profiler::TrainingProfile> start_profiler(const TrainConfig& c, Trainer& t) {
+std::unique_ptr<ft::app::TrainingProfile> start_profiler(const TrainConfig& c, Trainer& t) {
   ft::profiler::enable_nvtx_if_tool_attached();  // Nsight Systems sees ft's phases
   if (c.trace.empty() && c.profile_steps.empty()) return nullptr;
-  auto p = std::make_unique<ft::profiler::TrainingProfile>(c.profile_steps);
+  auto p = std::make_unique<ft::app::TrainingProfile>(c.profile_steps);
   p->start(t);
   return p;
 }
 
 // Writes the trace; a failure is reported and never fails the training run.
-void finish_profiler(ft::profiler::TrainingProfile& p, const TrainConfig& c, Trainer& t) {
+void finish_profiler(ft::app::TrainingProfile& p, const TrainConfig& c, Trainer& t) {
   const std::string path = c.trace.empty() ? std::string("trace.json") : c.trace;
   try {
     const ft::profiler::Trace trace = p.finish(t);
@@ -151,7 +151,7 @@ int run(int argc, char** argv) {
     if (r != 0) c.quiet = true;
   }
   // Declared before the trainer so that it outlives any thread the trainer runs.
-  std::unique_ptr<ft::profiler::TrainingProfile> profiler;
+  std::unique_ptr<ft::app::TrainingProfile> profiler;
   Trainer t(c, std::move(world));
   c = t.config();
   std::ofstream metrics;

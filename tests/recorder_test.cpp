@@ -231,7 +231,7 @@ TEST_F(HostTracerTest, RangesBecomeCategorisedSpansAndStepsGetCounters) {
   HostTracer second(r);
   EXPECT_FALSE(second.install());  // one sink at a time
   r.start();
-  trainer::StepMetrics m;
+  ft::StepMetrics m;
   m.step = 0;
   m.loss = 3.25;
   m.lr = 1e-3f;

@@ -10,17 +10,6 @@
 
 namespace ft::trainer {
 
-const char* comm_group_name(CommGroup g) {
-  switch (g) {
-    case CommGroup::kWorld: return "world";
-    case CommGroup::kDp: return "dp";
-    case CommGroup::kTp: return "tp";
-    case CommGroup::kPp: return "pp";
-    case CommGroup::kOther: break;
-  }
-  return "other";
-}
-
 void Communicator::broadcast_bytes(void*, size_t, int) {
   throw CommError(fmt::format("broadcast_bytes is not supported by {}", name()));
 }

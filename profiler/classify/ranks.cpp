@@ -11,13 +11,13 @@
 #include "ft/core/error.h"
 #include "ft/profiler/collectives.h"
 #include "ft/profiler/multi_rank.h"
-#include "ft/trainer/communicator.h"
+#include "ft/core/comm_range.h"
 #include "ranks_internal.h"
 
 namespace ft::profiler {
 namespace {
 
-using trainer::CommGroup;
+using ft::CommGroup;
 
 const std::set<std::string> kCollectiveNames = {
     "comm.all_reduce", "comm.reduce_scatter", "comm.all_gather", "comm.broadcast", "comm.barrier"};
@@ -202,7 +202,7 @@ std::vector<std::vector<CollectiveCall>> collective_calls(const std::vector<Rank
       const auto w = std::upper_bound(rd.windows.begin(), rd.windows.end(),
                                       std::make_pair(e.ts_ns, INT64_MAX));
       if (w == rd.windows.begin() || std::prev(w)->second <= e.ts_ns) continue;  // not steady
-      const CommGroup g = trainer::comm_range_group(e.arg);
+      const CommGroup g = ft::comm_range_group(e.arg);
       const int size = group_size(g, rd.lay, world);
       if (size < 2) continue;
       const Event* prev =
@@ -210,7 +210,7 @@ std::vector<std::vector<CollectiveCall>> collective_calls(const std::vector<Rank
       const int64_t since = prev ? prev->end_ns() : std::prev(w)->first;
       const bool on_main = e.track == rd.main;
       calls[r].push_back({fmt::format("{}|{}|{}|{}|{}", t.names.at(e.name), static_cast<int>(g),
-                                      group_instance(g, rd.lay), trainer::comm_range_seq(e.arg),
+                                      group_instance(g, rd.lay), ft::comm_range_seq(e.arg),
                                       on_main ? "main" : "side"),
                           e.ts_ns - rd.offset_ns, e.dur_ns, mine[k], size,
                           std::max<int64_t>(0, e.ts_ns - since)});
@@ -252,7 +252,7 @@ CrossRank analyse_ranks(std::vector<RankData>* ranks_in, const FindingRules& rul
   const bool pipelined = !rs.empty() && rs[0].lay.pp > 1;
   for (const MatchedCollective& m : match_collectives(calls)) {
     ++x.collectives;
-    const CommGroup g = trainer::comm_range_group(
+    const CommGroup g = ft::comm_range_group(
         rs[static_cast<size_t>(m.calls[0].first)].trace->events[m.calls[0].second->ref].arg);
     // Ranks of one DP or TP group do the same work between collectives; across pipeline stages
     // they do not (the last stage's loss broadcast is late by design).

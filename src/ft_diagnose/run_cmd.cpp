@@ -15,7 +15,7 @@
 #include <string>
 
 #include "ft/core/error.h"
-#include "ft/profiler/training_profile.h"
+#include "ft/app/training_profile.h"
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/launch.h"
 #include "ft/trainer/trainer.h"
@@ -141,7 +141,7 @@ bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& 
   if (!parsed->trace.empty()) {
     throw ConfigError("ft-diagnose run writes DIR/trace.json: use --out DIR, not --trace");
   }
-  profiler::TrainingProfile profile(options.profile_steps, /*quiet=*/true);
+  app::TrainingProfile profile(options.profile_steps, /*quiet=*/true);
   trainer::Trainer t(*parsed);
   profile.start(t);
   const int steps = t.config().steps;

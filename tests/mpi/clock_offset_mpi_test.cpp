@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "ft/profiler/training_profile.h"
+#include "ft/app/training_profile.h"
 #include "ft/trainer/communicator.h"
 
-namespace ft::profiler {
+namespace ft::app {
 namespace {
 
 // Every rank of this test runs on one host, so the true offset is 0: the estimate must lie
@@ -35,4 +35,4 @@ TEST(ClockOffset, OneHostEstimateIsZeroWithinItsBound) {
 }
 
 }  // namespace
-}  // namespace ft::profiler
+}  // namespace ft::app

@@ -5,7 +5,7 @@
 
 #include "ft/core/annotate.h"
 #include "ft/profiler/recorder.h"
-#include "ft/trainer/trainer.h"
+#include "ft/core/step_observer.h"
 
 namespace ft::profiler {
 
@@ -17,7 +17,7 @@ uint8_t alloc_flags_of(const char* name);
 // ProfilerStep#N spans, per-step counters named in classifier.h: loss, lr, grad_norm, memory,
 // tokens/s, MFU, page faults, kernel CPU time). Never throws into the engine: anything that fails
 // is counted or dropped.
-class HostTracer final : public RangeSink, public trainer::StepObserver {
+class HostTracer final : public RangeSink, public StepObserver {
  public:
   explicit HostTracer(Recorder& recorder) : recorder_(recorder) {}
   ~HostTracer() override;
@@ -34,7 +34,7 @@ class HostTracer final : public RangeSink, public trainer::StepObserver {
   void instant(const char* name, RangeKind kind, int64_t arg) noexcept override;
 
   void on_step_begin(int64_t step) noexcept override;
-  void on_step_end(const trainer::StepMetrics& m) noexcept override;
+  void on_step_end(const StepMetrics& m) noexcept override;
   // Records the last step's page-fault and kernel-time counters (sampled between steps); call
   // before the recorder stops (Session::stop does).
   void flush() noexcept;

@@ -37,18 +37,18 @@ class Session {
   // Stops, then merges host and device events; metadata says what the device source did.
   Trace collect();
 
-  trainer::StepObserver* observer() { return &hook_; }
+  StepObserver* observer() { return &hook_; }
   Recorder& recorder() { return recorder_; }
   // "recording", "not available: <reason>", "not supported: <reason>" or "off".
   const std::string& device_status() const { return device_status_; }
 
  private:
   // Forwards steps to the host tracer and starts/stops the device source at the window's edges.
-  class StepHook final : public trainer::StepObserver {
+  class StepHook final : public StepObserver {
    public:
     explicit StepHook(Session& s) : s_(s) {}
     void on_step_begin(int64_t step) noexcept override;
-    void on_step_end(const trainer::StepMetrics& m) noexcept override;
+    void on_step_end(const StepMetrics& m) noexcept override;
 
    private:
     Session& s_;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ft/core/comm_range.h"
 #include "ft/core/error.h"
 
 namespace ft::trainer {
@@ -19,22 +20,11 @@ class CommError : public Error {
   using Error::Error;
 };
 
-// Process-group roles; the profiler matches the same collective across ranks by
-// (operation, group, sequence number), see comm_range_arg().
-enum class CommGroup : uint8_t { kWorld = 0, kDp = 1, kTp = 2, kPp = 3, kOther = 4 };
-const char* comm_group_name(CommGroup g);
-
-// The int64 argument every "comm.*" range carries: group in bits 48..55, the
-// per-communicator sequence number of that operation kind in the low 48 bits.
-inline int64_t comm_range_arg(CommGroup g, uint64_t seq) {
-  return static_cast<int64_t>((static_cast<uint64_t>(g) << 48) | (seq & ((uint64_t{1} << 48) - 1)));
-}
-inline CommGroup comm_range_group(int64_t arg) {
-  return static_cast<CommGroup>((static_cast<uint64_t>(arg) >> 48) & 0xff);
-}
-inline uint64_t comm_range_seq(int64_t arg) {
-  return static_cast<uint64_t>(arg) & ((uint64_t{1} << 48) - 1);
-}
+using ft::comm_group_name;
+using ft::comm_range_arg;
+using ft::comm_range_group;
+using ft::comm_range_seq;
+using ft::CommGroup;
 
 // Collectives the trainer needs. Every call blocks until complete and throws
 // CommError instead of hanging when a peer is dead or the timeout passes.

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "ft/core/device_query.h"
+
 namespace ft::trainer {
 
 enum class DeviceKind { kCpu, kCuda };
@@ -11,17 +13,8 @@ enum class DeviceKind { kCpu, kCuda };
 DeviceKind parse_device(const std::string& s);  // "cpu" | "cuda"; throws ConfigError
 const char* device_name(DeviceKind d);
 
-struct CudaDeviceInfo {
-  int index = 0;
-  std::string name;
-  int sm_major = 0, sm_minor = 0;
-  size_t total_memory = 0;
-};
-
-// CUDA devices visible to this process. Empty when ft was built without CUDA
-// or when the runtime reports any error (no driver, no device: treated alike);
-// then *reason (if given) says why, e.g. "cudaGetDeviceCount: error 35 (...)".
-std::vector<CudaDeviceInfo> cuda_devices(std::string* reason = nullptr);
-bool built_with_cuda();
+using ft::built_with_cuda;  // ft/core/device_query.h
+using ft::cuda_devices;
+using ft::CudaDeviceInfo;
 
 }  // namespace ft::trainer

@@ -1,5 +1,5 @@
 // training_profile.cpp: one profiling path for ft-train --trace and ft-diagnose run.
-#include "ft/profiler/training_profile.h"
+#include "ft/app/training_profile.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -16,7 +16,9 @@
 #include <omp.h>
 #endif
 
-namespace ft::profiler {
+namespace ft::app {
+using namespace ft::profiler;  // NOLINT: this file glues the trainer to the profiler
+
 namespace {
 
 double read_load_average() {
@@ -185,4 +187,4 @@ std::map<std::string, std::string> run_metadata(trainer::Trainer& t) {
   return md;
 }
 
-}  // namespace ft::profiler
+}  // namespace ft::app

@@ -1,5 +1,5 @@
-// training_profile.h: profiles a training run (one Session, a step window, run metadata); shared
-// by `ft-train --trace` and `ft-diagnose run`.
+// training_profile.h: the app-layer glue that profiles a Trainer's run (one Session, a step window,
+// run metadata); shared by `ft-train --trace` and `ft-diagnose run`.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include "ft/profiler/session.h"
 #include "ft/trainer/trainer.h"
 
-namespace ft::profiler {
+namespace ft::app {
 
 // Usage: TrainingProfile p(window); p.start(trainer); ...trainer.step()...; Trace t =
 // p.finish(trainer). The session observes the trainer (per-step counters, ProfilerStep#N spans);
@@ -44,18 +44,18 @@ class TrainingProfile {
   // clock offset from rank 0 (collective; see estimate_clock_offset).
   void start(trainer::Trainer& t);
   // Detaches from `t`, collects the trace and fills its metadata.
-  Trace finish(trainer::Trainer& t);
+  profiler::Trace finish(trainer::Trainer& t);
 
-  const StepWindow& window() const { return window_; }
-  Session& session() { return *session_; }
+  const profiler::StepWindow& window() const { return window_; }
+  profiler::Session& session() { return *session_; }
 
  private:
-  StepWindow window_;
+  profiler::StepWindow window_;
   bool quiet_ = false;
   double load_average_ = -1;  // 1-minute load before the run
-  PageFaultCosts fault_costs_;
+  profiler::PageFaultCosts fault_costs_;
   ClockOffset clock_;
-  std::unique_ptr<Session> session_;
+  std::unique_ptr<profiler::Session> session_;
 };
 
 // The run facts TrainingProfile::finish stores, for callers that build a Trace another way:
@@ -63,4 +63,4 @@ class TrainingProfile {
 // threads, compiler and OpenMP versions, relevant variables) and allocator totals.
 std::map<std::string, std::string> run_metadata(trainer::Trainer& t);
 
-}  // namespace ft::profiler
+}  // namespace ft::app
