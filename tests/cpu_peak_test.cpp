@@ -1,90 +1,134 @@
-// cpu_peak_test.cpp: the MFU peak table matches the CPU kinds it names, and the probe agrees with
-// it here.
-#include "ft/trainer/cpu_peak.h"
+// cpu_peak_test.cpp: the MFU peak is measured on the running machine (no table of CPU kinds), picks
+// the unit the GEMMs use, and its cache is keyed, atomic and robust to a bad file.
+#include "ft/core/cpu_peak.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "ft/core/atomic_file.h"
 
 namespace {
+namespace fs = std::filesystem;
 using ft::EnvInfo;
-using ft::trainer::cpu_peak;
-using ft::trainer::known_cpu;
-using ft::trainer::Precision;
-using ft::trainer::probe_fma_gflops_per_core;
+using ft::PeakUnit;
 
-EnvInfo zen5() {
+class CpuPeakTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ft_cpu_peak_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST(CpuPeak, GemmUnitFollowsTheCpuFlags) {
   EnvInfo e;
-  e.vendor = "AuthenticAMD";
-  e.cpu_family = 26;
+  e.avx2 = true;
+  EXPECT_EQ(ft::gemm_unit(true, e), PeakUnit::kFp32Fma);  // no bf16 unit: bf16 runs on FMA
+  EXPECT_EQ(ft::gemm_unit(false, e), PeakUnit::kFp32Fma);
   e.avx512f = e.avx512_bf16 = true;
-  return e;
+  EXPECT_EQ(ft::gemm_unit(true, e), PeakUnit::kBf16Dot);
+  EXPECT_EQ(ft::gemm_unit(false, e), PeakUnit::kFp32Fma);
+  EXPECT_FALSE(ft::unit_available(PeakUnit::kAmxBf16, e));  // amx_bf16 not set
+  EXPECT_EQ(ft::chain_flops_per_iter(PeakUnit::kBf16Dot, e), 2 * ft::chain_flops_per_iter(PeakUnit::kFp32Fma, e));
+  EnvInfo none;
+  EXPECT_EQ(ft::chain_flops_per_iter(PeakUnit::kFp32Fma, none), 0.0);
+  EXPECT_EQ(ft::probe_gflops_per_core(PeakUnit::kFp32Fma, none), 0.0);
 }
 
-TEST(CpuPeak, TableNamesZen5Zen4AndIntelAmxAndNothingElse) {
-  ASSERT_NE(known_cpu(zen5()), nullptr);
-  EXPECT_DOUBLE_EQ(known_cpu(zen5())->fp32_per_core, 268.0);
-  EXPECT_DOUBLE_EQ(known_cpu(zen5())->bf16_per_core, 534.0);
-  EnvInfo intel;
-  intel.vendor = "GenuineIntel";
-  intel.avx512f = intel.avx512_bf16 = intel.amx_bf16 = true;
-  ASSERT_NE(known_cpu(intel), nullptr);
-  EXPECT_DOUBLE_EQ(known_cpu(intel)->bf16_per_core, 2300.0);
-  EnvInfo zen4 = zen5();
-  zen4.cpu_family = 25;
-  ASSERT_NE(known_cpu(zen4), nullptr);
-  EXPECT_DOUBLE_EQ(known_cpu(zen4)->fp32_per_core, 117.4);
-  EXPECT_DOUBLE_EQ(known_cpu(zen4)->bf16_per_core, 234.5);
-  EnvInfo zen3 = zen4;  // family 25 without AVX-512
-  zen3.avx512f = zen3.avx512_bf16 = false;
-  EXPECT_EQ(known_cpu(zen3), nullptr);
-  EnvInfo zen6 = zen5();
-  zen6.cpu_family = 27;
-  EXPECT_EQ(known_cpu(zen6), nullptr);
-  intel.amx_bf16 = false;
-  EXPECT_EQ(known_cpu(intel), nullptr);
-}
-
-TEST(CpuPeak, KnownCpuScalesByThreadsAndNamesItsSource) {
-  const auto fp32 = cpu_peak(Precision::kFp32, 2, zen5());
-  EXPECT_DOUBLE_EQ(fp32.gflops, 536.0);
-  EXPECT_NE(fp32.source.find("AMD Zen 5"), std::string::npos) << fp32.source;
-  const auto fp16 = cpu_peak(Precision::kFp16, 2, zen5());  // fp16 runs fp32 GEMMs
-  EXPECT_DOUBLE_EQ(fp16.gflops, 536.0);
-  const auto bf16 = cpu_peak(Precision::kBf16, 3, zen5());
-  EXPECT_DOUBLE_EQ(bf16.gflops, 1602.0);
-  EXPECT_NE(bf16.source.find("AVX512-BF16"), std::string::npos) << bf16.source;
-}
-
-TEST(CpuPeak, UnknownCpuIsProbedAndSaysSo) {
-  EnvInfo unknown = zen5();
-  unknown.vendor = "SomeVendor";
-  unknown.cpu_model = "Mystery CPU";
-  const auto p = cpu_peak(Precision::kFp32, 2, unknown);
-  EXPECT_GT(p.gflops, 0.0);
-  EXPECT_NE(p.source.find("probed at start-up"), std::string::npos) << p.source;
-  EXPECT_NE(p.source.find("Mystery CPU"), std::string::npos) << p.source;
-}
-
-// The table is a statement about this machine kind: the probe of one core must not beat it by
-// more than 30% (the probe can only read low under load, never high). A table left over from
-// another CPU kind (bf16 at 87 GFLOP/s/core on Zen 5, where VDPBF16PS runs 470-524) fails here.
-TEST(CpuPeak, ProbeDoesNotExceedTheTableOnThisMachine) {
+// What the probe reads on this machine is only compared with itself: a longer, separate
+// measurement of the same loop (the best of several) agrees with the short start-up probe, and
+// every unit this CPU has reads above zero. No absolute figure of any CPU kind appears here.
+TEST(CpuPeak, ShortProbeAgreesWithALongerRunOfTheSameLoop) {
   const EnvInfo env = ft::collect_env_info();
-  const auto* cpu = known_cpu(env);
-  if (cpu == nullptr) {  // nothing to hold against the probe: the peak must then come from it
-    const auto p = cpu_peak(Precision::kFp32, 1, env);
-    EXPECT_NE(p.source.find("probed at start-up"), std::string::npos) << p.source;
-    EXPECT_GT(p.gflops, 0.0);
-    return;
+  for (PeakUnit u : {PeakUnit::kFp32Fma, PeakUnit::kBf16Dot, PeakUnit::kAmxBf16}) {
+    if (!ft::unit_available(u, env)) continue;
+    const double short_probe = ft::probe_gflops_per_core(u, env);
+    const double long_run = ft::probe_gflops_per_core(u, env, 5, 0.05);
+    EXPECT_GT(short_probe, 0.0) << ft::peak_unit_name(u);
+    // A descheduled repetition reads low, never high: the best of a few agrees within 2x even
+    // on a loaded machine, and normally within a few percent.
+    EXPECT_GT(short_probe, 0.5 * long_run) << ft::peak_unit_name(u);
+    EXPECT_LT(short_probe, 2.0 * long_run) << ft::peak_unit_name(u);
+    std::printf("%s: %.1f GFLOP/s per core (longer run %.1f)\n", ft::peak_unit_name(u), short_probe,
+                long_run);
   }
-  const double fp32 = probe_fma_gflops_per_core(false, 0.05);
-  EXPECT_LE(fp32, 1.3 * cpu->fp32_per_core) << cpu->name;
-  EXPECT_GT(fp32, 0.0);
-  if (env.avx512_bf16 && !env.amx_bf16) {  // AMX is not probed; its table entry is fma_peak's
-    const double bf16 = probe_fma_gflops_per_core(true, 0.05);
-    EXPECT_LE(bf16, 1.3 * cpu->bf16_per_core) << cpu->name;
+}
+
+TEST_F(CpuPeakTest, ProbesOnceThenReadsTheCacheAndScalesByThreads) {
+  const EnvInfo env = ft::collect_env_info();
+  if (!ft::unit_available(PeakUnit::kFp32Fma, env)) GTEST_SKIP() << "no FMA unit on this CPU";
+  const fs::path cache = dir_ / "sub" / "cpu_peak.json";
+  const auto first = ft::measure_cpu_peak(false, 1, env, cache);
+  EXPECT_FALSE(first.cached);
+  EXPECT_GT(first.per_core, 0.0);
+  ASSERT_TRUE(fs::exists(cache));
+  EXPECT_NE(first.source.find("probed"), std::string::npos) << first.source;
+  const auto again = ft::measure_cpu_peak(false, 3, env, cache);
+  EXPECT_DOUBLE_EQ(again.per_core, first.per_core);
+  EXPECT_DOUBLE_EQ(again.gflops, 3 * first.per_core);
+  // No temp file is left beside the cache.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(cache.parent_path())) files += e.is_regular_file();
+  EXPECT_EQ(files, 1);
+}
+
+TEST_F(CpuPeakTest, CacheIsKeyedByCpuModelAndFlags) {
+  EnvInfo env = ft::collect_env_info();
+  if (!ft::unit_available(PeakUnit::kFp32Fma, env)) GTEST_SKIP() << "no FMA unit on this CPU";
+  const fs::path cache = dir_ / "cpu_peak.json";
+  // A cache that holds a figure for another CPU model is not used for this one.
+  EnvInfo other = env;
+  other.cpu_model = "Another CPU";
+  ft::write_file_atomic(cache, "{}");
+  (void)ft::measure_cpu_peak(false, 1, env, cache);
+  const std::string text = ft::read_file(cache);
+  nlohmann::json j = nlohmann::json::parse(text);
+  ASSERT_EQ(j.size(), 1u);
+  const std::string key = j.begin().key();
+  EXPECT_NE(key.find(env.cpu_model), std::string::npos) << key;
+  EXPECT_NE(key.find("fp32 FMA"), std::string::npos) << key;
+  j[key]["gflops_per_core"] = 12345.0;  // plant a value: a hit must return it
+  ft::write_file_atomic(cache, j.dump());
+  EXPECT_DOUBLE_EQ(ft::measure_cpu_peak(false, 1, env, cache).per_core, 12345.0);
+  const auto probed = ft::measure_cpu_peak(false, 1, other, cache);
+  EXPECT_NE(probed.per_core, 12345.0);
+}
+
+TEST_F(CpuPeakTest, CorruptCacheIsIgnoredAndRewritten) {
+  const EnvInfo env = ft::collect_env_info();
+  if (!ft::unit_available(PeakUnit::kFp32Fma, env)) GTEST_SKIP() << "no FMA unit on this CPU";
+  const fs::path cache = dir_ / "cpu_peak.json";
+  {
+    std::ofstream(cache) << "{not json";
   }
-  std::printf("probe: fp32 %.1f GFLOP/s per core (table %.1f, %s)\n", fp32, cpu->fp32_per_core,
-              cpu->name);
+  const auto p = ft::measure_cpu_peak(false, 2, env, cache);
+  EXPECT_GT(p.gflops, 0.0);
+  EXPECT_FALSE(p.cached);
+  EXPECT_TRUE(nlohmann::json::parse(ft::read_file(cache)).is_object());
+}
+
+TEST_F(CpuPeakTest, UnwritableCacheOnlyCostsAProbe) {
+  const EnvInfo env = ft::collect_env_info();
+  if (!ft::unit_available(PeakUnit::kFp32Fma, env)) GTEST_SKIP() << "no FMA unit on this CPU";
+  const fs::path blocker = dir_ / "file";
+  { std::ofstream(blocker) << "x"; }
+  const auto p = ft::measure_cpu_peak(false, 1, env, blocker / "cpu_peak.json");
+  EXPECT_GT(p.gflops, 0.0);
+}
+
+TEST(CpuPeak, DefaultCacheHonoursFtCacheDir) {
+  const char* old = std::getenv("FT_CACHE_DIR");
+  const std::string saved = old ? old : "";
+  ::setenv("FT_CACHE_DIR", "/some/dir", 1);
+  EXPECT_EQ(ft::default_peak_cache(), fs::path("/some/dir/cpu_peak.json"));
+  ::setenv("FT_CACHE_DIR", "off", 1);
+  EXPECT_TRUE(ft::default_peak_cache().empty());
+  if (old) ::setenv("FT_CACHE_DIR", saved.c_str(), 1); else ::unsetenv("FT_CACHE_DIR");
 }
 
 }  // namespace

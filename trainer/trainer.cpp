@@ -15,7 +15,7 @@
 #include "ft/core/env_info.h"
 #include "ft/core/error.h"
 #include "ft/trainer/checkpoint_io.h"
-#include "ft/trainer/cpu_peak.h"
+#include "ft/core/cpu_peak.h"
 #include "ft/trainer/grad_sync.h"
 #include "ft/trainer/h2d.h"
 #include "ft/trainer/ops.h"
@@ -32,31 +32,6 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 }  // namespace
-
-nlohmann::json StepMetrics::to_json() const {
-  nlohmann::json j = {{"step", step},
-                      {"loss", loss},
-                      {"lr", lr},
-                      {"grad_norm", grad_norm},
-                      {"step_ms", step_ms},
-                      {"data_ms", data_ms},
-                      {"data_wait_ms", data_wait_ms},
-                      {"data_preprocess_ms", data_preprocess_ms},
-                      {"comm_ms", comm_ms},
-                      {"comm_exposed_share", comm_exposed_share()},
-                      {"tokens_per_s", tokens_per_s},
-                      {"mfu", mfu},
-                      {"skipped", skipped},
-                      {"loss_scale", loss_scale},
-                      {"mem_allocated", mem_allocated},
-                      {"mem_reserved", mem_reserved},
-                      {"mem_peak", mem_peak}};
-  if (pp_busy_ms > 0) {
-    j["pp_busy_ms"] = pp_busy_ms;
-    j["pp_wait_ms"] = pp_wait_ms;
-  }
-  return j;
-}
 
 nlohmann::json TrainSummary::to_json() const {
   nlohmann::json j = {{"steps", steps_run},
@@ -140,7 +115,9 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
   } else if (cuda) {
     peak_gflops_ = cuda_peak_gflops(config_.options.precision, config_.tf32, 0, &peak_source_);
   } else {
-    CpuPeak peak = cpu_peak(config_.options.precision, threads, collect_env_info());
+    // fp16 runs fp32 GEMMs (fp16-rounded operands), so only bf16 has its own unit.
+    CpuPeak peak = measure_cpu_peak(config_.options.precision == Precision::kBf16, threads,
+                                    collect_env_info(), default_peak_cache());
     peak_gflops_ = peak.gflops;
     peak_source_ = std::move(peak.source);
   }
