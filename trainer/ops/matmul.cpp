@@ -22,6 +22,8 @@ namespace {
 
 using dt = dnnl::memory::data_type;
 
+bool bf16_supported();  // oneDNN has bf16 matmuls for this CPU (defined below)
+
 // A GEMM C (M,N) [+]= A (M,K) @ B (K,N) with explicit strides on A and B.
 struct GemmKey {
   int64_t M, K, N;
@@ -70,8 +72,17 @@ dnnl::matmul::primitive_desc make_pd(const GemmKey& k, const CachedPrimitive& cp
   return dnnl::matmul::primitive_desc(d, attr, eng);
 }
 
-// oneDNN's scratchpad bytes for key k, without creating the primitive.
+// oneDNN's scratchpad bytes for key k, without creating the primitive; for a bf16 GEMM this CPU
+// only emulates, the fp32 GEMM's scratchpad plus the widened operands (and fp32 result).
 size_t scratchpad_bytes(const GemmKey& k) {
+  if ((k.type == dt::bf16 || k.c_type == dt::bf16) && !bf16_supported()) {
+    GemmKey f = k;
+    f.type = f.c_type = dt::f32;
+    f.a_rs = k.K, f.a_cs = 1, f.b_rs = k.N, f.b_cs = 1;
+    const size_t widened = static_cast<size_t>(k.M * k.K + k.K * k.N +
+                                               (k.c_type == dt::bf16 ? k.M * k.N : 0));
+    return scratchpad_bytes(f) + widened * sizeof(float);
+  }
   static const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   CachedPrimitive cp;
   cp.a = dnnl::memory::desc({k.M, k.K}, k.type, dnnl::memory::dims{k.a_rs, k.a_cs});
@@ -121,6 +132,10 @@ struct Gemm::Impl {
   // C (M,N) [+]= A @ B (+ bias).
   void run(const GemmKey& k, const void* A, const void* B, void* C, const float* bias,
            uint64_t& created) {
+    if ((k.type == dt::bf16 || k.c_type == dt::bf16) && !bf16_supported()) {
+      run_bf16_emulated(k, A, B, C, bias, created);
+      return;
+    }
     CachedPrimitive& cp = get(k, created);
     size_t scratch_bytes = cp.scratch.get_size();
     Buffer<char> scratch;
@@ -135,7 +150,62 @@ struct Gemm::Impl {
     cp.prim.execute(strm, args);
     strm.wait();
   }
+
+  // A CPU without bf16 GEMM kernels in oneDNN (AVX2 only: oneDNN 2.6 has no bf16 matmul below
+  // avx512_core): the bf16 operands are widened exactly to fp32, multiplied by the fp32 GEMM
+  // (fp32 accumulation, as oneDNN's bf16 kernels do) and a bf16 result is rounded to nearest
+  // even, so the numerics are those of a bf16 GEMM with fp32 accumulation.
+  void run_bf16_emulated(const GemmKey& k, const void* A, const void* B, void* C,
+                         const float* bias, uint64_t& created) {
+    auto widen = [&](const void* src, int64_t rows, int64_t cols, int64_t rs, int64_t cs,
+                     dt type, const char* tag) {
+      Buffer<float> out(alloc, static_cast<size_t>(rows * cols), tag);
+      for (int64_t i = 0; i < rows; ++i) {
+        for (int64_t j = 0; j < cols; ++j) {
+          out.data()[i * cols + j] =
+              type == dt::bf16 ? bf16_to_fp32_scalar(static_cast<const uint16_t*>(src)[i * rs + j * cs])
+                               : static_cast<const float*>(src)[i * rs + j * cs];
+        }
+      }
+      return out;
+    };
+    const Buffer<float> a = widen(A, k.M, k.K, k.a_rs, k.a_cs, k.type, "gemm_bf16_emul_a");
+    const Buffer<float> b = widen(B, k.K, k.N, k.b_rs, k.b_cs, k.type, "gemm_bf16_emul_b");
+    GemmKey f = k;
+    f.type = dt::f32;
+    f.a_rs = k.K, f.a_cs = 1, f.b_rs = k.N, f.b_cs = 1;
+    f.c_type = dt::f32;
+    if (k.c_type == dt::f32) {
+      run(f, a.data(), b.data(), C, bias, created);
+      return;
+    }
+    const size_t n = static_cast<size_t>(k.M * k.N);
+    Buffer<float> c(alloc, n, "gemm_bf16_emul_c");
+    if (k.accumulate) bf16_to_fp32(c.data(), static_cast<const uint16_t*>(C), n);
+    run(f, a.data(), b.data(), c.data(), bias, created);
+    fp32_to_bf16(static_cast<uint16_t*>(C), c.data(), n);
+  }
 };
+
+namespace {
+
+// Whether oneDNN can run bf16 matmuls on this CPU (decided once per process by creating one).
+bool bf16_supported() {
+  static const bool ok = [] {
+    try {
+      const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+      const dnnl::memory::desc a({16, 16}, dt::bf16, dnnl::memory::dims{16, 1});
+      const dnnl::memory::desc c({16, 16}, dt::f32, dnnl::memory::dims{16, 1});
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), eng);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return ok;
+}
+
+}  // namespace
 
 namespace {
 
@@ -184,9 +254,11 @@ std::string Gemm::library_info() {
     case dnnl::cpu_isa::avx2: isa = "avx2"; break;
     default: break;
   }
-  return fmt::format("{} fp32/fp16, oneDNN {}.{}.{} (max ISA {}) bf16",
+  return fmt::format("{} fp32/fp16, oneDNN {}.{}.{} (max ISA {}) bf16{}",
                      use_ft_sgemm(Precision::kFp32) ? "ft sgemm" : "oneDNN", v->major, v->minor,
-                     v->patch, isa);
+                     v->patch, isa,
+                     bf16_supported() ? "" : " emulated (fp32 GEMM on bf16 operands: no bf16 "
+                                             "matmul for this CPU)");
 }
 
 namespace {
