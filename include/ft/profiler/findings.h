@@ -68,6 +68,21 @@ struct FindingRules {
   double late_margin_step = 0.02;    // nor by less than this share of the median step
 };
 
+// One diagnosis rule as the table lists it: its name, the finding class it raises, when it fires
+// (the FindingRules field and default) and the knobs it names.
+struct RuleInfo {
+  const char* name;
+  const char* cls;
+  const char* fires_when;
+  const char* knobs;
+};
+// The one table of rules (findings.cpp), in the order find_issues runs them.
+const std::vector<RuleInfo>& finding_rules();
+// Runs the rule `name` alone (its own tests); throws std::invalid_argument for an unknown name.
+std::vector<Finding> apply_rule(const std::string& name, const Trace& trace,
+                                const std::vector<StepBreakdown>& steps, const RunInfo& run,
+                                const LossHealth& loss, const FindingRules& rules = {});
+
 // Findings from the steps, ranked: unstable loss (warning or worse) first, then by recoverable
 // share of wall time, then risk-only findings by severity.
 std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreakdown>& steps,

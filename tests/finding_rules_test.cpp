@@ -1,0 +1,277 @@
+// finding_rules_test.cpp: every rule of the diagnosis table, alone: it fires on the input it is
+// for, with its class and knob, and stays silent just below its threshold. The table lists each
+// rule once and this file tests each one (RuleTable.EveryRuleHasItsTest).
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "ft/profiler/findings.h"
+#include "ft/profiler/loss_health.h"
+
+namespace {
+using namespace ft::profiler;
+
+// Rules this file tests; the table must hold exactly these.
+const std::set<std::string> kTested = {"data",
+                                       "memory_time",
+                                       "comm",
+                                       "pcie",
+                                       "copies",
+                                       "straggler",
+                                       "sync",
+                                       "host",
+                                       "other",
+                                       "precision",
+                                       "batch",
+                                       "loss",
+                                       "blas_coretype",
+                                       "onednn_isa",
+                                       "threads",
+                                       "allocator_unmap",
+                                       "reserved_overhang",
+                                       "memory_capacity"};
+
+// compute, data, pcie, comm, memory, host, sync, other (ms of a 100 ms step)
+std::vector<StepBreakdown> steps_of(std::array<double, kNumWaitClasses> ms, int n = 4) {
+  std::vector<StepBreakdown> out;
+  for (int i = 0; i < n; ++i) {
+    StepBreakdown s;
+    s.step = i;
+    s.ms = ms;
+    for (double v : ms) s.wall_ms += v;
+    s.loss = 3.0;
+    out.push_back(s);
+  }
+  return out;
+}
+
+RunInfo quiet_run() {
+  RunInfo r;
+  r.warmup_excluded = 0;
+  r.logical_cpus = 2;
+  r.loader_workers = 1;
+  r.grad_accum = 1;
+  r.micro_batch = 8;
+  return r;
+}
+
+const LossHealth kHealthy = assess_loss({3, 3, 3, 3});
+
+std::vector<Finding> run_rule(const std::string& name, const std::vector<StepBreakdown>& s,
+                              const RunInfo& run = quiet_run(), const Trace& t = Trace{},
+                              const LossHealth& loss = kHealthy) {
+  return apply_rule(name, t, s, run, loss);
+}
+
+TEST(RuleTable, EveryRuleHasItsTest) {
+  std::set<std::string> names;
+  for (const RuleInfo& r : finding_rules()) {
+    EXPECT_TRUE(names.insert(r.name).second) << "listed twice: " << r.name;
+    EXPECT_FALSE(std::string(r.cls).empty()) << r.name;
+    EXPECT_FALSE(std::string(r.fires_when).empty()) << r.name;
+  }
+  EXPECT_EQ(names, kTested);
+  EXPECT_THROW(run_rule("no_such_rule", steps_of({100, 0, 0, 0, 0, 0, 0, 0})),
+               std::invalid_argument);
+}
+
+// One time-share rule: fires above its threshold with its class and first knob, silent at it.
+void expect_time_rule(const std::string& name, WaitClass c, double threshold,
+                      const std::string& knob) {
+  SCOPED_TRACE(name);
+  std::array<double, kNumWaitClasses> above{}, at{};
+  above[static_cast<int>(c)] = 100 * threshold + 5;
+  above[0] = 100 - above[static_cast<int>(c)];
+  at[static_cast<int>(c)] = 100 * threshold;
+  at[0] = 100 - at[static_cast<int>(c)];
+  const auto f = run_rule(name, steps_of(above));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cls, wait_class_name(c));
+  EXPECT_NEAR(f[0].share, threshold + 0.05, 1e-9);
+  if (!knob.empty()) {
+    ASSERT_FALSE(f[0].knobs.empty());
+    EXPECT_EQ(f[0].knobs[0].rfind(knob, 0), 0u) << f[0].knobs[0];
+  }
+  EXPECT_TRUE(run_rule(name, steps_of(at)).empty());
+}
+
+TEST(Rule, Data) { expect_time_rule("data", WaitClass::kData, 0.05, "--loader-workers"); }
+TEST(Rule, MemoryTime) {
+  expect_time_rule("memory_time", WaitClass::kMemory, 0.05, "--allocator-caching true");
+}
+TEST(Rule, Comm) { expect_time_rule("comm", WaitClass::kComm, 0.10, "--grad-accum 2"); }
+TEST(Rule, Pcie) { expect_time_rule("pcie", WaitClass::kPcie, 0.10, "--prefetch 2"); }
+TEST(Rule, Sync) { expect_time_rule("sync", WaitClass::kSync, 0.05, ""); }
+TEST(Rule, Host) { expect_time_rule("host", WaitClass::kHost, 0.10, "--micro-batch 16"); }
+TEST(Rule, Other) { expect_time_rule("other", WaitClass::kOther, 0.15, ""); }
+
+TEST(Rule, DataOnAPyTorchTraceNamesTheDataLoader) {
+  Trace t;
+  t.source = "kineto";
+  const auto f = run_rule("data", steps_of({70, 30, 0, 0, 0, 0, 0, 0}), quiet_run(), t);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].knobs[0].rfind("DataLoader(num_workers=", 0), 0u) << f[0].knobs[0];
+}
+
+TEST(Rule, Copies) {
+  Trace t;
+  Event e;
+  e.track = {1, 1, false};
+  e.name = t.names.intern("memcpy");
+  e.category = Category::kH2D;
+  e.dur_ns = 1000;
+  e.bytes = 4096;
+  e.flags = kSynchronous | kPinned;  // small synchronous H2D: fine (Nsight)
+  t.events.push_back(e);
+  const auto s = steps_of({100, 0, 0, 0, 0, 0, 0, 0});
+  EXPECT_TRUE(run_rule("copies", s, quiet_run(), t).empty());
+  t.events[0].flags = kPageable;  // async from pageable: flagged
+  const auto f = run_rule("copies", s, quiet_run(), t);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cls, "pcie");
+  EXPECT_EQ(f[0].title, "1 asynchronous copies from pageable memory");
+}
+
+TEST(Rule, Straggler) {
+  Trace t;
+  t.metadata = {{"run.straggler_rank", "1"}, {"ranks", "2"}, {"run.straggler_wait_ns", "40000000"}};
+  const auto s = steps_of({100, 0, 0, 0, 0, 0, 0, 0});  // 400 ms of steps, 40 ms waited: 10%
+  auto f = run_rule("straggler", s, quiet_run(), t);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cls, "parallel");
+  EXPECT_NEAR(f[0].share, 0.10, 1e-9);
+  EXPECT_NE(f[0].title.find("Rank 1"), std::string::npos) << f[0].title;
+  t.metadata["run.straggler_wait_ns"] = "20000000";  // 5%: at comm_share / 2, silent
+  EXPECT_TRUE(run_rule("straggler", s, quiet_run(), t).empty());
+}
+
+TEST(Rule, Precision) {
+  RunInfo run = quiet_run();
+  run.precision = "fp32";
+  auto f = run_rule("precision", steps_of({50, 50, 0, 0, 0, 0, 0, 0}), run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NEAR(f[0].share, 0.25, 1e-9);  // 50% compute x (1 - 1/2)
+  EXPECT_EQ(f[0].knobs, std::vector<std::string>{"--precision bf16"});
+  EXPECT_TRUE(run_rule("precision", steps_of({49, 51, 0, 0, 0, 0, 0, 0}), run).empty());
+  run.precision = "bf16";
+  EXPECT_TRUE(run_rule("precision", steps_of({100, 0, 0, 0, 0, 0, 0, 0}), run).empty());
+  // A CPU that only emulates bf16: fp32 compute-bound is not told to use bf16, and a bf16 run
+  // is told to use fp32.
+  run.gemm_library =
+      "oneDNN fp32/fp16, oneDNN 2.6.3 (max ISA avx2) bf16 emulated (fp32 GEMM on bf16 operands)";
+  f = run_rule("precision", steps_of({100, 0, 0, 0, 0, 0, 0, 0}), run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].knobs, std::vector<std::string>{"--precision fp32"});
+  run.precision = "fp32";
+  EXPECT_TRUE(run_rule("precision", steps_of({100, 0, 0, 0, 0, 0, 0, 0}), run).empty());
+}
+
+// The batch rule reads MFU as a fraction of the peak measured on the running machine: no
+// machine's absolute figure enters it.
+TEST(Rule, Batch) {
+  RunInfo run = quiet_run();
+  run.micro_batch = 2;
+  run.seq_len = 32;
+  run.grad_accum = 4;
+  run.mfu = 0.2;
+  run.mem_peak = 1e6;
+  run.memory_capacity = 1e9;
+  const auto s = steps_of({100, 0, 0, 0, 0, 0, 0, 0});
+  auto f = run_rule("batch", s, run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cls, "batch");
+  EXPECT_EQ(f[0].knobs, std::vector<std::string>{"--micro-batch 4 --grad-accum 2"});
+  EXPECT_NEAR(f[0].share, 0.5 * (1 - 0.2 / 0.45), 1e-9);
+  run.mfu = 0.45;  // at the bar: silent
+  EXPECT_TRUE(run_rule("batch", s, run).empty());
+  run.mfu = 0.2;
+  run.mem_peak = 0.6e9;  // no 2x headroom
+  EXPECT_TRUE(run_rule("batch", s, run).empty());
+  run.mem_peak = 1e6;
+  run.micro_batch = 32;  // 1024 tokens: filled
+  EXPECT_TRUE(run_rule("batch", s, run).empty());
+}
+
+TEST(Rule, Loss) {
+  RunInfo run = quiet_run();
+  run.lr = 0.01;
+  run.warmup = 0;
+  run.steps = 40;
+  const std::vector<double> diverging = {5.5, 4.0, 3.0, 2.8, 3.5, 4.5, 5.0, 5.6, 5.8, 6.0};
+  const auto f =
+      run_rule("loss", steps_of({100, 0, 0, 0, 0, 0, 0, 0}), run, Trace{}, assess_loss(diverging));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kCritical);
+  EXPECT_EQ(f[0].knobs.at(0), "--warmup 10");
+  EXPECT_TRUE(run_rule("loss", steps_of({100, 0, 0, 0, 0, 0, 0, 0}), run).empty());
+}
+
+TEST(Rule, BlasCoretype) {
+  RunInfo run = quiet_run();
+  run.cpu_vector_bits = 512;
+  run.env_vars["OPENBLAS_CORETYPE"] = "Haswell";
+  const auto s = steps_of({100, 0, 0, 0, 0, 0, 0, 0});
+  auto f = run_rule("blas_coretype", s, run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cls, "environment");
+  EXPECT_EQ(f[0].knobs, std::vector<std::string>{"OPENBLAS_CORETYPE=SkylakeX"});
+  run.cpu_vector_bits = 256;  // Haswell kernels on a 256-bit CPU: fine
+  EXPECT_TRUE(run_rule("blas_coretype", s, run).empty());
+}
+
+TEST(Rule, OnednnIsa) {
+  RunInfo run = quiet_run();
+  run.gemm_library = "oneDNN 2.6.3 (max ISA avx2)";
+  run.cpu_vector_bits = 512;
+  const auto s = steps_of({100, 0, 0, 0, 0, 0, 0, 0});
+  EXPECT_EQ(run_rule("onednn_isa", s, run).size(), 1u);
+  run.cpu_vector_bits = 256;
+  EXPECT_TRUE(run_rule("onednn_isa", s, run).empty());
+}
+
+TEST(Rule, Threads) {
+  RunInfo run = quiet_run();
+  run.threads = 2;
+  run.load_average = 1.0;  // one core busy already
+  const auto s = steps_of({100, 0, 0, 0, 0, 0, 0, 0});
+  auto f = run_rule("threads", s, run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].knobs.at(0), "--threads 1");
+  run.load_average = 0.0;
+  EXPECT_TRUE(run_rule("threads", s, run).empty());
+}
+
+TEST(Rule, AllocatorUnmap) {
+  RunInfo run = quiet_run();
+  run.steps = 10;
+  run.segment_unmaps = 10;
+  const auto s = steps_of({100, 0, 0, 0, 0, 0, 0, 0});
+  EXPECT_EQ(run_rule("allocator_unmap", s, run).size(), 1u);
+  run.segment_unmaps = 9;
+  EXPECT_TRUE(run_rule("allocator_unmap", s, run).empty());
+}
+
+TEST(Rule, ReservedOverhang) {
+  RunInfo run = quiet_run();
+  run.mem_peak = 100;
+  run.mem_reserved_peak = 200;
+  const auto s = steps_of({100, 0, 0, 0, 0, 0, 0, 0});
+  EXPECT_EQ(run_rule("reserved_overhang", s, run).size(), 1u);
+  run.mem_reserved_peak = 199;
+  EXPECT_TRUE(run_rule("reserved_overhang", s, run).empty());
+}
+
+TEST(Rule, MemoryCapacity) {
+  RunInfo run = quiet_run();
+  run.memory_capacity = 1000;
+  run.mem_reserved_peak = 950;
+  const auto s = steps_of({100, 0, 0, 0, 0, 0, 0, 0});
+  auto f = run_rule("memory_capacity", s, run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].knobs.at(0), "--checkpoint block");
+  run.mem_reserved_peak = 900;
+  EXPECT_TRUE(run_rule("memory_capacity", s, run).empty());
+}
+
+}  // namespace
