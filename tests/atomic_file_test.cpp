@@ -2,9 +2,12 @@
 #include "ft/core/atomic_file.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "ft/core/error.h"
@@ -107,6 +110,36 @@ TEST_F(AtomicFileTest, MissingDirectoryThrowsIoErrorWithPath) {
 
 TEST_F(AtomicFileTest, ReadMissingFileThrowsIoError) {
   EXPECT_THROW(read_file(dir_ / "missing"), IoError);
+}
+
+// A writer killed outright (SIGKILL, no destructor) leaves its temp file; the next writer of the
+// same path removes it, while a temp file of a live process (pid 1) stays.
+TEST_F(AtomicFileTest, KilledWritersTempFileIsRemovedByTheNextWriter) {
+  const fs::path p = dir_ / "checkpoint.ft";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    AtomicFileWriter w(p);
+    const std::string data(1 << 20, 'x');
+    w.write(data.data(), data.size());
+    ::raise(SIGKILL);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  fs::path stale = p;
+  stale += ".tmp." + std::to_string(child);
+  ASSERT_TRUE(fs::exists(stale));
+  EXPECT_EQ(fs::file_size(stale), 1u << 20);
+  fs::path live = p;
+  live += ".tmp.1";
+  write_file_atomic(dir_ / "other", "");  // another path's writer leaves them alone
+  { std::ofstream(live) << "live"; }
+  EXPECT_TRUE(fs::exists(stale));
+  write_file_atomic(p, "new");
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_EQ(read_file(p), "new");
 }
 
 TEST(Crc32Test, KnownVector) {

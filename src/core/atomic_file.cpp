@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -44,7 +45,29 @@ void fsync_dir(const std::filesystem::path& dir) {
 
 }  // namespace
 
+size_t remove_stale_temp_files(const std::filesystem::path& path) {
+  namespace fs = std::filesystem;
+  const fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
+  const std::string prefix = path.filename().string() + ".tmp.";
+  size_t removed = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string pid_text = name.substr(prefix.size());
+    if (pid_text.find_first_not_of("0123456789") != std::string::npos || pid_text.size() > 9) continue;
+    const long pid = std::stol(pid_text);
+    // A writer that is still running (or any process that now has its pid) keeps its file.
+    if (pid <= 0 || pid == static_cast<long>(::getpid()) || ::kill(pid, 0) == 0 || errno != ESRCH)
+      continue;
+    std::error_code rm;
+    if (fs::remove(it->path(), rm)) ++removed;
+  }
+  return removed;
+}
+
 AtomicFileWriter::AtomicFileWriter(std::filesystem::path path) : path_(std::move(path)) {
+  remove_stale_temp_files(path_);  // left by a writer killed before commit (kill -9)
   tmp_ = path_;
   tmp_ += fmt::format(".tmp.{}", static_cast<long>(::getpid()));
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

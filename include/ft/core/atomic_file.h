@@ -11,7 +11,9 @@ namespace ft {
 
 // Streams bytes to `<path>.tmp.<pid>`; commit() fsyncs, renames over `path`
 // and fsyncs the directory. Destroying an uncommitted writer removes the temp
-// file, so a crash or exception never leaves a half-written `path`.
+// file, so a crash or exception never leaves a half-written `path`; a writer
+// killed outright (kill -9) leaves its temp file, which the next writer of the
+// same path removes (remove_stale_temp_files).
 class AtomicFileWriter {
  public:
   explicit AtomicFileWriter(std::filesystem::path path);  // throws IoError
@@ -29,6 +31,9 @@ class AtomicFileWriter {
   size_t written_ = 0;
   bool committed_ = false;
 };
+
+// Removes `<path>.tmp.<pid>` files whose process no longer exists; returns how many.
+size_t remove_stale_temp_files(const std::filesystem::path& path);
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
 std::string read_file(const std::filesystem::path& path);  // throws IoError
