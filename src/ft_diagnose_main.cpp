@@ -2,6 +2,7 @@
 // the diagnosis.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -150,9 +151,17 @@ int run(int argc, char** argv) {
   }
   if (run_mode) {
     if (!hta_json.empty()) throw ft::ConfigError("--hta-json applies to trace re-analysis only");
-    if (out.empty()) throw ft::ConfigError("ft-diagnose run needs --out DIR");
     ft::diagnose::RunOptions ro;
     ro.profile_steps = profile;
+    if (std::find(rest.begin(), rest.end(), "--help") != rest.end() ||
+        std::find(rest.begin(), rest.end(), "-h") != rest.end()) {
+      // `ft-diagnose run --help`: this command's usage, then every ft-train option it takes.
+      fmt::print("{}\n", kUsage);
+      ft::profiler::Trace unused;
+      ft::diagnose::run_profiled({"--help"}, ro, &unused);
+      return 0;
+    }
+    if (out.empty()) throw ft::ConfigError("ft-diagnose run needs --out DIR (see ft-diagnose run --help)");
     if (ranks > 1) {
       bool help = false;
       const int rc = ft::diagnose::run_ranks(rest, ro, ranks, out, &help);

@@ -173,6 +173,16 @@ TEST(DiagnoseCli, ProfileWindowKeepsOnlyThoseSteps) {
   EXPECT_EQ(j["steps"][1]["step"], 3);
 }
 
+// `ft-diagnose run --help` shows this command's usage and the ft-train options it takes, and exits 0
+// (it once failed with "needs --out DIR").
+TEST(DiagnoseCli, RunHelpListsTheTrainOptions) {
+  const Result r = diagnose("run --help");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("ft-diagnose run --out DIR"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--micro-batch"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("needs --out"), std::string::npos) << r.out;
+}
+
 TEST(DiagnoseCli, BadInputIsAClearError) {
   const fs::path d = temp_dir("bad");
   Result r = diagnose(d.string() + " --fail-if data20");
