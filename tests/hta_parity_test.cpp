@@ -1,5 +1,5 @@
 // hta_parity_test.cpp: ft's HTA-compatible analyses against HTA v0.6.1's own outputs on every
-// trace in ../shared/traces/hta that has an entry in hta_outputs.json.
+// trace in tests/data/hta (copied from ../shared/traces/hta) that has an entry in hta_outputs.json.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +15,7 @@ using nlohmann::json;
 
 namespace {
 
-const fs::path kRoot = fs::path(FT_SOURCE_DIR) / ".." / "shared" / "traces" / "hta";
+const fs::path kRoot = fs::path(FT_SOURCE_DIR) / "tests" / "data" / "hta";
 
 // Percentages: within 0.1 percentage points (the tolerance).
 constexpr double kPctTolerance = 0.1;
@@ -126,8 +126,7 @@ void compare_entry(const std::string& key, const json& want, const json& got) {
 
 TEST(HtaParity, EveryTraceWithAnHtaOutput) {
   ASSERT_TRUE(fs::is_directory(kRoot))
-      << "the shared HTA traces are missing: expected " << kRoot.string()
-      << " (../shared beside the project root; see ../shared/README.md)";
+      << "the repository's HTA traces are missing: expected " << kRoot.string();
   const json expected = json::parse(ft::read_file(kRoot / "hta_outputs.json"));
   size_t compared = 0;
   for (const auto& [key, want] : expected.items()) {

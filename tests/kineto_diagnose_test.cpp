@@ -21,7 +21,8 @@ using namespace ft::profiler;
 
 namespace {
 
-const fs::path kRoot = fs::path(FT_SOURCE_DIR) / ".." / "shared" / "traces" / "hta";
+// Real traces from GPU training jobs, copied from ../shared/traces/hta into the repository.
+const fs::path kRoot = fs::path(FT_SOURCE_DIR) / "tests" / "data" / "hta";
 
 struct TempDir {
   fs::path path;
@@ -66,7 +67,7 @@ const Finding* find_cls(const Diagnosis& d, const std::string& cls) {
 // sum to its wall time in integer ns) and diagnose; the rest fail with a clear FormatError.
 TEST(KinetoDiagnose, SharedTracesPartitionExactly) {
   const auto traces = shared_traces();
-  if (traces.empty()) GTEST_SKIP() << "no shared traces at " << kRoot;
+  ASSERT_FALSE(traces.empty()) << "the repository's traces are missing at " << kRoot;
   int with_steps = 0, steps_total = 0;
   for (const fs::path& p : traces) {
     SCOPED_TRACE(p.string());
@@ -101,7 +102,7 @@ TEST(KinetoDiagnose, SharedTracesPartitionExactly) {
 // A GPU trace: device idle is split and runtime launches count as host time.
 TEST(KinetoDiagnose, SharedGpuTraceHasDeviceSplit) {
   const fs::path p = kRoot / "trace_diff" / "control";
-  if (!fs::exists(p)) GTEST_SKIP() << "no " << p;
+  ASSERT_TRUE(fs::exists(p)) << "missing " << p;
   const Trace t = load_trace(p);
   const auto steps = classify_steps(t);
   ASSERT_FALSE(steps.empty());
@@ -388,8 +389,7 @@ TEST(KinetoDiagnose, PreparedTraceLeavesOutOnlyWhatTheClassifierIgnores) {
 {"ph":"X","cat":"cpu_op","name":"aten::mm","pid":5,"tid":2,"ts":1100,"dur":500}]})j");
   // clang-format on
   std::vector<fs::path> traces = {dir.path / "gaps.json"};
-  if (fs::exists(kRoot / "trace_diff" / "control"))
-    traces.push_back(kRoot / "trace_diff" / "control");
+  traces.push_back(kRoot / "trace_diff" / "control");
   for (const fs::path& p : traces) {
     SCOPED_TRACE(p.string());
     const Trace prepared = load_trace(p);
