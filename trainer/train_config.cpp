@@ -211,7 +211,7 @@ po::options_description training_options(TrainConfig& c, RawFlags& raw) {
     ("val-every", po::value(&c.val_every)->default_value(0), "validate every N steps (0: at the end)")
     ("val-batches", po::value(&c.val_batches)->default_value(8), "micro-batches per validation")
     ("warmup-excluded", po::value(&c.warmup_steps_excluded)->default_value(2), "steps excluded from mean tokens/s")
-    ("peak-gflops", po::value(&c.peak_gflops)->default_value(0), "peak for MFU (0: ft's stated default)")
+    ("peak-gflops", po::value(&c.peak_gflops)->default_value(0), "peak for MFU in GFLOP/s (0: measured on this machine at start-up)")
     ("loss-scale", po::value(&c.loss_scale)->default_value(65536.0f, "65536"), "fp16 initial loss scale")
     ("loss-scale-window", po::value(&c.loss_scale_window)->default_value(1000), "fp16: clean steps before the scale doubles")
     ("head-chunk-mb", po::value(&c.head_chunk_mb)->default_value(0), "MiB of logits per LM-head chunk (0: auto, fp32 1024 / bf16 48)")

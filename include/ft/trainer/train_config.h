@@ -57,7 +57,7 @@ struct TrainConfig {
   int val_every = 0;       // 0: validate at the end only
   int val_batches = 8;
   int warmup_steps_excluded = 2;  // steps excluded from the mean throughput
-  double peak_gflops = 0;  // 0: ft's stated default for the precision and threads
+  double peak_gflops = 0;  // 0: measured on this machine at start-up (ft/core/cpu_peak.h)
   float loss_scale = 65536.0f;
   int loss_scale_window = 1000;
   int head_chunk_mb = 0;   // logits per LM-head chunk (MiB); 0 = auto (fp32/fp16 1024, bf16 48)
