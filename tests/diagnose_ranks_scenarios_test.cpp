@@ -12,8 +12,8 @@
 #include "ft/core/atomic_file.h"
 #include "ft/reports/report.h"
 #include "ft/trainer/communicator.h"
-#include "test_precision.h"
 #include "ft/trainer/launch.h"
+#include "test_precision.h"
 #include "test_scratch.h"
 
 namespace {

@@ -27,7 +27,6 @@ constexpr bool kUnderAsan = true;
 constexpr bool kUnderAsan = false;
 #endif
 
-
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -99,21 +98,26 @@ std::string knob_flags(const json& f) {
 }
 
 // (a) Data-bound: heavy in-line preprocessing, no loader workers. The preprocessing is sized from
-// this machine's own step: a run without it gives the step's compute, a run with a known cost gives
-// the cost of one unit, and the scenario's in-line preprocessing is then twice the compute. One
-// worker hides all of it behind compute, so the fixed run takes at most ~1/2 of the slow one's
-// step by construction, whatever the CPU; the test asks for < 0.8.
+// this machine's own step: a run without it gives the step's compute, a run with a known cost
+// gives the training thread's data time per unit of cost (the data class: the preprocessing the
+// in-line loader does, in the same chunks at the same steps for a given seed), and the scenario's
+// preprocessing then equals the compute. That is where workers gain most on 2 cores: in-line
+// the step is compute + preprocessing (2x), with workers it is the compute plus what the workers
+// take from the training thread's core (the data finding names one worker per free core), so the
+// fixed run needs at most ~0.73 of the slow one's step by construction (0.44-0.70 in 12 runs on Zen
+// 3); the test asks for < 0.9, and that the training thread's data wait at least halves.
 TEST(DiagnoseScenario, DataBoundTopFindingIsDataAndWorkersCutStepTime) {
   if (kUnderAsan) GTEST_SKIP() << "time shares are dominated by ASan's shadow-memory faults";
   const std::string model =
       " --layers 2 --heads 2 --channels 64 --seq-len 64 --micro-batch 8 --steps 24" +
       ft::test::fast_precision_flag();
   const double compute_ms = mean_step_ms(diagnose_run("data_base", model + " --loader-workers 0"));
-  constexpr int kProbeCost = 1000;
-  const double probe_ms = mean_step_ms(diagnose_run(
-      "data_probe", model + " --loader-workers 0 --preprocess-cost " + std::to_string(kProbeCost)));
-  const double unit_ms = std::max(probe_ms - compute_ms, 1e-3) / kProbeCost;
-  const long cost = std::clamp(std::lround(2.0 * compute_ms / unit_ms), 200L, 200000L);
+  constexpr int kProbeCost = 2000;
+  const json probe = diagnose_run(
+      "data_probe", model + " --loader-workers 0 --preprocess-cost " + std::to_string(kProbeCost));
+  const double probe_data_ms = probe.at("totals").at("data").get<double>() * mean_step_ms(probe);
+  const double unit_ms = std::max(probe_data_ms, 1e-3) / kProbeCost;
+  const long cost = std::clamp(std::lround(compute_ms / unit_ms), 200L, 400000L);
   const std::string preprocess = " --preprocess-cost " + std::to_string(cost);
   const json slow = diagnose_run("data", model + " --loader-workers 0" + preprocess);
   const json& f = top(slow);
@@ -124,12 +128,19 @@ TEST(DiagnoseScenario, DataBoundTopFindingIsDataAndWorkersCutStepTime) {
     if (k.get<std::string>().rfind("--loader-workers", 0) == 0) workers = k.get<std::string>();
   }
   const json fast = diagnose_run("data_fixed", model + preprocess + " " + workers);
-  EXPECT_LT(fast.at("totals").at("data").get<double>(), slow.at("totals").at("data").get<double>());
+  // One worker produces about as fast as the step computes, so a little wait remains (data share
+  // 0.54 -> 0.12 in the slowest of 12 runs on Zen 3): at least halved.
+  EXPECT_LT(2 * fast.at("totals").at("data").get<double>(),
+            slow.at("totals").at("data").get<double>());
   // ctest runs this test alone (RUN_SERIAL).
   const double ratio = mean_step_ms(fast) / mean_step_ms(slow);
-  EXPECT_LT(ratio, 0.8) << "applying " << workers << " measurably cuts step time (compute "
-                        << compute_ms << " ms, preprocess-cost " << cost << ")";
+  std::printf("data scenario: compute %.1f ms, preprocess-cost %ld, step %.1f -> %.1f ms (%.2f)\n",
+              compute_ms, cost, mean_step_ms(slow), mean_step_ms(fast), ratio);
+  EXPECT_LT(ratio, 0.9) << "applying " << workers << " measurably cuts step time (compute "
+                        << compute_ms << " ms, preprocess-cost " << cost << ", slow data share "
+                        << slow.at("totals").at("data") << ")";
 }
+
 // (b) Memory: caching disabled under a tight limit, so every step maps and faults in fresh pages.
 // Many small heads with naive attention store (B, NH, T, T) scores: many bytes per flop, so the
 // faults weigh 8.7-9.5% of the step on a Zen 3 in fp32 at one thread (threshold 5%).
@@ -160,7 +171,8 @@ TEST(DiagnoseScenario, MemoryTopFindingIsMemoryAndCachingRemovesTheFaults) {
 // (c) Compute-bound fp32: bf16 is the fix.
 TEST(DiagnoseScenario, ComputeBoundFp32TopFindingIsPrecision) {
   if (!ft::test::bf16_native())
-    GTEST_SKIP() << "this CPU has no bf16 GEMMs (bf16 is emulated): fp32 is already the fast precision";
+    GTEST_SKIP()
+        << "this CPU has no bf16 GEMMs (bf16 is emulated): fp32 is already the fast precision";
   const json r = diagnose_run(
       "compute", " --layers 2 --heads 2 --channels 128 --seq-len 64 --micro-batch 16 --steps 6");
   const json& f = top(r);
