@@ -1,7 +1,9 @@
 // cpu_peak.cpp: FMA / VDPBF16PS / AMX throughput loops, dispatched at run time, and the cached
 // per-core probe that gives MFU its peak.
 // GCC 12 reports a false -Wmaybe-uninitialized inside its own AVX-512 intrinsic headers.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include "ft/core/cpu_peak.h"
 
 #include <fmt/format.h>
