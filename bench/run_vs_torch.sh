@@ -17,12 +17,15 @@ usage: bench/run_vs_torch.sh [options]
   --out FILE        JSON output (default bench/results/vs_torch.json, *_untuned.json with --no-tune)
   --timeout S       per-run time limit in seconds (default 3600)
 Environment: FT_TRAIN (default build/ft-train), PYTHON (default /usr/bin/python3, needs torch),
-  FT_OPENBLAS_CORETYPE (default SkylakeX; OpenBLAS 0.3.21 falls back to Prescott on this CPU).
+  FT_OPENBLAS_CORETYPE (default SkylakeX on an AVX-512 CPU, else Haswell: OpenBLAS 0.3.21 falls
+  back to Prescott on CPUs it does not know, and SkylakeX kernels die of SIGILL without AVX-512).
 EOF
   exit "${1:-0}"
 }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEFAULT_CORETYPE=Haswell
+grep -qw avx512f /proc/cpuinfo 2>/dev/null && DEFAULT_CORETYPE=SkylakeX
 cd "$ROOT"
 ROUNDS=2 STEPS=12 WARMUP=2 THREADS=2 SEED=1337 CONFIGS="A B" PRECISIONS="fp32 bf16"
 TORCH_ONLY=0 TUNE=1 OUT="" TIMEOUT=3600
@@ -67,7 +70,7 @@ JEMALLOC="${JEMALLOC:-/usr/lib/x86_64-linux-gnu/libjemalloc.so.2}"
 if [[ $TUNE == 1 ]]; then
   [[ -f "$JEMALLOC" ]] || { echo "jemalloc not found at $JEMALLOC" >&2; exit 1; }
   RUN_ENV=(env -u OPENBLAS_L2_SIZE -u OPENBLAS_NUM_THREADS
-           "OPENBLAS_CORETYPE=${FT_OPENBLAS_CORETYPE:-SkylakeX}"
+           "OPENBLAS_CORETYPE=${FT_OPENBLAS_CORETYPE:-$DEFAULT_CORETYPE}"
            "LD_LIBRARY_PATH=$OPENBLAS_DIR"
            "LD_PRELOAD=$JEMALLOC"
            "MALLOC_CONF=retain:true,dirty_decay_ms:-1,muzzy_decay_ms:-1"
