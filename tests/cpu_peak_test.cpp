@@ -17,11 +17,17 @@ using ft::PeakUnit;
 
 class CpuPeakTest : public ::testing::Test {
  protected:
+  // The probe tests below need an FMA unit (AVX2 or AVX-512): a CPU without one has no peak to
+  // probe, only a 0 (GemmUnitFollowsTheCpuFlags checks that).
   void SetUp() override {
+    if (!ft::unit_available(PeakUnit::kFp32Fma, ft::collect_env_info()))
+      GTEST_SKIP() << "no FMA unit on this CPU";
     dir_ = fs::temp_directory_path() / ("ft_cpu_peak_" + std::to_string(::getpid()));
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
   fs::path dir_;
 };
 
@@ -61,7 +67,6 @@ TEST(CpuPeak, ShortProbeAgreesWithALongerRunOfTheSameLoop) {
 
 TEST_F(CpuPeakTest, ProbesOnceThenReadsTheCacheAndScalesByThreads) {
   const EnvInfo env = ft::collect_env_info();
-  if (!ft::unit_available(PeakUnit::kFp32Fma, env)) GTEST_SKIP() << "no FMA unit on this CPU";
   const fs::path cache = dir_ / "sub" / "cpu_peak.json";
   const auto first = ft::measure_cpu_peak(false, 1, env, cache);
   EXPECT_FALSE(first.cached);
@@ -79,7 +84,6 @@ TEST_F(CpuPeakTest, ProbesOnceThenReadsTheCacheAndScalesByThreads) {
 
 TEST_F(CpuPeakTest, CacheIsKeyedByCpuModelAndFlags) {
   EnvInfo env = ft::collect_env_info();
-  if (!ft::unit_available(PeakUnit::kFp32Fma, env)) GTEST_SKIP() << "no FMA unit on this CPU";
   const fs::path cache = dir_ / "cpu_peak.json";
   // A cache that holds a figure for another CPU model is not used for this one.
   EnvInfo other = env;
@@ -101,7 +105,6 @@ TEST_F(CpuPeakTest, CacheIsKeyedByCpuModelAndFlags) {
 
 TEST_F(CpuPeakTest, CorruptCacheIsIgnoredAndRewritten) {
   const EnvInfo env = ft::collect_env_info();
-  if (!ft::unit_available(PeakUnit::kFp32Fma, env)) GTEST_SKIP() << "no FMA unit on this CPU";
   const fs::path cache = dir_ / "cpu_peak.json";
   {
     std::ofstream(cache) << "{not json";
@@ -114,7 +117,6 @@ TEST_F(CpuPeakTest, CorruptCacheIsIgnoredAndRewritten) {
 
 TEST_F(CpuPeakTest, UnwritableCacheOnlyCostsAProbe) {
   const EnvInfo env = ft::collect_env_info();
-  if (!ft::unit_available(PeakUnit::kFp32Fma, env)) GTEST_SKIP() << "no FMA unit on this CPU";
   const fs::path blocker = dir_ / "file";
   { std::ofstream(blocker) << "x"; }
   const auto p = ft::measure_cpu_peak(false, 1, env, blocker / "cpu_peak.json");
