@@ -1,0 +1,50 @@
+// critical_path.h: HTA v0.6.1's critical-path analysis of one rank of a Kineto trace.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace ft::profiler {
+
+struct CriticalPathOptions {
+  int rank = 0;
+  std::string annotation = "ProfilerStep";  // "" = the whole rank
+  int64_t instance_first = 0;               // 0-based instance range, inclusive
+  int64_t instance_last = 0;
+  bool add_zero_weight_launch_edges = false;   // CRITICAL_PATH_ADD_ZERO_WEIGHT_LAUNCH_EDGE=1
+  bool strict_negative_weight_checks = false;  // CRITICAL_PATH_STRICT_NEGATIVE_WEIGHT_CHECKS=1
+  std::vector<std::string> data_load_events;   // regexes (HTA's data_load_events)
+};
+
+// One edge of the critical path, in path order.
+struct CriticalPathEdge {
+  std::string type;  // operator, dependency, kernel_launch_delay, kernel_kernel_delay, ...
+  int64_t weight = 0;  // µs; may be negative (the graph used 0)
+  std::string bound_by;  // cpu_bound, gpu_compute_bound, ... ("" for dependencies)
+  int64_t src_ts = 0;
+  int64_t dst_ts = 0;
+  int64_t attributed_ev_idx = -1;  // position in traceEvents; -1 = none
+  std::string attributed_name;
+};
+
+struct CriticalPathResult {
+  bool success = false;
+  std::string error;  // set when HTA returns None or raises
+  int64_t total_us = 0;
+  std::vector<CriticalPathEdge> edges;
+  nlohmann::json json;  // HTA's field names (see tests/data/hta_critical_path.json)
+};
+
+// Runs the analysis on `trace_path` (a Kineto JSON file, .gz or not, or a directory holding the
+// rank's file).
+CriticalPathResult critical_path(const std::string& trace_path, const CriticalPathOptions& options);
+// The same on trace JSON text held in memory.
+CriticalPathResult critical_path_from_text(const std::string& text,
+                                           const CriticalPathOptions& options);
+// critical_path(...).json.
+nlohmann::json critical_path_analysis(const std::string& trace_path,
+                                      const CriticalPathOptions& options);
+
+}  // namespace ft::profiler

@@ -1,0 +1,37 @@
+// critical_path_rows.h: a rank's rows as HTA's critical-path analysis sees them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ft::profiler::kineto {
+
+struct CpRow {
+  int64_t ev_idx = 0;  // position in traceEvents
+  std::string name;
+  std::string cat;
+  int64_t pid = 0;
+  int64_t tid = 0;
+  int64_t ts = 0;   // ceil(ts µs), shifted so that the rank's minimum is 0
+  int64_t dur = 0;  // floor(ts + dur) - ts
+  int64_t stream = -1;
+  int64_t corr = -1;
+  int64_t wait_stream = -1;
+  int64_t wait_corr = -1;
+  int64_t partner = -1;       // row position of the CPU/GPU partner, -1 = none
+  bool linked_corr = false;   // HTA's index_correlation >= 0 (a correlation, partner or not)
+  int64_t end() const { return ts + dur; }
+  bool gpu() const { return stream != -1; }
+};
+
+struct CpTrace {
+  std::vector<CpRow> rows;  // HTA's dataframe order
+  bool has_cuda_sync = false;
+};
+
+// Parses Kineto trace JSON text and applies HTA's loading rules (rounding, shift, last-step
+// drop, CPU/GPU correlation).
+CpTrace load_cp_trace(const std::string& text);
+
+}  // namespace ft::profiler::kineto

@@ -1,0 +1,145 @@
+// critical_path_test.cpp: HTA critical-path parity on the reference traces, and a hand-made trace
+// whose critical path is known by construction.
+#include "ft/profiler/critical_path.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <string>
+
+namespace {
+
+using ft::profiler::CriticalPathOptions;
+using nlohmann::json;
+
+const std::string kData = std::string(FT_SOURCE_DIR) + "/tests/data";
+
+const json& reference() {
+  static const json ref = [] {
+    std::ifstream in(kData + "/hta_critical_path.json");
+    return json::parse(in);
+  }();
+  return ref;
+}
+
+CriticalPathOptions options_of(const json& args) {
+  CriticalPathOptions o;
+  o.rank = args.at("rank").get<int>();
+  o.annotation = args.at("annotation").get<std::string>();
+  const json& id = args.at("instance_id");
+  if (id.is_array()) {
+    o.instance_first = id.at(0).get<int64_t>();
+    o.instance_last = id.at(1).get<int64_t>();
+  } else if (id.is_number()) {
+    o.instance_first = o.instance_last = id.get<int64_t>();
+  }
+  return o;
+}
+
+void expect_near_pct(double want, double got, const std::string& what) {
+  EXPECT_LE(std::fabs(want - got), std::max(1.0, std::fabs(want) * 0.01)) << what;
+}
+
+// Success, totals, per-type breakdown, edge counts by type and the summary, as HTA computed.
+void expect_parity(const json& want, const json& got, const std::string& key) {
+  ASSERT_EQ(want.at("success"), got.at("success")) << key << ": " << got.dump().substr(0, 300);
+  if (!want.at("success").get<bool>()) return;
+  expect_near_pct(want.at("cp_total_duration_us").get<double>(),
+                  got.at("cp_total_duration_us").get<double>(), key + " total");
+  for (const auto& [type, v] : want.at("graph_edges_by_type").items()) {
+    ASSERT_TRUE(got.at("graph_edges_by_type").contains(type)) << key << " " << type;
+    EXPECT_EQ(v.at("count"), got.at("graph_edges_by_type").at(type).at("count"))
+        << key << " edges " << type;
+  }
+  EXPECT_EQ(want.at("graph_edges_by_type").size(), got.at("graph_edges_by_type").size()) << key;
+  for (const auto& [type, v] : want.at("breakdown_by_type").items()) {
+    const json& g = got.at("breakdown_by_type");
+    const double sum = g.contains(type) ? g.at(type).at("duration_sum").get<double>() : -1;
+    expect_near_pct(v.at("duration_sum").get<double>(), sum, key + " breakdown " + type);
+  }
+  if (!want.contains("summary_records") || !got.contains("summary_records")) return;
+  std::map<std::string, double> pct;
+  for (const json& r : got.at("summary_records")) pct[r.at("bound_by")] = r.at("pct_of_cp_duration");
+  for (const json& r : want.at("summary_records")) {
+    const std::string b = r.at("bound_by");
+    ASSERT_TRUE(pct.count(b)) << key << " summary " << b;
+    EXPECT_NEAR(r.at("pct_of_cp_duration").get<double>(), pct[b], 1.0) << key << " summary " << b;
+  }
+}
+
+TEST(CriticalPathHtaParity, EveryReferenceTrace) {
+  const json& cp = reference().at("critical_path");
+  ASSERT_FALSE(cp.empty());
+  for (const auto& [key, want] : cp.items()) {
+    SCOPED_TRACE(key);
+    const CriticalPathOptions o = options_of(want.at("args"));
+    const json got = ft::profiler::critical_path_analysis(kData + "/hta/" + key, o);
+    expect_parity(want, got, key);
+  }
+}
+
+TEST(CriticalPathHtaParity, ZeroWeightLaunchEdges) {
+  const json& cp = reference().at("critical_path");
+  for (const auto& [key, want] : cp.items()) {
+    if (!want.contains("with_zero_weight_launch_edges")) continue;
+    SCOPED_TRACE(key);
+    CriticalPathOptions o = options_of(want.at("args"));
+    o.add_zero_weight_launch_edges = true;
+    const json got = ft::profiler::critical_path_analysis(kData + "/hta/" + key, o);
+    expect_parity(want.at("with_zero_weight_launch_edges"), got, key + " (zero-weight launch)");
+  }
+}
+
+// A cpu_op launches a kernel and the thread then waits in cudaDeviceSynchronize: the path runs
+// op start -> launch start -> (launch delay) kernel start -> kernel end. The zero-weight sync
+// edge to the end of cudaDeviceSynchronize ties, and the first heaviest node (kernel end) wins.
+TEST(CriticalPath, LaunchThenDeviceSynchronize) {
+  auto span = [](const char* name, const char* cat, int tid, double ts, double dur, json args) {
+    return json{{"ph", "X"}, {"name", name}, {"cat", cat}, {"pid", tid == 7 ? 0 : 1},
+                {"tid", tid}, {"ts", ts},    {"dur", dur}, {"args", args}};
+  };
+  const json trace = {
+      {"distributedInfo", {{"rank", 0}}},
+      {"traceEvents",
+       {span("ProfilerStep#1", "user_annotation", 1, 0, 100, json::object()),
+        span("aten::add", "cpu_op", 1, 10, 30, json::object()),
+        span("cudaLaunchKernel", "cuda_runtime", 1, 15, 10, {{"correlation", 1}}),
+        span("add_kernel", "kernel", 7, 30, 50, {{"stream", 7}, {"correlation", 1}}),
+        span("cudaDeviceSynchronize", "cuda_runtime", 1, 50, 40, {{"correlation", 2}}),
+        span("Context Sync", "cuda_sync", 7, 85, 5, {{"stream", 7}, {"correlation", 2}})}}};
+  CriticalPathOptions o;
+  const auto r = ft::profiler::critical_path_from_text(trace.dump(), o);
+  ASSERT_TRUE(r.success) << r.error;
+  EXPECT_EQ(r.total_us, 70);
+  ASSERT_EQ(r.edges.size(), 3u);
+  EXPECT_EQ(r.edges[0].type, "operator");
+  EXPECT_EQ(r.edges[0].weight, 5);
+  EXPECT_EQ(r.edges[0].bound_by, "cpu_bound");
+  EXPECT_EQ(r.edges[0].attributed_name, "aten::add");
+  EXPECT_EQ(r.edges[1].type, "kernel_launch_delay");
+  EXPECT_EQ(r.edges[1].weight, 15);
+  EXPECT_EQ(r.edges[2].type, "operator");
+  EXPECT_EQ(r.edges[2].weight, 50);
+  EXPECT_EQ(r.edges[2].bound_by, "gpu_compute_bound");
+  EXPECT_EQ(r.edges[2].attributed_name, "add_kernel");
+  EXPECT_EQ(r.edges[2].dst_ts, 80);
+  EXPECT_EQ(r.json.at("graph_edges_by_type").at("sync_dependency").at("count"), 1);
+  EXPECT_EQ(r.json.at("breakdown_by_bound_by").at("gpu_kernel_launch_overhead").at("duration_sum"),
+            15);
+}
+
+TEST(CriticalPath, MissingAnnotationAndInstanceFail) {
+  const std::string dir = kData + "/hta/critical_path/cuda_event_sync";
+  CriticalPathOptions o;
+  o.annotation = "no such annotation";
+  EXPECT_FALSE(ft::profiler::critical_path(dir, o).success);
+  o.annotation = "ProfilerStep";
+  o.instance_first = o.instance_last = 5;
+  const auto r = ft::profiler::critical_path(dir, o);
+  EXPECT_FALSE(r.success);
+  EXPECT_NE(r.error.find("instance"), std::string::npos);
+}
+
+}  // namespace
