@@ -5,6 +5,7 @@
 
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
+#include "ft/profiler/critical_path.h"
 #include "ft/profiler/hta.h"
 #include "ft/profiler/kineto_reader.h"
 
@@ -14,11 +15,18 @@ int main(int argc, char** argv) {
   try {
     po::options_description opts("ft-hta TRACE_FILE|TRACE_DIR --hta-json FILE [options]");
     std::string trace, out, root;
+    ft::profiler::CriticalPathOptions cp;
     opts.add_options()("help,h", "show this help")(
         "trace", po::value<std::string>(&trace), "Kineto trace file (.json/.json.gz) or rank dir")(
         "hta-json", po::value<std::string>(&out), "write the HTA-compatible analyses here")(
         "traces-root", po::value<std::string>(&root),
-        "key the entry by the trace's directory relative to this root (e.g. trace_diff/control)");
+        "key the entry by the trace's directory relative to this root (e.g. trace_diff/control)")(
+        "cp-annotation", po::value<std::string>(&cp.annotation)->default_value("ProfilerStep"),
+        "critical path: window annotation (\"\" = whole rank)")(
+        "cp-instance", po::value<int64_t>(&cp.instance_first)->default_value(0),
+        "critical path: 0-based instance of the annotation")(
+        "cp-zero-weight-launch-edges", po::bool_switch(&cp.add_zero_weight_launch_edges),
+        "critical path: as CRITICAL_PATH_ADD_ZERO_WEIGHT_LAUNCH_EDGE=1");
     po::positional_options_description pos;
     pos.add("trace", 1);
     po::variables_map vm;
@@ -35,7 +43,14 @@ int main(int argc, char** argv) {
     if (trace.empty()) throw ft::ConfigError("ft-hta: missing TRACE_FILE|TRACE_DIR");
     if (out.empty()) throw ft::ConfigError("ft-hta: missing --hta-json FILE");
     nlohmann::json doc;
-    doc[ft::profiler::hta_entry_key(trace, root)] = ft::profiler::hta_analyses_of(trace);
+    const std::string key = ft::profiler::hta_entry_key(trace, root);
+    doc[key] = ft::profiler::hta_analyses_of(trace);
+    cp.instance_last = cp.instance_first;
+    try {
+      doc[key]["critical_path"] = ft::profiler::critical_path_analysis(trace, cp);
+    } catch (const std::exception& e) {  // ft::Error, or a JSON parse error
+      doc[key]["critical_path"] = {{"success", false}, {"error", e.what()}};
+    }
     ft::write_file_atomic(out, doc.dump(1) + "\n");
     return 0;
   } catch (const ft::ConfigError& e) {
