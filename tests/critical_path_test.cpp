@@ -61,7 +61,8 @@ void expect_parity(const json& want, const json& got, const std::string& key) {
   }
   if (!want.contains("summary_records") || !got.contains("summary_records")) return;
   std::map<std::string, double> pct;
-  for (const json& r : got.at("summary_records")) pct[r.at("bound_by")] = r.at("pct_of_cp_duration");
+  for (const json& r : got.at("summary_records"))
+    pct[r.at("bound_by")] = r.at("pct_of_cp_duration");
   for (const json& r : want.at("summary_records")) {
     const std::string b = r.at("bound_by");
     ASSERT_TRUE(pct.count(b)) << key << " summary " << b;
@@ -97,8 +98,8 @@ TEST(CriticalPathHtaParity, ZeroWeightLaunchEdges) {
 // edge to the end of cudaDeviceSynchronize ties, and the first heaviest node (kernel end) wins.
 TEST(CriticalPath, LaunchThenDeviceSynchronize) {
   auto span = [](const char* name, const char* cat, int tid, double ts, double dur, json args) {
-    return json{{"ph", "X"}, {"name", name}, {"cat", cat}, {"pid", tid == 7 ? 0 : 1},
-                {"tid", tid}, {"ts", ts},    {"dur", dur}, {"args", args}};
+    return json{{"ph", "X"},  {"name", name}, {"cat", cat}, {"pid", tid == 7 ? 0 : 1},
+                {"tid", tid}, {"ts", ts},     {"dur", dur}, {"args", args}};
   };
   const json trace = {
       {"distributedInfo", {{"rank", 0}}},

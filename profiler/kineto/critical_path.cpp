@@ -196,8 +196,8 @@ void describe_path(const CpGraph& g, const std::vector<int>& path, const Critica
                     {"duration_sum", v.second}});
   }
   for (const auto& [k, v] : by_bound) {
-    const double pct = total == 0 ? 0.0 : 100.0 * static_cast<double>(v.second) /
-                                              static_cast<double>(total);
+    const double pct =
+        total == 0 ? 0.0 : 100.0 * static_cast<double>(v.second) / static_cast<double>(total);
     summary.push_back({{"bound_by", k}, {"pct_of_cp_duration", pct}});
   }
   out["breakdown_by_type_and_bound_by"] = both;

@@ -42,8 +42,8 @@ class CpGraph {
  public:
   CpGraph(const CpTrace& trace, std::vector<int64_t> clipped, const CriticalPathOptions& options);
 
-  bool validate();                   // HTA's _validate_graph
-  std::vector<int> longest_path();   // networkx dag_longest_path; empty on a cycle
+  bool validate();                  // HTA's _validate_graph
+  std::vector<int> longest_path();  // networkx dag_longest_path; empty on a cycle
   const CpEdge& edge(int u, int v) const { return edges_[edge_index_.at(key(u, v))]; }
   const std::vector<CpEdge>& edges() const { return edges_; }
   const std::vector<CpNode>& nodes() const { return nodes_; }

@@ -10,12 +10,12 @@ namespace ft::profiler::kineto {
 
 bool cp_is_launch(const std::string& n) {
   static const std::unordered_set<std::string> kLaunch = {
-      "cudaLaunchKernel",     "cudaLaunchKernelExC",
-      "cuLaunchKernel",       "cuLaunchKernelEx",
-      "cudaMemcpyAsync",      "cudaMemsetAsync",
-      "hipLaunchKernel",      "hipExtModuleLaunchKernel",
-      "hipMemsetAsync",       "hipMemcpyAsync",
-      "hipMemcpyWithStream",  "hipExtLaunchKernel",
+      "cudaLaunchKernel",      "cudaLaunchKernelExC",
+      "cuLaunchKernel",        "cuLaunchKernelEx",
+      "cudaMemcpyAsync",       "cudaMemsetAsync",
+      "hipLaunchKernel",       "hipExtModuleLaunchKernel",
+      "hipMemsetAsync",        "hipMemcpyAsync",
+      "hipMemcpyWithStream",   "hipExtLaunchKernel",
       "hipModuleLaunchKernel", "runFunction - job_prep_and_submit_for_execution"};
   return kLaunch.count(n) != 0;
 }
@@ -55,7 +55,8 @@ std::vector<int64_t> cp_queue_lengths(const CpTrace& t) {
     }
   }
   for (size_t i = 0; i < t.rows.size(); ++i) {
-    if (t.rows[i].gpu() && launch_corr.count(t.rows[i].corr)) order.push_back(static_cast<int64_t>(i));
+    if (t.rows[i].gpu() && launch_corr.count(t.rows[i].corr))
+      order.push_back(static_cast<int64_t>(i));
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return t.rows[a].ts < t.rows[b].ts; });
@@ -96,8 +97,7 @@ void cp_match_event_launches(const CpTrace& t,
       const int64_t stream = t.rows[r.partner].stream;
       for (const int64_t l : launches) {
         const CpRow& c = t.rows[l];
-        if (c.ts > r.ts && c.pid == r.pid && c.tid == r.tid &&
-            t.rows[c.partner].stream == stream) {
+        if (c.ts > r.ts && c.pid == r.pid && c.tid == r.tid && t.rows[c.partner].stream == stream) {
           (*next_launch_of_wait)[i] = l;
           break;
         }
@@ -120,7 +120,7 @@ void CpGraph::add_kernel_edges() {
   };
   std::stable_sort(rows.begin(), rows.end(),
                    [&](int64_t a, int64_t b) { return sort_by(a) < sort_by(b); });
-  std::map<int64_t, int> last_end;  // stream -> end node of its last kernel
+  std::map<int64_t, int> last_end;                   // stream -> end node of its last kernel
   std::unordered_map<int64_t, int64_t> kernel_sync;  // kernel row -> source kernel row
   for (const int64_t i : rows) {
     if (trace_.rows[i].cat == "cuda_sync") {

@@ -19,8 +19,8 @@ struct CpRow {
   int64_t corr = -1;
   int64_t wait_stream = -1;
   int64_t wait_corr = -1;
-  int64_t partner = -1;       // row position of the CPU/GPU partner, -1 = none
-  bool linked_corr = false;   // HTA's index_correlation >= 0 (a correlation, partner or not)
+  int64_t partner = -1;      // row position of the CPU/GPU partner, -1 = none
+  bool linked_corr = false;  // HTA's index_correlation >= 0 (a correlation, partner or not)
   int64_t end() const { return ts + dur; }
   bool gpu() const { return stream != -1; }
 };

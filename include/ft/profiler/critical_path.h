@@ -20,8 +20,8 @@ struct CriticalPathOptions {
 
 // One edge of the critical path, in path order.
 struct CriticalPathEdge {
-  std::string type;  // operator, dependency, kernel_launch_delay, kernel_kernel_delay, ...
-  int64_t weight = 0;  // µs; may be negative (the graph used 0)
+  std::string type;      // operator, dependency, kernel_launch_delay, kernel_kernel_delay, ...
+  int64_t weight = 0;    // µs; may be negative (the graph used 0)
   std::string bound_by;  // cpu_bound, gpu_compute_bound, ... ("" for dependencies)
   int64_t src_ts = 0;
   int64_t dst_ts = 0;
