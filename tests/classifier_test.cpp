@@ -259,3 +259,69 @@ TEST(Classifier, PageFaultProbeMeasuresFaults) {
 }
 
 }  // namespace
+
+namespace {
+
+// One step [0, 1000) on the training thread with a device kernel stream: the read-back scenarios
+// of issue 19, partitioned on the device's timeline.
+Builder readback_step(int64_t kernel_end, int64_t call_end) {
+  Builder b;
+  const Track s7{0, 7, true};
+  b.span(kMain, "step", Category::kStep, 0, 1000, 0);
+  b.span(kMain, "cudaLaunchKernel", Category::kHost, 0, 10);
+  b.span(s7, "gemm", Category::kCompute, 20, kernel_end - 20);
+  b.span(kMain, "aten::item", Category::kCompute, 50, call_end + 5 - 50);
+  Event& rb = b.span(kMain, "cudaMemcpyAsync", Category::kD2H, 60, call_end - 60);
+  rb.flags = kPageable;
+  rb.bytes = 4;
+  b.span(kMain, "cudaLaunchKernel", Category::kHost, 900, 10);
+  b.span(s7, "gemm", Category::kCompute, 915, 85);
+  return b;
+}
+
+}  // namespace
+
+// A 4-byte read-back that blocks the host 835 ns while the device stays busy costs the device
+// only the drain: from the kernel's end (890) to the next kernel (915), not the call's length.
+TEST(Classifier, DeviceBusyReadBackCostsOnlyTheDrain) {
+  const auto p = partition_steps(readback_step(890, 895).t).at(0);
+  EXPECT_EQ(sum(p), 1000);
+  EXPECT_EQ(at(p, WaitClass::kCompute), 870 + 85);
+  EXPECT_EQ(at(p, WaitClass::kPcie), 0) << "a read-back is no transfer problem";
+  EXPECT_EQ(at(p, WaitClass::kSync), 25);  // [890, 915): the drain, then the refill launch
+  EXPECT_EQ(at(p, WaitClass::kHost), 20);  // [0, 20): the first launch
+  EXPECT_EQ(p.detail_ns.at("sync.by.aten::item > cudaMemcpyAsync"), 25);
+  EXPECT_EQ(p.detail_ns.at("host.pcie"), 835) << "the host's own view keeps the call";
+}
+
+// The device finishes at 100 and the read-back returns at 120; the host then runs 780 ns of
+// untraced code before the next launch. The read-back is charged its wait plus a refill of at
+// most its own length (60 ns): the rest of the idle stretch is the host's.
+TEST(Classifier, StarvingReadBackIsMostlyTheHost) {
+  const auto p = partition_steps(readback_step(100, 120).t).at(0);
+  EXPECT_EQ(sum(p), 1000);
+  EXPECT_EQ(at(p, WaitClass::kCompute), 80 + 85);
+  EXPECT_EQ(at(p, WaitClass::kSync), 20 + 60);  // [100, 120) blocked, then 60 ns of refill
+  EXPECT_EQ(p.detail_ns.at("sync.refill"), 60);
+  EXPECT_EQ(at(p, WaitClass::kHost), 20 + (915 - 180));
+}
+
+// The device idles while the training thread waits for the loader: data, whatever the host's
+// other spans; with the device busy meanwhile, the same wait costs nothing.
+TEST(Classifier, DeviceIdleDuringTheLoaderIsData) {
+  for (const bool busy : {false, true}) {
+    Builder b;
+    const Track s7{0, 7, true};
+    b.span(kMain, "step", Category::kStep, 0, 1000, 0);
+    b.span(kMain, "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", Category::kData,
+           0, 600);
+    b.span(kMain, "cudaLaunchKernel", Category::kHost, 600, 10);
+    if (busy) b.span(s7, "prev_step_kernel", Category::kCompute, 0, 600);
+    b.span(s7, "gemm", Category::kCompute, 615, 385);
+    const auto p = partition_steps(b.t).at(0);
+    EXPECT_EQ(sum(p), 1000);
+    EXPECT_EQ(at(p, WaitClass::kData), busy ? 0 : 600);
+    EXPECT_EQ(at(p, WaitClass::kHost), 15);
+    EXPECT_EQ(p.detail_ns.at("host.data"), 600);
+  }
+}

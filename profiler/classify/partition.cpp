@@ -10,11 +10,15 @@
 #include <map>
 #include <set>
 
+#include "device_attribution.h"
 #include "ft/core/error.h"
 #include "ft/profiler/classifier.h"
+#include "interval_sweep.h"
 
 namespace ft::profiler {
 namespace {
+using sweep::Interval;
+using sweep::Segment;
 
 // Tie-break priority when two spans start at the same instant with the same length (lower wins).
 int class_priority(WaitClass c) {
@@ -37,67 +41,6 @@ int class_priority(WaitClass c) {
       return 7;
   }
   return 7;
-}
-
-struct Interval {
-  int64_t a = 0, b = 0;            // [a, b)
-  int label = -1;                  // caller's label
-  int64_t k1 = 0, k2 = 0, k3 = 0;  // ordering key: the smallest (k1, k2, k3) covers the instant
-};
-
-struct Segment {
-  int64_t a = 0, b = 0;
-  int label = -1;  // -1: nothing covers it
-};
-
-// Splits [lo, hi) into segments, each labelled by the winning covering interval.
-std::vector<Segment> sweep(std::vector<Interval> ivs, int64_t lo, int64_t hi) {
-  std::vector<Segment> out;
-  std::vector<std::pair<int64_t, int>> edges;  // (time, +i+1 start / -(i+1) end)
-  edges.reserve(2 * ivs.size());
-  for (size_t i = 0; i < ivs.size(); ++i) {
-    ivs[i].a = std::max(ivs[i].a, lo);
-    ivs[i].b = std::min(ivs[i].b, hi);
-    if (ivs[i].a >= ivs[i].b) continue;
-    edges.emplace_back(ivs[i].a, static_cast<int>(i) + 1);
-    edges.emplace_back(ivs[i].b, -static_cast<int>(i) - 1);
-  }
-  std::sort(edges.begin(), edges.end());
-  auto less = [&](int x, int y) {
-    const Interval& p = ivs[x];
-    const Interval& q = ivs[y];
-    if (p.k1 != q.k1) return p.k1 < q.k1;
-    if (p.k2 != q.k2) return p.k2 < q.k2;
-    if (p.k3 != q.k3) return p.k3 < q.k3;
-    return x < y;
-  };
-  std::set<int, decltype(less)> active(less);
-  int64_t t = lo;
-  size_t e = 0;
-  auto emit = [&](int64_t until) {
-    if (until <= t) return;
-    const int label = active.empty() ? -1 : ivs[*active.begin()].label;
-    if (!out.empty() && out.back().label == label && out.back().b == t) {
-      out.back().b = until;
-    } else {
-      out.push_back({t, until, label});
-    }
-    t = until;
-  };
-  while (e < edges.size()) {
-    const int64_t now = edges[e].first;
-    emit(now);
-    for (; e < edges.size() && edges[e].first == now; ++e) {
-      const int code = edges[e].second;
-      if (code > 0) {
-        active.insert(code - 1);
-      } else {
-        active.erase(-code - 1);
-      }
-    }
-  }
-  emit(hi);
-  return out;
 }
 
 std::string detail_key(const Event& ev, const std::string& name, WaitClass cls) {
@@ -155,6 +98,60 @@ constexpr int kDeviceCommSync = 101;  // device-split label of "comm sync: ..." 
 bool is_device_busy(Category c) {
   return c == Category::kCompute || c == Category::kD2D || c == Category::kMemset ||
          c == Category::kOptimizer;
+}
+
+// A step's number: the event's step, else its argument, else N of its "ProfilerStep#N" name,
+// else its position.
+int64_t step_number(const Trace& trace, const Event& st, size_t si) {
+  int64_t step = st.step >= 0 ? st.step : st.arg >= 0 ? st.arg : static_cast<int64_t>(si);
+  if (st.step < 0 && st.arg < 0) {
+    const std::string& n = trace.names.at(st.name);
+    if (n.rfind(kProfilerStep, 0) == 0) {
+      char* end = nullptr;
+      const long long v = std::strtoll(n.c_str() + std::strlen(kProfilerStep), &end, 10);
+      if (end != n.c_str() + std::strlen(kProfilerStep) && *end == '\0' && v >= 0) step = v;
+    }
+  }
+  return step;
+}
+
+using Windows = std::vector<std::pair<int64_t, int64_t>>;
+
+// The host's step windows: the step spans themselves.
+Windows host_windows(const std::vector<const Event*>& outer) {
+  Windows w;
+  for (const Event* st : outer) w.emplace_back(st->ts_ns, st->end_ns());
+  return w;
+}
+
+// The device's step windows (device-centric mode): step N runs from the start of its first busy
+// device op (launched in step N) to the start of step N+1's first one; the last step ends with
+// its last device op or its host span, whichever ends later. A step without device work keeps its
+// host window, clipped so that the windows never overlap. So the windows tile the device's work,
+// and a host that runs ahead of its queue does not shift device time into the wrong step.
+Windows device_windows(const std::vector<const Event*>& outer, const std::vector<int64_t>& numbers,
+                       const std::vector<const Event*>& device) {
+  std::map<int64_t, std::pair<int64_t, int64_t>> span;  // step -> (first start, last end)
+  for (const Event* d : device) {
+    if (d->step < 0 || !device_attribution::is_busy(*d)) continue;
+    auto [it, fresh] = span.try_emplace(d->step, d->ts_ns, d->end_ns());
+    if (!fresh) it->second.second = std::max(it->second.second, d->end_ns());
+  }
+  Windows w(outer.size());
+  for (size_t i = 0; i < outer.size(); ++i) {
+    const auto it = span.find(numbers[i]);
+    w[i] = it == span.end() ? std::make_pair(outer[i]->ts_ns, outer[i]->end_ns()) : it->second;
+  }
+  for (size_t i = 0; i + 1 < outer.size(); ++i) {
+    if (span.count(numbers[i]) && span.count(numbers[i + 1])) w[i].second = w[i + 1].first;
+  }
+  // The last step ends when both its device work and its host span have.
+  if (!w.empty()) w.back().second = std::max(w.back().second, outer.back()->end_ns());
+  for (size_t i = 1; i < outer.size(); ++i) {
+    w[i].first = std::max(w[i].first, w[i - 1].second);
+    w[i].second = std::max(w[i].second, w[i].first);
+  }
+  return w;
 }
 
 }  // namespace
@@ -265,23 +262,30 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
   int64_t t0 = std::numeric_limits<int64_t>::max();
   for (const Event& ev : trace.events) t0 = std::min(t0, ev.ts_ns);
 
+  // Device-centric mode (issue 19): with a busy accelerator on the training rank, each step is
+  // partitioned on that device's timeline (device_attribution.h); the training thread's own view
+  // stays in the "host.<class>" details.
+  uint32_t device_pid = 0;
+  std::vector<const Event*> device;
+  if (device_attribution::primary_device(trace, main, &device_pid)) {
+    device = device_by_pid[device_pid];
+    std::sort(device.begin(), device.end(),
+              [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  }
+
+  std::vector<int64_t> numbers(outer.size());
+  for (size_t si = 0; si < outer.size(); ++si) numbers[si] = step_number(trace, *outer[si], si);
+  const std::vector<std::pair<int64_t, int64_t>> windows =
+      device.empty() ? host_windows(outer) : device_windows(outer, numbers, device);
+
   std::vector<StepPartitionNs> result;
   size_t first_span = 0;
   for (size_t si = 0; si < outer.size(); ++si) {
-    const Event& st = *outer[si];
     StepPartitionNs p;
-    p.step = st.step >= 0 ? st.step : st.arg >= 0 ? st.arg : static_cast<int64_t>(si);
-    if (st.step < 0 && st.arg < 0) {
-      const std::string& n = trace.names.at(st.name);
-      if (n.rfind(kProfilerStep, 0) == 0) {
-        char* end = nullptr;
-        const long long v = std::strtoll(n.c_str() + std::strlen(kProfilerStep), &end, 10);
-        if (end != n.c_str() + std::strlen(kProfilerStep) && *end == '\0' && v >= 0) p.step = v;
-      }
-    }
-    p.start_ns = st.ts_ns - t0;
-    p.wall_ns = st.dur_ns;
-    const int64_t lo = st.ts_ns, hi = st.end_ns();
+    p.step = numbers[si];
+    const auto [lo, hi] = windows[si];
+    p.start_ns = lo - t0;
+    p.wall_ns = hi - lo;
     // Host spans overlapping the step: innermost (latest start, then shortest) wins.
     while (first_span < spans.size() && spans[first_span]->end_ns() <= lo &&
            spans[first_span]->ts_ns < lo) {
@@ -302,7 +306,7 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
                      class_priority(c)});
       owners.push_back(&ev);
     }
-    const std::vector<Segment> host = sweep(std::move(ivs), lo, hi);
+    const std::vector<Segment> host = sweep::sweep(std::move(ivs), lo, hi);
     std::vector<Segment> host_cls;  // labelled by WaitClass, for the device split
     host_cls.reserve(host.size());
     for (const Segment& s : host) {
@@ -387,7 +391,7 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
         dv.push_back({s.a, s.b, c, 4, 0, 0});
       }
       const std::string prefix = fmt::format("device{}.", pid);
-      for (const Segment& s : sweep(std::move(dv), lo, hi)) {
+      for (const Segment& s : sweep::sweep(std::move(dv), lo, hi)) {
         const std::string key =
             s.label == 100 ? prefix + "busy"
             : s.label == kDeviceCommSync
@@ -396,6 +400,17 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
                       wait_class_name(static_cast<WaitClass>(s.label < 0 ? 7 : s.label));
         p.detail_ns[key] += s.b - s.a;
       }
+    }
+    if (!device.empty()) {
+      std::vector<device_attribution::HostPiece> pieces;
+      pieces.reserve(host.size());
+      for (const Segment& s : host)
+        pieces.push_back({s.a, s.b, s.label >= 0 ? owners[s.label] : nullptr});
+      for (int c = 0; c < kNumWaitClasses; ++c) {
+        if (p.ns[c] > 0)
+          p.detail_ns[std::string("host.") + wait_class_name(static_cast<WaitClass>(c))] = p.ns[c];
+      }
+      device_attribution::partition_step(trace, device, lo, hi, pieces, owners, &p);
     }
     result.push_back(std::move(p));
   }

@@ -37,41 +37,6 @@ double device_idle(const Totals& t, const std::string& cls) {
   return sum;
 }
 
-// On a GPU run the device's time is what matters: while the training thread waits in a sync,
-// the device is busy. When the steps carry the device split (deviceN.busy, deviceN.idle.<class>,
-// classification.md section 2), the time findings of a live ft trace read it: compute = device
-// busy, each wait class = the device idle time attributed to it (mean over the devices), so a
-// finding's share is the device time its fix would recover. Imported Kineto traces keep the
-// host view their rules were calibrated on.
-bool device_view(const Totals& host, Totals* out) {
-  std::set<std::string> devices;  // "device0." ...
-  for (const auto& [k, v] : host.detail) {
-    const size_t dot = k.find('.');
-    if (k.rfind("device", 0) == 0 && dot != std::string::npos && k.substr(dot) == ".busy") {
-      devices.insert(k.substr(0, dot + 1));
-    }
-  }
-  if (devices.empty()) return false;
-  Totals t;
-  t.wall = host.wall;
-  t.detail = host.detail;
-  for (const std::string& dev : devices) {
-    auto get = [&](const std::string& key) {
-      const auto it = host.detail.find(dev + key);
-      return it == host.detail.end() ? 0.0 : it->second;
-    };
-    t.ms[static_cast<int>(WaitClass::kCompute)] += get("busy");
-    for (int c = 0; c < kNumWaitClasses; ++c) {
-      if (c == static_cast<int>(WaitClass::kCompute)) continue;
-      t.ms[c] += get(std::string("idle.") + wait_class_name(static_cast<WaitClass>(c)));
-    }
-    t.ms[static_cast<int>(WaitClass::kComm)] += get("idle.comm.sync");
-  }
-  for (double& v : t.ms) v /= static_cast<double>(devices.size());
-  *out = std::move(t);
-  return true;
-}
-
 // Steps where class c takes more than `min_share` of the step.
 std::vector<int64_t> steps_with(const std::vector<const StepBreakdown*>& steps, WaitClass c,
                                 double min_share) {
@@ -138,10 +103,7 @@ RuleContext::RuleContext(const Trace& trace_in, const std::vector<StepBreakdown>
       run(run_in),
       loss(loss_in),
       r(r_in) {
-  t = totals_of(steps);
-  Totals device;
-  // ft's own runs ("ft", "ft-diagnose run"): on a GPU, findings read device time.
-  if (trace.source.rfind("ft", 0) == 0 && device_view(t, &device)) t = std::move(device);
+  t = totals_of(steps);  // on a GPU run, the device's view (partition_steps)
   n = static_cast<double>(std::max<size_t>(steps.size(), 1));
 }
 

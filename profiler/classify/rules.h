@@ -41,7 +41,6 @@ struct RuleContext {
 
 Totals totals_of(const std::vector<const StepBreakdown*>& steps);
 double device_idle(const Totals& t, const std::string& cls);
-bool device_view(const Totals& host, Totals* out);
 std::vector<int64_t> steps_with(const std::vector<const StepBreakdown*>& steps, WaitClass c,
                                 double min_share);
 std::vector<std::string> example_spans(const Trace& trace, WaitClass c,

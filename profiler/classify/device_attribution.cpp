@@ -1,0 +1,217 @@
+// device_attribution.cpp: device-centric step partition (device_attribution.h).
+#include "device_attribution.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "interval_sweep.h"
+
+namespace ft::profiler::device_attribution {
+namespace {
+
+bool has(const std::string& s, const char* p) { return s.find(p) != std::string::npos; }
+
+// Busy labels (WaitClass values) and their overlap priority: compute hides a collective, which
+// hides a copy.
+int busy_class(const Event& e) {
+  if (e.category == Category::kComm) return static_cast<int>(WaitClass::kComm);
+  if (e.category == Category::kH2D || e.category == Category::kD2H)
+    return static_cast<int>(WaitClass::kPcie);
+  return static_cast<int>(WaitClass::kCompute);
+}
+int busy_priority(int cls) {
+  if (cls == static_cast<int>(WaitClass::kCompute)) return 0;
+  return cls == static_cast<int>(WaitClass::kComm) ? 1 : 2;
+}
+
+// The class a host call that blocks until the device's queue drains charges the idle stretch it
+// leaves behind, or -1 when the call does not block. Device-to-host copies are read-backs
+// (`.item()`, `.cpu()`): sync. Pageable or synchronous host-to-device copies wait for the
+// staging copy: pcie. cudaFree synchronizes the device: memory. A CPU collective: comm.
+int blocking_class(const Trace& trace, const Event& e) {
+  const std::string& n = trace.names.at(e.name);
+  switch (e.category) {
+    case Category::kSync:
+      return has(n, "StreamWaitEvent") ? -1 : static_cast<int>(WaitClass::kSync);
+    case Category::kD2H:
+      return (e.flags & (kPageable | kSynchronous)) || has(n, "cudaMemcpy")
+                 ? static_cast<int>(WaitClass::kSync)
+                 : -1;
+    case Category::kH2D:
+      return (e.flags & (kPageable | kSynchronous)) ? static_cast<int>(WaitClass::kPcie) : -1;
+    case Category::kAlloc:
+      return has(n, "Free") ? static_cast<int>(WaitClass::kMemory) : -1;
+    case Category::kComm:
+      return static_cast<int>(WaitClass::kComm);
+    default:
+      return (e.flags & kSynchronous) ? static_cast<int>(WaitClass::kSync) : -1;
+  }
+}
+
+// The class an idle instant is charged to, from the host's innermost span at that instant.
+int idle_class(const Event* e) {
+  if (e == nullptr) return static_cast<int>(WaitClass::kHost);  // untraced host code
+  switch (e->category) {
+    case Category::kData:
+      return static_cast<int>(WaitClass::kData);
+    case Category::kAlloc:
+      return static_cast<int>(WaitClass::kMemory);
+    case Category::kH2D:
+      return static_cast<int>(WaitClass::kPcie);
+    case Category::kD2H:
+    case Category::kSync:
+      return static_cast<int>(WaitClass::kSync);
+    case Category::kComm:
+      return static_cast<int>(WaitClass::kComm);
+    default:
+      return static_cast<int>(WaitClass::kHost);  // CPU ops, launches, annotations
+  }
+}
+
+// "outermost > ... > innermost > call": the host spans enclosing a blocking call (at most the
+// outermost one and the two innermost, so that keys stay short).
+std::string stack_of(const Trace& trace, const Event& call,
+                     const std::vector<const Event*>& host_spans) {
+  std::vector<const Event*> enclosing;
+  for (const Event* s : host_spans) {
+    if (s == &call || is_step_span(trace, *s)) continue;
+    if (s->ts_ns <= call.ts_ns && s->end_ns() >= call.end_ns() && s->dur_ns > call.dur_ns)
+      enclosing.push_back(s);
+  }
+  std::sort(enclosing.begin(), enclosing.end(), [](const Event* a, const Event* b) {
+    return a->ts_ns != b->ts_ns ? a->ts_ns < b->ts_ns : a->dur_ns > b->dur_ns;
+  });
+  std::string out;
+  for (size_t i = 0; i < enclosing.size(); ++i) {
+    if (i > 0 && i + 2 < enclosing.size()) {
+      if (i == 1) out += "... > ";
+      continue;
+    }
+    out += trace.names.at(enclosing[i]->name) + " > ";
+  }
+  return out + trace.names.at(call.name);
+}
+
+// The blocking host call in which the host sat when the device ran dry at `t`, or null.
+// `blocking` are the step's blocking calls by start.
+const Event* blocked_at(int64_t t, const std::vector<const Event*>& blocking) {
+  const Event* best = nullptr;
+  for (const Event* s : blocking) {
+    if (s->ts_ns > t) break;
+    if (s->end_ns() > t) best = s;  // the latest start: the innermost
+  }
+  return best;
+}
+
+void charge_part(int cls, int64_t ns, StepPartitionNs* p) {
+  if (ns <= 0) return;
+  p->ns[cls] += ns;
+  p->detail_ns[std::string("device.idle.") + wait_class_name(static_cast<WaitClass>(cls))] += ns;
+}
+
+}  // namespace
+
+bool is_busy(const Event& e) {
+  if (!e.track.device || e.phase != Phase::kSpan || e.dur_ns <= 0 || (e.flags & kNoStream))
+    return false;
+  switch (e.category) {
+    case Category::kCompute:
+    case Category::kOptimizer:
+    case Category::kD2D:
+    case Category::kMemset:
+    case Category::kComm:
+    case Category::kH2D:
+    case Category::kD2H:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool primary_device(const Trace& trace, const Track& main, uint32_t* device_pid) {
+  const bool merged = trace.metadata.count("ranks") > 0;  // Kineto ranks, merged
+  std::map<uint32_t, int64_t> busy;
+  for (const Event& e : trace.events) {
+    if (!is_busy(e)) continue;
+    if (merged && e.track.pid / 256u != main.pid >> 24) continue;
+    busy[e.track.pid] += e.dur_ns;
+  }
+  if (busy.empty()) return false;
+  auto best = busy.begin();
+  for (auto it = busy.begin(); it != busy.end(); ++it) {
+    if (it->second > best->second) best = it;
+  }
+  *device_pid = best->first;
+  return true;
+}
+
+void partition_step(const Trace& trace, const std::vector<const Event*>& device, int64_t lo,
+                    int64_t hi, const std::vector<HostPiece>& host,
+                    const std::vector<const Event*>& host_spans, StepPartitionNs* p) {
+  std::vector<sweep::Interval> ivs;
+  for (const Event* d : device) {
+    if (d->ts_ns >= hi) break;
+    if (d->end_ns() <= lo || !is_busy(*d)) continue;
+    const int c = busy_class(*d);
+    ivs.push_back({d->ts_ns, d->end_ns(), c, busy_priority(c), 0, 0});
+  }
+  std::vector<const Event*> blocking;
+  for (const Event* s : host_spans) {
+    if (blocking_class(trace, *s) >= 0) blocking.push_back(s);
+  }
+  std::sort(blocking.begin(), blocking.end(),
+            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  p->ns.fill(0);
+  size_t h = 0;  // first host piece that may overlap the current idle stretch
+  for (const sweep::Segment& s : sweep::sweep(std::move(ivs), lo, hi)) {
+    const int64_t len = s.b - s.a;
+    if (s.label >= 0) {
+      p->ns[s.label] += len;
+      p->detail_ns[std::string("device.busy.") +
+                   wait_class_name(static_cast<WaitClass>(s.label))] += len;
+      continue;
+    }
+    // Idle: did a blocking call drain the queue? Until it returns, the stretch is that call's.
+    // After a sync (a read-back), the host's refill (CPU ops, launches, untraced code) is too,
+    // up to the call's own length: without the call the host would have been that much further
+    // ahead, and no more. Loader, allocator and copy time keep their classes.
+    const Event* blocker = blocked_at(s.a, blocking);
+    const int drain = blocker ? blocking_class(trace, *blocker) : -1;
+    int64_t refill = drain == static_cast<int>(WaitClass::kSync) ? blocker->dur_ns : 0;
+    if (blocker) p->detail_ns["device.drained"] += len;
+    std::string by;  // "sync.by.<stack>", made once per drained stretch
+    auto by_key = [&]() -> const std::string& {
+      if (by.empty()) by = "sync.by." + stack_of(trace, *blocker, host_spans);
+      return by;
+    };
+    auto charge = [&](int64_t a, int64_t b, int c) {
+      if (drain >= 0 && a < blocker->end_ns()) {  // the part while the call still blocks
+        const int64_t m = std::min(b, blocker->end_ns());
+        charge_part(drain, m - a, p);
+        if (drain == static_cast<int>(WaitClass::kSync)) p->detail_ns[by_key()] += m - a;
+        a = m;
+      }
+      if (a < b && c == static_cast<int>(WaitClass::kHost) && refill > 0) {
+        const int64_t m = std::min(b, a + refill);
+        refill -= m - a;
+        charge_part(drain, m - a, p);
+        p->detail_ns[by_key()] += m - a;
+        p->detail_ns["sync.refill"] += m - a;
+        a = m;
+      }
+      if (a < b) charge_part(c, b - a, p);
+    };
+    while (h < host.size() && host[h].b <= s.a) ++h;
+    int64_t t = s.a;
+    for (size_t k = h; k < host.size() && host[k].a < s.b; ++k) {
+      const int64_t a = std::max(host[k].a, s.a), b = std::min(host[k].b, s.b);
+      if (a >= b) continue;
+      charge(a, b, idle_class(host[k].ev));
+      t = b;
+    }
+    if (t < s.b) charge(t, s.b, static_cast<int>(WaitClass::kHost));  // past the last piece
+  }
+}
+
+}  // namespace ft::profiler::device_attribution
