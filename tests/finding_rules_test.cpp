@@ -114,6 +114,29 @@ TEST(Rule, DataOnAPyTorchTraceNamesTheDataLoader) {
   EXPECT_EQ(f[0].knobs[0].rfind("DataLoader(num_workers=", 0), 0u) << f[0].knobs[0];
 }
 
+// A PyTorch trace gets the program's own knobs, never ft-train flags; the sync finding names the
+// op stack whose read-back drained the device's queue.
+TEST(Rule, HostCommAndSyncOnAPyTorchTraceNameTorchKnobs) {
+  Trace t;
+  t.source = "kineto";
+  const auto host = run_rule("host", steps_of({70, 0, 0, 0, 0, 30, 0, 0}), quiet_run(), t);
+  ASSERT_EQ(host.size(), 1u);
+  EXPECT_EQ(host[0].knobs[0].rfind("torch.compile(mode=\"reduce-overhead\")", 0), 0u);
+  const auto comm = run_rule("comm", steps_of({70, 0, 0, 30, 0, 0, 0, 0}), quiet_run(), t);
+  ASSERT_EQ(comm.size(), 1u);
+  EXPECT_EQ(comm[0].knobs[0].rfind("DistributedDataParallel(bucket_cap_mb=", 0), 0u);
+  auto steps = steps_of({70, 0, 0, 0, 0, 0, 30, 0});
+  for (auto& s : steps) s.detail["sync.by.## loss ## > aten::item > cudaMemcpyAsync"] = 20;
+  const auto sync = run_rule("sync", steps, quiet_run(), t);
+  ASSERT_EQ(sync.size(), 1u);
+  EXPECT_EQ(sync[0].knobs[0].rfind("remove .item()", 0), 0u);
+  EXPECT_NE(sync[0].evidence.detail.find("most after ## loss ## > aten::item > cudaMemcpyAsync"),
+            std::string::npos)
+      << sync[0].evidence.detail;
+  for (const auto* f : {&host, &comm, &sync})
+    for (const std::string& k : (*f)[0].knobs) EXPECT_NE(k.rfind("--", 0), 0u) << k;
+}
+
 TEST(Rule, Copies) {
   Trace t;
   Event e;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "rules.h"
 
@@ -93,11 +94,17 @@ void memory_time_rule(const RuleContext& ctx, std::vector<Finding>* out) {
 
 // Collectives on the critical path.
 void comm_rule(const RuleContext& ctx, std::vector<Finding>* out) {
+  std::vector<std::string> knobs = {
+      fmt::format("--grad-accum {}", std::max(2, 2 * ctx.run.grad_accum))};
+  if (is_pytorch(ctx.trace)) {  // DDP's own knobs
+    knobs = {"DistributedDataParallel(bucket_cap_mb=50)",
+             "gradient accumulation under DistributedDataParallel.no_sync()"};
+  }
   add_time_finding(
       ctx, out, WaitClass::kComm, ctx.r.comm_share, "Communication is exposed",
       "Collectives run on the critical path instead of overlapping with compute. "
       "Fewer, larger all-reduces (more accumulation) amortise them.",
-      {fmt::format("--grad-accum {}", std::max(2, 2 * ctx.run.grad_accum))},
+      knobs,
       fmt::format("comm transfer {:.2f} ms/step, waiting for other ranks {:.2f} ms/step",
                   ctx.detail("comm.transfer") / ctx.n, ctx.detail("comm.wait") / ctx.n));
 }
@@ -124,18 +131,45 @@ void pcie_rule(const RuleContext& ctx, std::vector<Finding>* out) {
   }
 }
 
+// The read-back whose drained queue cost the device most ("sync.by.<stack>" details), or "".
+std::string top_sync_stack(const RuleContext& ctx, double* ms) {
+  std::string best;
+  *ms = 0;
+  for (const auto& [k, v] : ctx.t.detail) {
+    if (k.rfind("sync.by.", 0) == 0 && v > *ms) best = k.substr(8), *ms = v;
+  }
+  return best;
+}
+
 void sync_rule(const RuleContext& ctx, std::vector<Finding>* out) {
-  add_time_finding(ctx, out, WaitClass::kSync, ctx.r.sync_share,
-                   "The training thread waits on synchronisation",
-                   "Explicit synchronisation serialises host and device work.", {},
-                   fmt::format("sync {:.2f} ms/step", ctx.ms_per_step(WaitClass::kSync)));
+  double by_ms = 0;
+  const std::string by = top_sync_stack(ctx, &by_ms);
+  std::vector<std::string> knobs;
+  if (is_pytorch(ctx.trace)) {
+    knobs = {"remove .item()/.cpu()/print(tensor) from the step (read values every N steps)",
+             "tensor.to('cpu', non_blocking=True) into pinned memory"};
+  }
+  add_time_finding(
+      ctx, out, WaitClass::kSync, ctx.r.sync_share, "The training thread waits on synchronisation",
+      "Explicit synchronisation serialises host and device work: the device's queue drains "
+      "while the host waits, and refills only as fast as the host launches again.",
+      knobs,
+      by.empty() ? fmt::format("sync {:.2f} ms/step", ctx.ms_per_step(WaitClass::kSync))
+                 : fmt::format("sync {:.2f} ms/step; most after {} ({:.2f} ms/step)",
+                               ctx.ms_per_step(WaitClass::kSync), by, by_ms / ctx.n));
 }
 
 void host_rule(const RuleContext& ctx, std::vector<Finding>* out) {
+  std::vector<std::string> knobs = {
+      fmt::format("--micro-batch {}", std::max(2, 2 * ctx.run.micro_batch))};
+  if (is_pytorch(ctx.trace)) {  // the program's own launch-overhead remedies
+    knobs = {"torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs",
+             "a larger batch per step (DataLoader(batch_size=...))"};
+  }
   add_time_finding(ctx, out, WaitClass::kHost, ctx.r.host_share, "Host/launch overhead",
-                   "Host-side bookkeeping between kernels is significant.",
-                   {fmt::format("--micro-batch {}", std::max(2, 2 * ctx.run.micro_batch))},
-                   fmt::format("host {:.2f} ms/step", ctx.ms_per_step(WaitClass::kHost)));
+                   "Host-side bookkeeping between kernels is significant: the device waits "
+                   "for the host to launch its next work.",
+                   knobs, fmt::format("host {:.2f} ms/step", ctx.ms_per_step(WaitClass::kHost)));
 }
 
 // Time no range covers.
