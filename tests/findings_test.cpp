@@ -280,3 +280,35 @@ TEST(Gates, ParseAndCheck) {
 }
 
 }  // namespace
+
+// Stub steps leave the steady state: a step under a tenth of the median, or one without device
+// work in a run whose other steps have some; with only warm-up steps real, those are used.
+TEST(SteadySteps, StubStepsAreExcludedByTheStatedRule) {
+  auto step = [](int64_t n, double wall, double busy) {
+    StepBreakdown s;
+    s.step = n;
+    s.wall_ms = wall;
+    if (busy >= 0) s.detail["device.busy.compute"] = busy;
+    return s;
+  };
+  RunInfo run;
+  run.warmup_excluded = 0;
+  const std::vector<StepBreakdown> host = {step(0, 100, -1), step(1, 90, -1), step(2, 110, -1),
+                                           step(3, 5, -1)};
+  auto numbers = [](const std::vector<const StepBreakdown*>& v) {
+    std::vector<int64_t> out;
+    for (const StepBreakdown* s : v) out.push_back(s->step);
+    return out;
+  };
+  EXPECT_EQ(numbers(steady_steps(host, run)), (std::vector<int64_t>{0, 1, 2}));
+  const std::vector<StepBreakdown> gpu = {step(0, 100, 60), step(1, 100, 0), step(2, 100, 70)};
+  EXPECT_EQ(numbers(steady_steps(gpu, run)), (std::vector<int64_t>{0, 2}));
+  // amd_trace's shape: a real first step and a 49 µs closing stub; the warm-up rule alone would
+  // leave only the stub.
+  run.warmup_excluded = 1;
+  const std::vector<StepBreakdown> amd = {step(0, 8.9, 0.1), step(1, 0.049, 0)};
+  EXPECT_EQ(numbers(steady_steps(amd, run)), (std::vector<int64_t>{0}));
+  // Uniform steps: only the warm-up goes.
+  const std::vector<StepBreakdown> even = {step(0, 10, 5), step(1, 10, 5), step(2, 10, 5)};
+  EXPECT_EQ(numbers(steady_steps(even, run)), (std::vector<int64_t>{1, 2}));
+}

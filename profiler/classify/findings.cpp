@@ -96,11 +96,52 @@ std::vector<Finding> apply_rule(const std::string& name, const Trace& trace,
   throw std::invalid_argument("no diagnosis rule named '" + name + "'");
 }
 
+namespace {
+
+double device_busy_ms(const StepBreakdown& s) {
+  double busy = 0;
+  for (const auto& [k, v] : s.detail)
+    if (k.rfind("device.busy.", 0) == 0) busy += v;
+  return busy;
+}
+
+}  // namespace
+
 std::vector<const StepBreakdown*> steady_steps(const std::vector<StepBreakdown>& steps,
                                                const RunInfo& run) {
-  std::vector<const StepBreakdown*> out;
+  // Stub steps: shorter than kStubFraction of the median step, or without device work in a run
+  // whose other steps have some (a profiler's 49 µs closing step, a step cut by the window).
+  std::vector<double> walls;
+  bool any_device = false;
+  for (const StepBreakdown& s : steps) {
+    walls.push_back(s.wall_ms);
+    any_device |= device_busy_ms(s) > 0;
+  }
+  double median = 0;
+  if (!walls.empty()) {
+    std::nth_element(walls.begin(), walls.begin() + walls.size() / 2, walls.end());
+    median = walls[walls.size() / 2];
+    if (walls.size() % 2 == 0) {
+      const double lower = *std::max_element(walls.begin(), walls.begin() + walls.size() / 2);
+      median = 0.5 * (median + lower);
+    }
+  }
+  auto stub = [&](const StepBreakdown& s) {
+    return s.wall_ms < kStubFraction * median || (any_device && device_busy_ms(s) <= 0);
+  };
   const size_t skip = static_cast<size_t>(std::max(0, run.warmup_excluded));
-  for (size_t i = steps.size() > skip ? skip : 0; i < steps.size(); ++i) out.push_back(&steps[i]);
+  std::vector<const StepBreakdown*> out;
+  for (size_t i = steps.size() > skip ? skip : 0; i < steps.size(); ++i) {
+    if (!stub(steps[i])) out.push_back(&steps[i]);
+  }
+  // Only warm-up steps are real: take those rather than stubs; only stubs: take everything.
+  if (out.empty()) {
+    for (const StepBreakdown& s : steps)
+      if (!stub(s)) out.push_back(&s);
+  }
+  if (out.empty()) {
+    for (size_t i = steps.size() > skip ? skip : 0; i < steps.size(); ++i) out.push_back(&steps[i]);
+  }
   return out;
 }
 

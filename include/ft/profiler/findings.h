@@ -92,7 +92,11 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
 // Sorts findings into the ranking order above (stable).
 void rank_findings(std::vector<Finding>* findings);
 
-// The steps totals and findings use: all but the first run.warmup_excluded (when more remain).
+// The steps totals and findings use: all but the first run.warmup_excluded (when more remain),
+// less stub steps (shorter than kStubFraction of the median step, or with no device work while
+// other steps have some). When that leaves nothing, the non-stub warm-up steps; failing those,
+// every step after the warm-up.
+inline constexpr double kStubFraction = 0.1;
 std::vector<const StepBreakdown*> steady_steps(const std::vector<StepBreakdown>& steps,
                                                const RunInfo& run);
 
