@@ -31,7 +31,8 @@ bool is_busy(const Event& e);
 // p->ns (the parts sum to hi - lo) and adds the details "device.busy.<class>" and
 // "device.idle.<class>" (they sum to hi - lo), "device.drained" (idle stretches a blocking call
 // began), "sync.by.<stack>" (idle charged to each read-back, by the op stack that issued it) and
-// "sync.refill" (the part of that after the call returned). Rules (docs/classification.md, "Device-centric attribution"):
+// "sync.refill" (the part of that after the call returned). Rules (docs/classification.md §2,
+// "Device-centric attribution"):
 // - busy: compute kernels > collectives > host-device copies, by overlap priority;
 // - an idle stretch that starts while the host is blocked in a synchronizing call (stream/device/
 //   event sync, a device-to-host read-back) is that call's until it returns (sync, or pcie for a
