@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "ft/core/atomic_file.h"
 
@@ -40,7 +41,8 @@ TEST(CpuPeak, GemmUnitFollowsTheCpuFlags) {
   EXPECT_EQ(ft::gemm_unit(true, e), PeakUnit::kBf16Dot);
   EXPECT_EQ(ft::gemm_unit(false, e), PeakUnit::kFp32Fma);
   EXPECT_FALSE(ft::unit_available(PeakUnit::kAmxBf16, e));  // amx_bf16 not set
-  EXPECT_EQ(ft::chain_flops_per_iter(PeakUnit::kBf16Dot, e), 2 * ft::chain_flops_per_iter(PeakUnit::kFp32Fma, e));
+  EXPECT_EQ(ft::chain_flops_per_iter(PeakUnit::kBf16Dot, e),
+            2 * ft::chain_flops_per_iter(PeakUnit::kFp32Fma, e));
   EnvInfo none;
   EXPECT_EQ(ft::chain_flops_per_iter(PeakUnit::kFp32Fma, none), 0.0);
   EXPECT_EQ(ft::probe_gflops_per_core(PeakUnit::kFp32Fma, none), 0.0);
@@ -65,21 +67,62 @@ TEST(CpuPeak, ShortProbeAgreesWithALongerRunOfTheSameLoop) {
   }
 }
 
-TEST_F(CpuPeakTest, ProbesOnceThenReadsTheCacheAndScalesByThreads) {
+TEST_F(CpuPeakTest, ProbesOnceThenReadsTheCache) {
   const EnvInfo env = ft::collect_env_info();
   const fs::path cache = dir_ / "sub" / "cpu_peak.json";
   const auto first = ft::measure_cpu_peak(false, 1, env, cache);
   EXPECT_FALSE(first.cached);
   EXPECT_GT(first.per_core, 0.0);
+  EXPECT_DOUBLE_EQ(first.gflops, first.per_core);
   ASSERT_TRUE(fs::exists(cache));
   EXPECT_NE(first.source.find("probed"), std::string::npos) << first.source;
-  const auto again = ft::measure_cpu_peak(false, 3, env, cache);
+  const auto again = ft::measure_cpu_peak(false, 1, env, cache);
+  EXPECT_TRUE(again.cached);
   EXPECT_DOUBLE_EQ(again.per_core, first.per_core);
-  EXPECT_DOUBLE_EQ(again.gflops, 3 * first.per_core);
   // No temp file is left beside the cache.
   int files = 0;
   for (const auto& e : fs::directory_iterator(cache.parent_path())) files += e.is_regular_file();
   EXPECT_EQ(files, 1);
+}
+
+// Several threads: the figure is what they reach side by side, never more than one core's figure
+// times the threads, and asking for more threads than the machine has logical CPUs adds nothing.
+TEST_F(CpuPeakTest, SeveralThreadsAreProbedTogetherAndCappedAtTheMachine) {
+  EnvInfo env = ft::collect_env_info();
+  env.logical_cpus = 2;  // the rule under test, whatever this machine has
+  const fs::path cache = dir_ / "cpu_peak.json";
+  const auto two = ft::measure_cpu_peak(false, 2, env, cache);
+  EXPECT_GT(two.gflops, 0.0);
+  EXPECT_LE(two.gflops, 2 * two.per_core * (1 + 1e-9));
+  const auto eight = ft::measure_cpu_peak(false, 8, env, cache);
+  EXPECT_DOUBLE_EQ(eight.gflops, two.gflops) << eight.source;
+  // A planted all-thread figure is read back (capped at 2 x one core).
+  nlohmann::json j = nlohmann::json::parse(ft::read_file(cache));
+  bool planted = false;
+  for (auto& [key, v] : j.items()) {
+    if (key.find("2 threads together") != std::string::npos) {
+      v["gflops"] = 1.25 * two.per_core;
+      planted = true;
+    }
+  }
+  if (!planted) GTEST_SKIP() << "the concurrent probe found no clean repetition: " << two.source;
+  ft::write_file_atomic(cache, j.dump());
+  const auto read = ft::measure_cpu_peak(false, 2, env, cache);
+  EXPECT_DOUBLE_EQ(read.gflops, 1.25 * two.per_core);
+  EXPECT_NE(read.source.find("2 threads running together"), std::string::npos) << read.source;
+}
+
+// Threads that cannot all run at once (more than the logical CPUs) time-share the units: no
+// repetition passes the side-by-side test, so a shared unit is never counted once per thread.
+TEST_F(CpuPeakTest, OversubscribedThreadsNeverPassTheSideBySideTest) {
+  const EnvInfo env = ft::collect_env_info();
+  const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+  ASSERT_GT(cpus, 0);
+  const ft::ConcurrentProbe p =
+      ft::probe_gflops_concurrent(PeakUnit::kFp32Fma, env, 4 * cpus, 5, 6, 0.02);
+  EXPECT_EQ(p.reps, 6);
+  EXPECT_EQ(p.clean_reps, 0);
+  EXPECT_EQ(p.gflops, 0.0);
 }
 
 TEST_F(CpuPeakTest, CacheIsKeyedByCpuModelAndFlags) {
@@ -106,9 +149,7 @@ TEST_F(CpuPeakTest, CacheIsKeyedByCpuModelAndFlags) {
 TEST_F(CpuPeakTest, CorruptCacheIsIgnoredAndRewritten) {
   const EnvInfo env = ft::collect_env_info();
   const fs::path cache = dir_ / "cpu_peak.json";
-  {
-    std::ofstream(cache) << "{not json";
-  }
+  { std::ofstream(cache) << "{not json"; }
   const auto p = ft::measure_cpu_peak(false, 2, env, cache);
   EXPECT_GT(p.gflops, 0.0);
   EXPECT_FALSE(p.cached);
@@ -130,7 +171,10 @@ TEST(CpuPeak, DefaultCacheHonoursFtCacheDir) {
   EXPECT_EQ(ft::default_peak_cache(), fs::path("/some/dir/cpu_peak.json"));
   ::setenv("FT_CACHE_DIR", "off", 1);
   EXPECT_TRUE(ft::default_peak_cache().empty());
-  if (old) ::setenv("FT_CACHE_DIR", saved.c_str(), 1); else ::unsetenv("FT_CACHE_DIR");
+  if (old)
+    ::setenv("FT_CACHE_DIR", saved.c_str(), 1);
+  else
+    ::unsetenv("FT_CACHE_DIR");
 }
 
 }  // namespace
