@@ -45,7 +45,7 @@ struct ConcurrentProbe {
   int reps = 0;        // repetitions run
 };
 ConcurrentProbe probe_gflops_concurrent(PeakUnit u, const EnvInfo& env, int threads,
-                                        int clean_wanted = 5, int max_reps = 40,
+                                        int clean_wanted = 5, int max_reps = 15,
                                         double seconds = 0.01);
 
 struct CpuPeak {
