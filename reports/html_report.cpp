@@ -251,8 +251,10 @@ std::string render_html(const Diagnosis& d) {
   out += detail::html_head("ft diagnosis report", nonce);
   out += fmt::format("<script nonce=\"{}\">{}</script>\n</head>\n<body>\n", nonce, kHookScript);
   out += fmt::format(
-      "<header><h1>ft diagnosis report</h1><p class=\"source\">{}</p></header>\n<main>\n",
-      h(d.source.empty() ? std::string("(unknown source)") : d.source));
+      "<header><h1>ft diagnosis report</h1><p class=\"source\">{}</p>{}</header>\n<main>\n",
+      h(d.source.empty() ? std::string("(unknown source)") : d.source),
+      d.steps_rule.empty() ? std::string()
+                           : "<p class=\"source\">Steps: " + h(d.steps_rule) + "</p>");
 
   out += "<section id=\"summary\"><h2>Summary</h2><div class=\"cards\">";
   out += html_card("tokens/s", fixed(d.tokens_per_s, 0));

@@ -94,6 +94,7 @@ Json build_json(const Diagnosis& d) {
   j["format"] = profiler::kDiagnosisJsonFormat;
   j["version"] = kReportJsonVersion;
   j["source"] = d.source;
+  if (!d.steps_rule.empty()) j["steps_rule"] = d.steps_rule;
   j["mfu"] = sig6(d.mfu);
   j["tokens_per_s"] = sig6(d.tokens_per_s);
   j["totals"] = classes(d.totals, share);

@@ -109,6 +109,7 @@ std::string render_markdown(const Diagnosis& d) {
   const RunSummary sum = summarize(d);
   std::string out = "# ft diagnosis report\n\n";
   if (!d.source.empty()) out += fmt::format("Source: {}\n\n", md(d.source));
+  if (!d.steps_rule.empty()) out += fmt::format("Steps: {}\n\n", md(d.steps_rule));
   out += fmt::format(
       "**Summary:** {} tokens/s · MFU {} · step time {} ms mean (median {}, min {}, max {}) over "
       "{} steps · loss {}\n\n",

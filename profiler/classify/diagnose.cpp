@@ -16,6 +16,8 @@ namespace ft::profiler {
 Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options, const FindingRules& rules) {
   Diagnosis d;
   d.source = trace.source;
+  if (const auto it = trace.metadata.find("run.iterations"); it != trace.metadata.end())
+    d.steps_rule = it->second;
   const RunInfo run = RunInfo::from_metadata(trace.metadata);
   d.steps = classify_steps(trace, options);
   const auto steady = steady_steps(d.steps, run);

@@ -111,11 +111,14 @@ std::vector<const StepBreakdown*> steady_steps(const std::vector<StepBreakdown>&
                                                const RunInfo& run) {
   // Stub steps: shorter than kStubFraction of the median step, or without device work in a run
   // whose other steps have some (a profiler's 49 µs closing step, a step cut by the window).
+  // The median is that of the steps after the warm-up: a warm-up step can be far longer (a
+  // benchmark's first window holds its autotuning).
+  const size_t skip = static_cast<size_t>(std::max(0, run.warmup_excluded));
   std::vector<double> walls;
   bool any_device = false;
-  for (const StepBreakdown& s : steps) {
-    walls.push_back(s.wall_ms);
-    any_device |= device_busy_ms(s) > 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (i >= skip || steps.size() <= skip) walls.push_back(steps[i].wall_ms);
+    any_device |= device_busy_ms(steps[i]) > 0;
   }
   double median = 0;
   if (!walls.empty()) {
@@ -129,7 +132,6 @@ std::vector<const StepBreakdown*> steady_steps(const std::vector<StepBreakdown>&
   auto stub = [&](const StepBreakdown& s) {
     return s.wall_ms < kStubFraction * median || (any_device && device_busy_ms(s) <= 0);
   };
-  const size_t skip = static_cast<size_t>(std::max(0, run.warmup_excluded));
   std::vector<const StepBreakdown*> out;
   for (size_t i = steps.size() > skip ? skip : 0; i < steps.size(); ++i) {
     if (!stub(steps[i])) out.push_back(&steps[i]);

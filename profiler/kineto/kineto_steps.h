@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -38,5 +39,16 @@ class StepIndex {
   std::vector<Step> steps_;         // host kStep spans by start
   std::vector<Link> links_;         // host events with an id inside a step, by (id, pos)
 };
+
+// A trace without ProfilerStep spans gets iterations of its own (docs/classification.md, "Traces
+// without ProfilerStep"): on the host thread whose outermost spans cover the most time, the
+// outermost nesting level where a name repeats, spans at least half of that level's time range
+// and is evenly spaced gives one "ProfilerStep#k" span (Category::kStep) per instance, appended to
+// `t`: the instance itself when the instances cover at least half their range (an annotation),
+// else from each instance to the next (an op called once per iteration). Names marking warm-up
+// lose to any other; then the rarest name wins, then the longest in total. Without such a name
+// the whole trace is one window. Returns how the iterations were found, for the report; a trace
+// that has ProfilerStep spans is left as it is.
+std::string synthesize_iterations(KinetoTrace* t);
 
 }  // namespace ft::profiler::kineto

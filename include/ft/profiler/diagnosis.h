@@ -102,6 +102,9 @@ struct ParallelSummary {
 
 struct Diagnosis {
   std::string source;  // "ft-train run", "trace.json", ...
+  // How the steps were found in an imported trace (ProfilerStep spans, a repeating span, or the
+  // whole trace as one window); "" for ft's own runs.
+  std::string steps_rule;
   std::vector<StepBreakdown> steps;
   std::array<double, kNumWaitClasses> totals{};  // shares of total wall time (0..1)
   std::vector<Finding> findings;                 // ranked: recoverable time, then risk

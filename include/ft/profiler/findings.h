@@ -52,8 +52,8 @@ struct FindingRules {
   double reserved_over_allocated = 2.0;  // TraceML: reserved/allocated >= 2
   uint64_t sync_copy_bytes = 64 * 1024;  // Nsight: synchronous copies > 64 KB
   double compute_bound_share = 0.50;     // precision rule: compute share of the step at least this
-  double bf16_speedup = 2.0;      // assumed bf16-over-fp32 speed-up of compute (conservative)
-  int underfilled_tokens = 512;   // batch rule: tokens per micro-batch at most this
+  double bf16_speedup = 2.0;     // assumed bf16-over-fp32 speed-up of compute (conservative)
+  int underfilled_tokens = 512;  // batch rule: tokens per micro-batch at most this
   // ... and MFU below this. Measured on Zen 4 (bf16 peak 235 GFLOP/s/core): the underfilled
   // scenario (32 tokens) runs at 31% MFU and doubling its micro-batch is 1.27x faster, while
   // 512-token micro-batches of the other scenarios run at 51-80%; on Zen 5 and AMX (higher bf16
@@ -93,9 +93,9 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
 void rank_findings(std::vector<Finding>* findings);
 
 // The steps totals and findings use: all but the first run.warmup_excluded (when more remain),
-// less stub steps (shorter than kStubFraction of the median step, or with no device work while
-// other steps have some). When that leaves nothing, the non-stub warm-up steps; failing those,
-// every step after the warm-up.
+// less stub steps (shorter than kStubFraction of the median step after the warm-up, or with no
+// device work while other steps have some). When that leaves nothing, the non-stub warm-up steps;
+// failing those, every step after the warm-up.
 inline constexpr double kStubFraction = 0.1;
 std::vector<const StepBreakdown*> steady_steps(const std::vector<StepBreakdown>& steps,
                                                const RunInfo& run);
