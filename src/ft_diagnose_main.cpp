@@ -207,12 +207,14 @@ int run(int argc, char** argv) {
     if (!kineto) throw ft::ConfigError("--hta-json needs a PyTorch profiler (Kineto) trace");
     ft::profiler::write_hta_json(input, hta_json);
   }
-  const ft::profiler::Trace trace = ft::profiler::load_trace(input);
   const fs::path out_dir = !out.empty()                             ? fs::path(out)
                            : kineto && fs::is_directory(trace_path) ? trace_path
                                                                     : trace_path.parent_path();
-  return finish(ft::profiler::diagnose(trace), out_dir.empty() ? fs::path(".") : out_dir, gates,
-                top);
+  // A PyTorch trace, or a folder of its ranks (and their windows): every rank is diagnosed.
+  ft::profiler::Diagnosis d =
+      kineto ? ft::profiler::diagnose_trace_ranks(ft::profiler::load_kineto_ranks(input))
+             : ft::profiler::diagnose(ft::profiler::load_trace(input));
+  return finish(std::move(d), out_dir.empty() ? fs::path(".") : out_dir, gates, top);
 }
 
 }  // namespace

@@ -52,7 +52,9 @@ std::string detail_key(const Event& ev, const std::string& name, WaitClass cls) 
       if (ev.flags & kPageable) return "pcie.pageable";
       return ev.category == Category::kD2H ? "pcie.d2h" : "pcie.h2d";
     case WaitClass::kComm:
-      return has("wait") || has("barrier") ? "comm.wait" : "comm.transfer";
+      return has("wait") || has("barrier") || name.rfind(kCommSyncPrefix, 0) == 0
+                 ? "comm.wait"
+                 : "comm.transfer";
     case WaitClass::kMemory:
       if ((ev.flags & kOom) || has("oom")) return "memory.oom";
       if ((ev.flags & kRetry) || has("retry")) return "memory.retry";

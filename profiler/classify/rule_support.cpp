@@ -86,14 +86,17 @@ int64_t meta_int(const Trace& trace, const char* key, int64_t fallback) {
 
 // The knob that moves batches through page-locked memory on an async copy stream.
 std::vector<std::string> pinned_knobs(const Trace& trace, const RunInfo& run) {
-  if (trace.source.rfind("kineto", 0) == 0) {  // a PyTorch run
+  if (is_pytorch(trace)) {  // a PyTorch run
     return {"DataLoader(pin_memory=True)", "tensor.to(device, non_blocking=True)"};
   }
   if (!run.h2d.empty() || trace.source.rfind("ft", 0) == 0) return {"--h2d pinned", "--prefetch 2"};
   return {"page-locked (pinned) host buffers for copies", "--prefetch 2"};
 }
 
-bool is_pytorch(const Trace& trace) { return trace.source.rfind("kineto", 0) == 0; }
+// Imported traces carry their format (prepare_kineto_trace); hand-built ones their source.
+bool is_pytorch(const Trace& trace) {
+  return trace.metadata.count("source_format") > 0 || trace.source.rfind("kineto", 0) == 0;
+}
 
 RuleContext::RuleContext(const Trace& trace_in, const std::vector<StepBreakdown>& all_in,
                          const RunInfo& run_in, const LossHealth& loss_in, const FindingRules& r_in)

@@ -4,8 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 #include <string>
+#include <utility>
 
+#include "ft/profiler/classifier.h"
 #include "rules.h"
 
 namespace ft::profiler::rules {
@@ -100,6 +104,35 @@ void comm_rule(const RuleContext& ctx, std::vector<Finding>* out) {
     knobs = {"DistributedDataParallel(bucket_cap_mb=50)",
              "gradient accumulation under DistributedDataParallel.no_sync()"};
   }
+  // Waiting for a rank that arrives late is the straggler finding's time (rules_run.cpp), and
+  // bucket sizes do not shorten it: only the transfer part is left here.
+  const double wait_ms = ctx.detail("comm.wait") / ctx.n;
+  const double transfer_ms = ctx.detail("comm.transfer") / ctx.n;
+  const int64_t straggler = meta_int(ctx.trace, "run.straggler_rank", -1);
+  if (straggler >= 0 && straggler != meta_int(ctx.trace, "rank", -1) && wait_ms > transfer_ms) {
+    const double comm_ms = ctx.ms_per_step(WaitClass::kComm);
+    const double step_ms = comm_ms / std::max(ctx.share(WaitClass::kComm), 1e-12);
+    const double share = std::max(0.0, comm_ms - wait_ms) / std::max(step_ms, 1e-12);
+    if (share <= ctx.r.comm_share) return;
+    Finding f;
+    f.cls = "comm";
+    f.share = share;
+    f.severity = time_severity(share, ctx.r);
+    f.title = fmt::format(
+        "Communication is exposed beyond the wait for rank {} ({:.1f}% of step "
+        "time)",
+        straggler, 100 * share);
+    f.explanation =
+        "Besides waiting for the late rank, collectives run on the critical path "
+        "instead of overlapping with compute.";
+    f.evidence.share = share;
+    f.evidence.detail =
+        fmt::format("comm transfer {:.2f} ms/step, waiting for other ranks {:.2f} ms/step",
+                    transfer_ms, wait_ms);
+    f.knobs = knobs;
+    out->push_back(std::move(f));
+    return;
+  }
   add_time_finding(
       ctx, out, WaitClass::kComm, ctx.r.comm_share, "Communication is exposed",
       "Collectives run on the critical path instead of overlapping with compute. "
@@ -172,12 +205,62 @@ void host_rule(const RuleContext& ctx, std::vector<Finding>* out) {
                    knobs, fmt::format("host {:.2f} ms/step", ctx.ms_per_step(WaitClass::kHost)));
 }
 
-// Time no range covers.
+namespace {
+
+// The unclassified span (a user annotation such as record_function("extra_work")) on the
+// training thread that holds the most time in the steady steps, outermost instances only:
+// (name, ms per step), or ("", 0).
+std::pair<std::string, double> largest_unclassified_span(const RuleContext& ctx) {
+  Track main;
+  if (!find_training_track(ctx.trace, &main)) return {"", 0};
+  std::set<int64_t> wanted;
+  for (const StepBreakdown* s : ctx.steps) wanted.insert(s->step);
+  std::vector<const Event*> spans;
+  for (const Event& ev : ctx.trace.events) {
+    if (ev.phase != Phase::kSpan || !(ev.track == main) || is_step_span(ctx.trace, ev)) continue;
+    if (wait_class_of(ev.category) == WaitClass::kOther && wanted.count(ev.step))
+      spans.push_back(&ev);
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  std::map<uint32_t, std::pair<int64_t, int64_t>> by_name;  // name -> (open end, total ns)
+  for (const Event* e : spans) {
+    auto& [open_end, total] = by_name[e->name];
+    if (e->ts_ns < open_end) continue;  // nested in an instance of its own name
+    open_end = e->end_ns();
+    total += e->dur_ns;
+  }
+  std::pair<std::string, double> best{"", 0};
+  for (const auto& [name, v] : by_name) {
+    const double ms = static_cast<double>(v.second) / 1e6 / ctx.n;
+    if (ms > best.second) best = {ctx.trace.names.at(name), ms};
+  }
+  return best;
+}
+
+}  // namespace
+
+// Time no classified range covers: inside annotations of the program's own (named, when one
+// holds most of it), or covered by nothing.
 void other_rule(const RuleContext& ctx, std::vector<Finding>* out) {
+  const double other_ms = ctx.ms_per_step(WaitClass::kOther);
+  const auto [name, ms] = largest_unclassified_span(ctx);
+  if (!name.empty() && ms >= 0.5 * other_ms) {
+    add_time_finding(
+        ctx, out, WaitClass::kOther, ctx.r.other_share,
+        fmt::format("Time inside '{}', which runs no operation ft classifies", name),
+        fmt::format("The program's own annotation '{}' holds {:.2f} ms per step, and nothing "
+                    "inside it is a known operator, copy, collective or loader call: code of the "
+                    "program's own (Python work, a sleep, a busy loop). Profile it with its own "
+                    "ranges, or move it off the training step.",
+                    name, std::min(ms, other_ms)),
+        {}, fmt::format("other {:.2f} ms/step, of which in '{}' up to {:.2f}", other_ms, name, ms));
+    return;
+  }
   add_time_finding(ctx, out, WaitClass::kOther, ctx.r.other_share,
                    "Time outside any annotated phase",
                    "Part of the step is covered by no range, so its cause is unknown.", {},
-                   fmt::format("other {:.2f} ms/step", ctx.ms_per_step(WaitClass::kOther)));
+                   fmt::format("other {:.2f} ms/step", other_ms));
 }
 
 }  // namespace ft::profiler::rules

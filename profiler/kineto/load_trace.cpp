@@ -69,7 +69,19 @@ Trace load_trace(const fs::path& path) {
   }
   Trace t = prepare_kineto_trace(read_kineto_rank_records(path.string()));
   t.metadata["path"] = path.string();
+  t.source = fmt::format("{} ({} trace, {} rank{})", path.string(), t.metadata["source_format"],
+                         t.metadata["ranks"], t.metadata["ranks"] == "1" ? "" : "s");
   return t;
+}
+
+std::vector<Trace> load_kineto_ranks(const fs::path& path) {
+  std::vector<Trace> out = prepare_kineto_ranks(read_kineto_rank_records(path.string()));
+  for (Trace& t : out) {
+    t.metadata["path"] = path.string();
+    t.source = fmt::format("{} ({} trace, rank {} of {})", path.string(),
+                           t.metadata["source_format"], t.metadata["rank"], out.size());
+  }
+  return out;
 }
 
 void write_hta_json(const fs::path& trace_path, const fs::path& out) {

@@ -62,4 +62,14 @@ CollectiveSplit split_collectives(const std::vector<KinetoTrace>& ranks);
 // Each rank's records are freed as it is converted.
 Trace prepare_kineto_trace(std::vector<KinetoTrace> ranks);
 
+// The same, one Trace per rank (in the order given): collectives are matched across all ranks
+// first, so each rank's Trace carries its own waiting parts and the run's cross-rank facts
+// (run.straggler_*, run.comm_*; "ranks" is the number of ranks given, "rank" its own, and
+// run.rank_source says where the rank numbers came from).
+std::vector<Trace> prepare_kineto_ranks(std::vector<KinetoTrace> ranks);
+
+// Every rank of a Kineto trace or folder, one Trace each (read_kineto_rank_records: windows of
+// one rank merged; prepare_kineto_ranks). Throws IoError / FormatError.
+std::vector<Trace> load_kineto_ranks(const std::filesystem::path& path);
+
 }  // namespace ft::profiler

@@ -45,6 +45,15 @@ int ft_trace_rank(const Trace& t);
 Diagnosis diagnose_ranks(const std::vector<Trace>& ranks, const ClassifyOptions& options = {},
                          const FindingRules& rules = {});
 
+// Every rank of an imported (Kineto) run, each prepared by prepare_kineto_ranks: each rank is
+// diagnosed alone; the result is rank 0's diagnosis plus one row per rank (`ranks`), the
+// cross-rank facts (`parallel`: collectives matched by name and step, the straggler = the rank
+// whose calls are shortest, since it arrives last), the straggler finding naming the span whose
+// time per step most exceeds the other ranks' (what it does that they do not), and the top
+// finding of any other rank whose class rank 0 does not show. One rank: diagnose().
+Diagnosis diagnose_trace_ranks(const std::vector<Trace>& ranks, const ClassifyOptions& options = {},
+                               const FindingRules& rules = {});
+
 // One Perfetto-loadable trace of every rank (pids split by rank as merge_ranks does, process
 // names "rank N ..."), clock offsets applied.
 Trace merge_rank_traces(std::vector<Trace> ranks);

@@ -1,0 +1,200 @@
+// trace_ranks.cpp: diagnosis of every rank of an imported (Kineto) run: each rank classified on
+// its own, one row per rank, and the straggler named with what it does that the others do not.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ft/core/error.h"
+#include "ft/profiler/classifier.h"
+#include "ft/profiler/findings.h"
+#include "ft/profiler/kineto_reader.h"
+#include "ft/profiler/multi_rank.h"
+
+namespace ft::profiler {
+namespace {
+
+std::string meta(const Trace& t, const char* key) {
+  const auto it = t.metadata.find(key);
+  return it == t.metadata.end() ? std::string() : it->second;
+}
+
+int64_t meta_num(const Trace& t, const char* key, int64_t fallback) {
+  const std::string v = meta(t, key);
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  return !v.empty() && *end == '\0' ? x : fallback;
+}
+
+// Per steady step, the time each span name holds on the training thread (outermost instances of
+// each name; step spans left out).
+std::map<std::string, double> ms_per_step_by_name(const Trace& t,
+                                                  const std::vector<const StepBreakdown*>& steady) {
+  std::map<std::string, double> out;
+  Track main;
+  if (steady.empty() || !find_training_track(t, &main)) return out;
+  std::set<int64_t> wanted;
+  for (const StepBreakdown* s : steady) wanted.insert(s->step);
+  std::vector<const Event*> spans;
+  for (const Event& e : t.events) {
+    if (e.phase == Phase::kSpan && e.track == main && !is_step_span(t, e) && wanted.count(e.step))
+      spans.push_back(&e);
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  std::map<uint32_t, int64_t> open_end;
+  std::map<uint32_t, int64_t> total;
+  for (const Event* e : spans) {
+    int64_t& end = open_end[e->name];
+    if (e->ts_ns < end) continue;
+    end = e->end_ns();
+    total[e->name] += e->dur_ns;
+  }
+  for (const auto& [name, ns] : total)
+    out[t.names.at(name)] = static_cast<double>(ns) / 1e6 / static_cast<double>(steady.size());
+  return out;
+}
+
+// What the straggler does that the other ranks do not: the span name whose time per step
+// exceeds the other ranks' mean the most (among names within 80% of that excess, the one holding
+// the least time: the most specific). Returns "" when nothing stands out.
+std::string straggler_cause(const std::vector<Trace>& ranks, const std::vector<Diagnosis>& per,
+                            size_t straggler, const std::vector<RunInfo>& runs) {
+  std::vector<std::map<std::string, double>> by_rank;
+  for (size_t r = 0; r < ranks.size(); ++r)
+    by_rank.push_back(ms_per_step_by_name(ranks[r], steady_steps(per[r].steps, runs[r])));
+  std::map<std::string, double> excess;
+  for (const auto& [name, ms] : by_rank[straggler]) {
+    double others = 0;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      if (r == straggler) continue;
+      const auto it = by_rank[r].find(name);
+      others += it == by_rank[r].end() ? 0 : it->second;
+    }
+    excess[name] = ms - others / static_cast<double>(ranks.size() - 1);
+  }
+  double top = 0;
+  for (const auto& [name, x] : excess) top = std::max(top, x);
+  if (top <= 0) return "";
+  std::string best;
+  double best_ms = 0;
+  for (const auto& [name, x] : excess) {
+    if (x < 0.8 * top) continue;
+    const double ms = by_rank[straggler].at(name);
+    if (best.empty() || ms < best_ms) best = name, best_ms = ms;
+  }
+  const auto it = by_rank[straggler].find(best);
+  double others = 0;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (r == straggler) continue;
+    const auto jt = by_rank[r].find(best);
+    others += jt == by_rank[r].end() ? 0 : jt->second;
+  }
+  return fmt::format(
+      "'{}' takes {:.2f} ms per step on rank {} against {:.2f} ms on the other "
+      "ranks",
+      best, it->second, trace_rank(ranks[straggler]),
+      others / static_cast<double>(ranks.size() - 1));
+}
+
+RankBreakdown rank_row(const Trace& t, const Diagnosis& d, const RunInfo& run) {
+  RankBreakdown row;
+  row.rank = trace_rank(t);
+  const auto steady = steady_steps(d.steps, run);
+  row.steps = static_cast<int64_t>(steady.size());
+  double wall = 0, wait = 0, transfer = 0;
+  for (const StepBreakdown* s : steady) {
+    wall += s->wall_ms;
+    for (const auto& [k, v] : s->detail) {
+      if (k == "comm.wait" || k.ends_with("idle.comm.sync")) wait += v;
+      if (k == "comm.transfer") transfer += v;
+    }
+  }
+  const double n = std::max<double>(1, static_cast<double>(steady.size()));
+  row.step_ms = wall / n;
+  row.totals = d.totals;
+  row.exposed_comm_ms = (d.totals[static_cast<int>(WaitClass::kComm)] +
+                         d.totals[static_cast<int>(WaitClass::kSync)]) *
+                        row.step_ms;
+  row.exposed_wait_ms = wait / n;
+  row.collective_ms = (wait + transfer) / n;
+  row.collective_sync_ms = wait / n;
+  return row;
+}
+
+}  // namespace
+
+Diagnosis diagnose_trace_ranks(const std::vector<Trace>& ranks, const ClassifyOptions& options,
+                               const FindingRules& rules) {
+  if (ranks.empty()) throw FormatError("no ranks to diagnose");
+  if (ranks.size() == 1) return diagnose(ranks[0], options, rules);
+  std::vector<Diagnosis> per;
+  std::vector<RunInfo> runs;
+  for (const Trace& t : ranks) {
+    per.push_back(diagnose(t, options, rules));
+    runs.push_back(RunInfo::from_metadata(t.metadata));
+  }
+  Diagnosis d = per[0];
+  const Trace& first = ranks[0];
+  const int64_t straggler = meta_num(first, "run.straggler_rank", -1);
+  ParallelSummary& p = d.parallel;
+  p.ranks = static_cast<int>(ranks.size());
+  p.dp = p.ranks;
+  p.collectives = meta_num(first, "run.comm_collectives", 0);
+  const std::string source = meta(first, "run.rank_source");
+  p.clock = fmt::format(
+      "each rank's own (not compared across ranks: the rank that arrives last at a collective "
+      "is the one whose call is shortest); rank numbers: {}",
+      source.empty() ? std::string("from the trace") : source);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    RankBreakdown row = rank_row(ranks[r], per[r], runs[r]);
+    row.host = meta(ranks[r], "run.rank_key");
+    d.ranks.push_back(row);
+    p.transfer_ms +=
+        (row.collective_ms - row.collective_sync_ms) / static_cast<double>(ranks.size());
+    p.sync_ms += row.collective_sync_ms / static_cast<double>(ranks.size());
+  }
+  if (straggler >= 0) {
+    p.straggler = static_cast<int>(straggler);
+    const int64_t late = meta_num(first, "run.straggler_late", 0);
+    p.straggler_late_frac =
+        p.collectives > 0 ? static_cast<double>(late) / static_cast<double>(p.collectives) : 0;
+    size_t s = 0;
+    for (size_t r = 0; r < ranks.size(); ++r)
+      if (trace_rank(ranks[r]) == straggler) s = r;
+    double others_wait = 0;
+    for (size_t r = 0; r < ranks.size(); ++r)
+      if (r != s) others_wait += d.ranks[r].collective_sync_ms;
+    p.straggler_late_ms = others_wait / static_cast<double>(ranks.size() - 1);
+    const std::string cause = straggler_cause(ranks, per, s, runs);
+    for (Finding& f : d.findings) {
+      if (f.cls != "parallel") continue;
+      if (!cause.empty()) {
+        f.explanation += " On this run: " + cause + ".";
+        f.evidence.examples.insert(f.evidence.examples.begin(), cause);
+      }
+    }
+  }
+  // A finding that only another rank shows (its own top class) is named too; the straggler's
+  // own cause is in the straggler finding already.
+  for (size_t r = 1; r < ranks.size(); ++r) {
+    if (trace_rank(ranks[r]) == straggler) continue;
+    for (const Finding& f : per[r].findings) {
+      if (f.share <= 0 || f.cls == "parallel") continue;
+      const bool known = std::any_of(d.findings.begin(), d.findings.end(),
+                                     [&](const Finding& g) { return g.cls == f.cls; });
+      if (known) continue;
+      Finding g = f;
+      g.title = fmt::format("Rank {}: {}", trace_rank(ranks[r]), f.title);
+      d.findings.push_back(std::move(g));
+      break;  // its top one
+    }
+  }
+  rank_findings(&d.findings);
+  return d;
+}
+
+}  // namespace ft::profiler
