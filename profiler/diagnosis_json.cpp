@@ -126,6 +126,10 @@ std::vector<Finding> read_findings(const Reader& r, const Json& j) {
     for (size_t k = 0; k < knobs.size(); ++k) {
       f.knobs.push_back(r.string(knobs[k], fmt::format("{}/knobs/{}", p, k)));
     }
+    if (const Json* p_ms = r.optional(o, "predicted_step_ms")) {
+      f.predicted_step_ms = r.number(*p_ms, p + "/predicted_step_ms");
+      f.prediction = r.str_field(o, p, "prediction");
+    }
     out.push_back(std::move(f));
   }
   return out;

@@ -126,6 +126,10 @@ std::string findings_html(const Diagnosis& d) {
     if (f.share > 0) {
       out += fmt::format("<p><b>Recoverable:</b> {} of wall time</p>\n", percent(f.share));
     }
+    if (f.predicted_step_ms >= 0) {
+      out += fmt::format("<p><b>Predicted step:</b> {} ms, assuming {}</p>\n",
+                         fixed(f.predicted_step_ms, 2), h(f.prediction));
+    }
     if (!f.explanation.empty()) out += fmt::format("<p>{}</p>\n", h(f.explanation));
     const auto& e = f.evidence;
     out += "<ul class=\"evidence\">";

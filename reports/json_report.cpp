@@ -115,6 +115,10 @@ Json build_json(const Diagnosis& d) {
     o["explanation"] = f.explanation;
     o["evidence"] = std::move(e);
     o["knobs"] = f.knobs;
+    if (f.predicted_step_ms >= 0) {
+      o["predicted_step_ms"] = sig6(f.predicted_step_ms);
+      o["prediction"] = f.prediction;
+    }
     findings.push_back(std::move(o));
   }
   j["findings"] = std::move(findings);

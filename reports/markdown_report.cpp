@@ -139,6 +139,10 @@ std::string render_markdown(const Diagnosis& d) {
     out += fmt::format("### {}. [{}] {}: {}\n\n", ++rank, profiler::severity_name(f.severity),
                        md(f.cls), md(f.title));
     if (f.share > 0) out += fmt::format("Recoverable: {} of wall time.\n\n", percent(f.share));
+    if (f.predicted_step_ms >= 0) {
+      out += fmt::format("Predicted step: {} ms, assuming {}.\n\n", fixed(f.predicted_step_ms, 2),
+                         md(f.prediction));
+    }
     if (!f.explanation.empty()) out += md(f.explanation) + "\n\n";
     const auto& e = f.evidence;
     if (!e.steps.empty()) {

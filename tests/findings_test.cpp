@@ -301,14 +301,71 @@ TEST(SteadySteps, StubStepsAreExcludedByTheStatedRule) {
     return out;
   };
   EXPECT_EQ(numbers(steady_steps(host, run)), (std::vector<int64_t>{0, 1, 2}));
-  const std::vector<StepBreakdown> gpu = {step(0, 100, 60), step(1, 100, 0), step(2, 100, 70)};
+  // Device windows: the last one (no next step to end it) leaves too.
+  const std::vector<StepBreakdown> gpu = {step(0, 100, 60), step(1, 100, 0), step(2, 100, 70),
+                                          step(3, 40, 30)};
   EXPECT_EQ(numbers(steady_steps(gpu, run)), (std::vector<int64_t>{0, 2}));
   // amd_trace's shape: a real first step and a 49 µs closing stub; the warm-up rule alone would
   // leave only the stub.
   run.warmup_excluded = 1;
   const std::vector<StepBreakdown> amd = {step(0, 8.9, 0.1), step(1, 0.049, 0)};
   EXPECT_EQ(numbers(steady_steps(amd, run)), (std::vector<int64_t>{0}));
-  // Uniform steps: only the warm-up goes.
-  const std::vector<StepBreakdown> even = {step(0, 10, 5), step(1, 10, 5), step(2, 10, 5)};
+  // Uniform steps: the warm-up and the last device window go.
+  const std::vector<StepBreakdown> even = {step(0, 10, 5), step(1, 10, 5), step(2, 10, 5),
+                                           step(3, 10, 5)};
   EXPECT_EQ(numbers(steady_steps(even, run)), (std::vector<int64_t>{1, 2}));
+  // Host steps keep their last one.
+  const std::vector<StepBreakdown> cpu = {step(0, 10, -1), step(1, 10, -1), step(2, 10, -1)};
+  EXPECT_EQ(numbers(steady_steps(cpu, run)), (std::vector<int64_t>{1, 2}));
+}
+
+namespace {
+
+StepBreakdown step_of(double wall, std::initializer_list<std::pair<WaitClass, double>> parts) {
+  StepBreakdown s;
+  s.wall_ms = wall;
+  double rest = wall;
+  for (const auto& [c, ms] : parts) {
+    s.ms[static_cast<int>(c)] = ms;
+    rest -= ms;
+  }
+  s.ms[static_cast<int>(WaitClass::kCompute)] += rest;
+  return s;
+}
+
+Finding finding(const char* cls, double share) {
+  Finding f;
+  f.cls = cls;
+  f.share = share;
+  return f;
+}
+
+}  // namespace
+
+// What-if per finding: a wait class's time is removed, a copy or collective hides at most
+// behind the step's compute, unknown causes get no prediction, and the savings of the wait
+// classes together never exceed the step's waiting time.
+TEST(Predict, EachFindingRemovesItsCauseWithinTheStep) {
+  // 100 ms steps: compute 30, data 20, pcie 10, comm 40.
+  const StepBreakdown a =
+      step_of(100, {{WaitClass::kData, 20}, {WaitClass::kPcie, 10}, {WaitClass::kComm, 40}});
+  const StepBreakdown b = a;
+  const std::vector<const StepBreakdown*> steady = {&a, &b};
+  std::vector<Finding> fs = {finding("data", 0.2), finding("pcie", 0.1), finding("comm", 0.4),
+                             finding("other", 0.3), finding("loss", 0)};
+  predict_findings(steady, &fs);
+  EXPECT_DOUBLE_EQ(fs[0].predicted_step_ms, 80.0);
+  EXPECT_DOUBLE_EQ(fs[1].predicted_step_ms, 90.0);
+  EXPECT_DOUBLE_EQ(fs[2].predicted_step_ms, 70.0);  // 40 ms of comm hide behind 30 of compute
+  EXPECT_NE(fs[2].prediction.find("overlap the step's compute"), std::string::npos);
+  EXPECT_EQ(fs[3].predicted_step_ms, -1);  // unknown cause
+  EXPECT_EQ(fs[4].predicted_step_ms, -1);  // a risk, not time
+  double saved = 0;
+  for (const Finding& f : fs)
+    if (f.predicted_step_ms >= 0) saved += 100 - f.predicted_step_ms;
+  EXPECT_LE(saved, 100 - 30 + 1e-9);  // at most the waiting (device idle) time
+  // A comm finding that keeps only its transfer part (a straggler takes the wait) saves that.
+  std::vector<Finding> part = {finding("comm", 0.05)};
+  predict_findings(steady, &part);
+  EXPECT_DOUBLE_EQ(part[0].predicted_step_ms, 95.0);
 }

@@ -249,7 +249,7 @@ TEST(KinetoDiagnose, RuntimeCopiesAndMemorySamples) {
   EXPECT_EQ(d.findings[0].cls, "host");  // 6 of each 10 ms: a CPU-side matmul starves the device
   const Finding* pcie = find_cls(d, "pcie");
   ASSERT_NE(pcie, nullptr);
-  EXPECT_NEAR(pcie->share, 0.39, 0.01);
+  EXPECT_NEAR(pcie->share, 0.40, 1e-9);  // steady: step 1 (the warm-up and the last window leave)
   // Reserved 8 MiB over a 3 MiB peak: the allocator-overhang rule fires.
   bool overhang = false;
   for (const Finding& f : d.findings) overhang |= f.title.find("Reserved memory") == 0;

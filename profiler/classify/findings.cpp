@@ -2,8 +2,12 @@
 // runs them into ranked findings. The rules themselves: rules_time.cpp and rules_run.cpp.
 #include "ft/profiler/findings.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <array>
 #include <stdexcept>
+#include <string>
 
 #include "rules.h"
 
@@ -114,10 +118,18 @@ std::vector<const StepBreakdown*> steady_steps(const std::vector<StepBreakdown>&
   // The median is that of the steps after the warm-up: a warm-up step can be far longer (a
   // benchmark's first window holds its autotuning).
   const size_t skip = static_cast<size_t>(std::max(0, run.warmup_excluded));
+  // Steps partitioned on a device's timeline run from one step's first device op to the next
+  // step's: the last has no next one and is cut short (its successor's data wait or host gap is
+  // missing). Like HTA, which drops the last step, it leaves the steady state when others remain.
+  bool device_windows = false;
+  for (const StepBreakdown& s : steps)
+    for (const auto& [k, v] : s.detail) device_windows |= k.rfind("device.busy.", 0) == 0;
+  const size_t last = device_windows && steps.size() > skip + 1 ? steps.size() - 1 : steps.size();
   std::vector<double> walls;
   bool any_device = false;
   for (size_t i = 0; i < steps.size(); ++i) {
-    if (i >= skip || steps.size() <= skip) walls.push_back(steps[i].wall_ms);
+    if ((i >= skip || steps.size() <= skip) && (i < last || last <= skip))
+      walls.push_back(steps[i].wall_ms);
     any_device |= device_busy_ms(steps[i]) > 0;
   }
   double median = 0;
@@ -133,7 +145,7 @@ std::vector<const StepBreakdown*> steady_steps(const std::vector<StepBreakdown>&
     return s.wall_ms < kStubFraction * median || (any_device && device_busy_ms(s) <= 0);
   };
   std::vector<const StepBreakdown*> out;
-  for (size_t i = steps.size() > skip ? skip : 0; i < steps.size(); ++i) {
+  for (size_t i = steps.size() > skip ? skip : 0; i < last; ++i) {
     if (!stub(steps[i])) out.push_back(&steps[i]);
   }
   // Only warm-up steps are real: take those rather than stubs; only stubs: take everything.
@@ -167,6 +179,70 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
   for (const RuleEntry& e : rule_entries()) e.fn(ctx, &out);
   rank_findings(&out);
   return out;
+}
+
+}  // namespace ft::profiler
+
+namespace ft::profiler {
+
+void predict_findings(const std::vector<const StepBreakdown*>& steady,
+                      std::vector<Finding>* findings) {
+  if (steady.empty()) return;
+  double step = 0;
+  std::array<double, kNumWaitClasses> ms{};
+  for (const StepBreakdown* s : steady) {
+    step += s->wall_ms;
+    for (int c = 0; c < kNumWaitClasses; ++c) ms[c] += s->ms[c];
+  }
+  const auto n = static_cast<double>(steady.size());
+  step /= n;
+  for (double& v : ms) v /= n;
+  auto cls_ms = [&](WaitClass c) { return ms[static_cast<int>(c)]; };
+  const double compute = cls_ms(WaitClass::kCompute);
+  for (Finding& f : *findings) {
+    if (f.share <= 0) continue;
+    double saving = -1;
+    std::string assumes;
+    // The finding's own recoverable time (a comm finding beside a straggler keeps only its
+    // transfer part), at most its class's time.
+    const double own = f.share * step;
+    if (f.cls == "data") {
+      saving = std::min(own, cls_ms(WaitClass::kData));
+      assumes =
+          "the loader hands each batch over at once (enough workers to produce a batch "
+          "within a step, prefetched)";
+    } else if (f.cls == "pcie") {
+      saving = std::min({own, cls_ms(WaitClass::kPcie), compute});
+      assumes =
+          "the copies come from page-locked memory on a side stream and overlap the step's "
+          "compute at their measured rate; what exceeds the compute stays exposed";
+    } else if (f.cls == "memory") {
+      saving = std::min(own, cls_ms(WaitClass::kMemory));
+      assumes = "no allocator slow path or page fault inside the step (a warm caching allocator)";
+    } else if (f.cls == "sync") {
+      saving = std::min(own, cls_ms(WaitClass::kSync));
+      assumes = "the blocking read-backs leave the step, so the queue never drains for them";
+    } else if (f.cls == "host") {
+      saving = std::min(own, cls_ms(WaitClass::kHost));
+      assumes =
+          "the device never waits for the host between launches (CUDA graphs / "
+          "torch.compile reduce-overhead, or more work per launch)";
+    } else if (f.cls == "comm") {
+      saving = std::min({own, cls_ms(WaitClass::kComm), compute});
+      assumes =
+          "the collectives overlap the step's compute (bucketed during backward); what "
+          "exceeds the compute stays exposed";
+    } else if (f.cls == "parallel") {
+      saving = std::min(own, step - compute);
+      assumes = "the late rank arrives with the others, so no rank waits in its collectives";
+    } else if (f.cls == "precision" || f.cls == "batch") {
+      saving = std::min(own, compute);
+      assumes = "the rule's estimate of the compute saved (" + f.cls + " finding)";
+    }
+    if (saving < 0) continue;  // other: the cause is unknown
+    f.predicted_step_ms = std::max(0.0, step - saving);
+    f.prediction = fmt::format("{} (from {:.2f} ms, saving {:.2f} ms)", assumes, step, saving);
+  }
 }
 
 }  // namespace ft::profiler

@@ -47,6 +47,10 @@ struct Finding {
   std::string explanation;    // plain language
   Evidence evidence;
   std::vector<std::string> knobs;  // concrete flags, e.g. "--loader-workers 4"
+  // What-if: the mean steady step (ms) with this finding's cause removed or reduced as
+  // `prediction` states (predict_findings in findings.h); -1 when there is no prediction.
+  double predicted_step_ms = -1;
+  std::string prediction;
 };
 
 struct LossHealth {

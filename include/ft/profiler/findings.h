@@ -89,10 +89,21 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
                                  const RunInfo& run, const LossHealth& loss,
                                  const FindingRules& rules = {});
 
+// What-if per finding (docs/classification.md, "Predictions"): from the steady steps' mean
+// partition, the step time with the finding's cause removed or reduced, and what that assumes.
+// Each saving is at most the time its class holds, and a copy or collective can hide at most
+// behind the compute of the step, so the time-class savings together never exceed the step's
+// waiting (the device's idle time on a GPU trace); a compute finding (precision, batch) saves
+// part of the compute instead. Findings of unknown cause ("other", risks) get none.
+void predict_findings(const std::vector<const StepBreakdown*>& steady,
+                      std::vector<Finding>* findings);
+
 // Sorts findings into the ranking order above (stable).
 void rank_findings(std::vector<Finding>* findings);
 
-// The steps totals and findings use: all but the first run.warmup_excluded (when more remain),
+// The steps totals and findings use: all but the first run.warmup_excluded (when more remain)
+// and, when steps are a device's windows (device.busy.* details), all but the last, which has no
+// next step to end it (HTA drops it too);
 // less stub steps (shorter than kStubFraction of the median step after the warm-up, or with no
 // device work while other steps have some). When that leaves nothing, the non-stub warm-up steps;
 // failing those, every step after the warm-up.
