@@ -107,7 +107,10 @@ void copy_rules(const RuleContext& ctx, std::vector<Finding>* out) {
         (device_copies && !ev.track.device)) {
       continue;
     }
-    if ((ev.flags & kPageable) && !(ev.flags & kSynchronous)) add(pageable, ev);
+    // A device-to-host copy of a few bytes is a read-back (loss.item(), .cpu() of a scalar): what
+    // it costs is the wait for the queue to drain, which the sync rule judges, not a transfer.
+    const bool read_back = ev.category == Category::kD2H && ev.bytes < r.sync_copy_bytes;
+    if ((ev.flags & kPageable) && !(ev.flags & kSynchronous) && !read_back) add(pageable, ev);
     // Nsight: synchronous memcpy, except H2D <= 64 KB.
     if ((ev.flags & kSynchronous) &&
         (ev.category == Category::kD2H || ev.bytes > r.sync_copy_bytes)) {

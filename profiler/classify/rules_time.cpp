@@ -106,8 +106,22 @@ void comm_rule(const RuleContext& ctx, std::vector<Finding>* out) {
   }
   // Waiting for a rank that arrives late is the straggler finding's time (rules_run.cpp), and
   // bucket sizes do not shorten it: only the transfer part is left here.
-  const double wait_ms = ctx.detail("comm.wait") / ctx.n;
-  const double transfer_ms = ctx.detail("comm.transfer") / ctx.n;
+  // Waiting for late ranks: the device's "comm sync" idle when the step is partitioned on a
+  // device (the busiest device's), else the training thread's comm.wait.
+  bool device_view = false;
+  std::map<std::string, double> device_sync;
+  for (const StepBreakdown* s : ctx.steps) {
+    for (const auto& [k, v] : s->detail) {
+      device_view |= k.rfind("device.busy.", 0) == 0;
+      if (k.rfind("device", 0) == 0 && k.ends_with(".idle.comm.sync")) device_sync[k] += v;
+    }
+  }
+  double sync_ms = 0;
+  for (const auto& [k, v] : device_sync) sync_ms = std::max(sync_ms, v);
+  const double wait_ms = (device_view ? sync_ms : ctx.detail("comm.wait")) / ctx.n;
+  const double transfer_ms = device_view
+                                 ? std::max(0.0, ctx.ms_per_step(WaitClass::kComm) - wait_ms)
+                                 : ctx.detail("comm.transfer") / ctx.n;
   const int64_t straggler = meta_int(ctx.trace, "run.straggler_rank", -1);
   if (straggler >= 0 && straggler != meta_int(ctx.trace, "rank", -1) && wait_ms > transfer_ms) {
     const double comm_ms = ctx.ms_per_step(WaitClass::kComm);
@@ -139,7 +153,7 @@ void comm_rule(const RuleContext& ctx, std::vector<Finding>* out) {
       "Fewer, larger all-reduces (more accumulation) amortise them.",
       knobs,
       fmt::format("comm transfer {:.2f} ms/step, waiting for other ranks {:.2f} ms/step",
-                  ctx.detail("comm.transfer") / ctx.n, ctx.detail("comm.wait") / ctx.n));
+                  transfer_ms, wait_ms));
 }
 
 // Exposed host-device copies; pageable ones name the pinned async path.

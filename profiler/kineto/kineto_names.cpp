@@ -92,6 +92,12 @@ Category classify_event(SourceKind kind, std::string_view name, bool device, uin
         *flags |= kSynchronous;
         return Category::kSync;
       }
+      // The allocator's device calls (PyTorch's caching allocator on a miss or a flush):
+      // cudaFree and hipFree synchronize the device, their Async forms do not.
+      if (has(name, "Malloc") || has(name, "Free")) {
+        if (has(name, "Free") && !has(name, "Async")) *flags |= kSynchronous;
+        return Category::kAlloc;
+      }
       if ((has(name, "Memcpy") && !has(name, "Async")) || has(name, "MemcpyWithStream"))
         *flags |= kSynchronous;
       return Category::kHost;
