@@ -63,12 +63,14 @@ if [[ $TORCH_ONLY == 0 && ! -x "$FT_TRAIN" ]]; then
 fi
 
 # ---- environment for BOTH programs (only ever applied to the commands below) ----------------
-OPENBLAS_DIR="$(dpkg -L libopenblas0-openmp 2>/dev/null | grep '/libopenblas\.so\.0$' | head -1 | xargs -r dirname)"
+# A missing package must not end the script silently (set -e with pipefail): say what to install.
+OPENBLAS_DIR="$(dpkg -L libopenblas0-openmp 2>/dev/null | grep '/libopenblas\.so\.0$' | head -1 | xargs -r dirname || true)"
 OPENBLAS_DIR="${OPENBLAS_DIR:-/usr/lib/x86_64-linux-gnu/openblas-openmp}"
-JEMALLOC="$(dpkg -L libjemalloc2 2>/dev/null | grep '/libjemalloc\.so\.2$' | head -1)"
+JEMALLOC="$(dpkg -L libjemalloc2 2>/dev/null | grep '/libjemalloc\.so\.2$' | head -1 || true)"
 JEMALLOC="${JEMALLOC:-/usr/lib/x86_64-linux-gnu/libjemalloc.so.2}"
 if [[ $TUNE == 1 ]]; then
-  [[ -f "$JEMALLOC" ]] || { echo "jemalloc not found at $JEMALLOC" >&2; exit 1; }
+  [[ -f "$JEMALLOC" ]] || { echo "jemalloc not found at $JEMALLOC (bash scripts/deps.sh all)" >&2; exit 1; }
+  [[ -d "$OPENBLAS_DIR" ]] || { echo "OpenBLAS (OpenMP) not found at $OPENBLAS_DIR (bash scripts/deps.sh all)" >&2; exit 1; }
   RUN_ENV=(env -u OPENBLAS_L2_SIZE -u OPENBLAS_NUM_THREADS
            "OPENBLAS_CORETYPE=${FT_OPENBLAS_CORETYPE:-$DEFAULT_CORETYPE}"
            "LD_LIBRARY_PATH=$OPENBLAS_DIR"
