@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <string>
@@ -147,6 +149,27 @@ void comm_rule(const RuleContext& ctx, std::vector<Finding>* out) {
     out->push_back(std::move(f));
     return;
   }
+  // One rank of many: how much of a collective waits for the others cannot be told.
+  int64_t world = 0;
+  for (const auto& [k, v] : ctx.trace.metadata) {
+    if (k.ends_with(".distributed.world_size"))
+      world = std::max<int64_t>(world, std::atoll(v.c_str()));
+  }
+  const int64_t ranks = meta_int(ctx.trace, "ranks", 1);
+  if (world > ranks && wait_ms == 0) {
+    add_time_finding(
+        ctx, out, WaitClass::kComm, ctx.r.comm_share, "Communication is exposed",
+        fmt::format("Collectives run on the critical path instead of overlapping with compute. "
+                    "The trace holds {} of the job's {} ranks, so how much of that time is "
+                    "waiting for the other ranks (a straggler) rather than transfer is unknown: "
+                    "profile all ranks, or several, to split them.",
+                    ranks, world),
+        knobs,
+        fmt::format("comm {:.2f} ms/step (transfer and waiting not separable: {} of {} ranks "
+                    "traced)",
+                    ctx.ms_per_step(WaitClass::kComm), ranks, world));
+    return;
+  }
   add_time_finding(
       ctx, out, WaitClass::kComm, ctx.r.comm_share, "Communication is exposed",
       "Collectives run on the critical path instead of overlapping with compute. "
@@ -221,6 +244,11 @@ void host_rule(const RuleContext& ctx, std::vector<Finding>* out) {
 
 namespace {
 
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 // The unclassified span (a user annotation such as record_function("extra_work")) on the
 // training thread that holds the most time in the steady steps, outermost instances only:
 // (name, ms per step), or ("", 0).
@@ -264,10 +292,17 @@ void other_rule(const RuleContext& ctx, std::vector<Finding>* out) {
         ctx, out, WaitClass::kOther, ctx.r.other_share,
         fmt::format("Time inside '{}', which runs no operation ft classifies", name),
         fmt::format("The program's own annotation '{}' holds {:.2f} ms per step, and nothing "
-                    "inside it is a known operator, copy, collective or loader call: code of the "
-                    "program's own (Python work, a sleep, a busy loop). Profile it with its own "
-                    "ranges, or move it off the training step.",
-                    name, std::min(ms, other_ms)),
+                    "inside it is a known operator, copy, collective or loader call on this "
+                    "thread: {}",
+                    name, std::min(ms, other_ms),
+                    lower(name).find("backward") != std::string::npos
+                        ? "PyTorch runs backward on the autograd engine's threads, and the trace "
+                          "holds none of their work inside it (a trimmed trace, or threads the "
+                          "profiler did not record). Profile with every thread to see what it "
+                          "runs."
+                        : "code of the program's own (Python work, a sleep, a busy loop), or work "
+                          "on threads the trace does not hold. Profile it with its own ranges, "
+                          "or move it off the training step."),
         {}, fmt::format("other {:.2f} ms/step, of which in '{}' up to {:.2f}", other_ms, name, ms));
     return;
   }

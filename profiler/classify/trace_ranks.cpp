@@ -66,18 +66,21 @@ std::string straggler_cause(const std::vector<Trace>& ranks, const std::vector<D
   std::vector<std::map<std::string, double>> by_rank;
   for (size_t r = 0; r < ranks.size(); ++r)
     by_rank.push_back(ms_per_step_by_name(ranks[r], steady_steps(per[r].steps, runs[r])));
-  std::map<std::string, double> excess;
-  for (const auto& [name, ms] : by_rank[straggler]) {
-    double others = 0;
+  auto others_mean = [&](const std::string& name) {
+    double sum = 0;
     for (size_t r = 0; r < ranks.size(); ++r) {
       if (r == straggler) continue;
       const auto it = by_rank[r].find(name);
-      others += it == by_rank[r].end() ? 0 : it->second;
+      sum += it == by_rank[r].end() ? 0 : it->second;
     }
-    excess[name] = ms - others / static_cast<double>(ranks.size() - 1);
-  }
+    return sum / static_cast<double>(ranks.size() - 1);
+  };
+  std::map<std::string, double> excess;
   double top = 0;
-  for (const auto& [name, x] : excess) top = std::max(top, x);
+  for (const auto& [name, ms] : by_rank[straggler]) {
+    excess[name] = ms - others_mean(name);
+    top = std::max(top, excess[name]);
+  }
   if (top <= 0) return "";
   std::string best;
   double best_ms = 0;
@@ -86,18 +89,10 @@ std::string straggler_cause(const std::vector<Trace>& ranks, const std::vector<D
     const double ms = by_rank[straggler].at(name);
     if (best.empty() || ms < best_ms) best = name, best_ms = ms;
   }
-  const auto it = by_rank[straggler].find(best);
-  double others = 0;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    if (r == straggler) continue;
-    const auto jt = by_rank[r].find(best);
-    others += jt == by_rank[r].end() ? 0 : jt->second;
-  }
   return fmt::format(
       "'{}' takes {:.2f} ms per step on rank {} against {:.2f} ms on the other "
       "ranks",
-      best, it->second, trace_rank(ranks[straggler]),
-      others / static_cast<double>(ranks.size() - 1));
+      best, best_ms, trace_rank(ranks[straggler]), others_mean(best));
 }
 
 RankBreakdown rank_row(const Trace& t, const Diagnosis& d, const RunInfo& run) {
