@@ -106,6 +106,14 @@ TEST_F(TorchClient, SlowDatasetIsTheTopBottleneck) {
   ASSERT_FALSE(top.evidence.examples.empty());
   EXPECT_NE(top.evidence.examples[0].find("enumerate(DataLoader)"), std::string::npos)
       << top.evidence.examples[0];
+  // The trace records no core count: the workers named are those that hide the wait (data over
+  // the rest of the step, plus one), not a cap of one core. Data over a quarter of the step: 2+.
+  ASSERT_FALSE(top.knobs.empty());
+  const std::string& knob = top.knobs[0];
+  ASSERT_EQ(knob.rfind("DataLoader(num_workers=", 0), 0u) << knob;
+  EXPECT_GE(std::stoi(knob.substr(std::string("DataLoader(num_workers=").size())), 2) << knob;
+  EXPECT_NE(top.evidence.detail.find("does not record its cores"), std::string::npos)
+      << top.evidence.detail;
 
   const Proc cli = diagnose_cli("slow");
   ASSERT_EQ(cli.status, 0) << cli.out;
