@@ -265,6 +265,29 @@ Diagnosis diagnosis_from_json(const nlohmann::json& j, const std::string& origin
   d.totals = r.classes(r.field(j, "", "totals"), "/totals");
   d.findings = read_findings(r, j);
   read_ranks(r, j, &d);
+  if (const Json* c = r.optional(j, "critical_path")) {
+    CriticalPathSummary& cp = d.critical_path;
+    cp.computed = true;
+    cp.success = r.boolean(r.field(*c, "/critical_path", "success"), "/critical_path/success");
+    if (const Json* e = r.optional(*c, "error")) cp.error = r.string(*e, "/critical_path/error");
+    const Json& a = r.field(*c, "/critical_path", "args");
+    cp.rank = static_cast<int>(r.int_field(a, "/critical_path/args", "rank"));
+    cp.annotation = r.str_field(a, "/critical_path/args", "annotation");
+    cp.instance = r.int_field(a, "/critical_path/args", "instance_id");
+    cp.step = r.int_field(*c, "/critical_path", "step");
+    if (cp.success) {
+      cp.total_us = r.int_field(*c, "/critical_path", "cp_total_duration_us");
+      auto sums = [&](const char* key, std::map<std::string, int64_t>* out) {
+        const Json& o = r.field(*c, "/critical_path", key);
+        if (!o.is_object()) r.fail(std::string("/critical_path/") + key, "expected an object");
+        for (const auto& [k, v] : o.items())
+          (*out)[k] =
+              r.int_field(v, std::string("/critical_path/") + key + "/" + k, "duration_sum");
+      };
+      sums("breakdown_by_type", &cp.by_type_us);
+      sums("breakdown_by_bound_by", &cp.by_bound_us);
+    }
+  }
   read_memory_and_loss(r, j, &d);
   read_steps(r, j, &d);
   if (const Json* c = r.optional(j, "config")) d.config = r.string_map(*c, "/config");

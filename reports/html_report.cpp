@@ -177,6 +177,30 @@ std::string steps_table(const Diagnosis& d) {
   return out + "</table>\n";
 }
 
+// HTA's critical path of the first steady step (imported traces; empty otherwise).
+std::string critical_path_html(const Diagnosis& d) {
+  const profiler::CriticalPathSummary& cp = d.critical_path;
+  if (!cp.computed) return "";
+  std::string out = "<section id=\"critical-path\"><h2>Critical path (HTA's analysis)</h2>\n";
+  if (!cp.success) return out + "<p>Not available: " + h(cp.error) + "</p></section>\n";
+  out += fmt::format(
+      "<p>Step {} (instance {} of <code>{}</code> on rank {}): {} µs on the "
+      "critical path.</p>\n<table><tr><th>edge type</th><th>µs</th><th>share</th>"
+      "</tr>\n",
+      cp.step, cp.instance, h(cp.annotation), cp.rank, cp.total_us);
+  auto rows = [&](const std::map<std::string, int64_t>& m) {
+    for (const auto& [k, v] : m) {
+      out += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                         h(k.empty() ? std::string("(dependency)") : k), v,
+                         percent(cp.total_us > 0 ? static_cast<double>(v) / cp.total_us : 0));
+    }
+  };
+  rows(cp.by_type_us);
+  out += "</table>\n<table><tr><th>bound by</th><th>µs</th><th>share</th></tr>\n";
+  rows(cp.by_bound_us);
+  return out + "</table></section>\n";
+}
+
 // Multi-rank runs: cross-rank summary and the per-rank table (empty for one rank).
 std::string ranks_html(const Diagnosis& d) {
   if (d.ranks.empty()) return "";
@@ -298,6 +322,7 @@ std::string render_html(const Diagnosis& d) {
   out +=
       "<section id=\"findings\"><h2>Findings (ranked)</h2>\n" + findings_html(d) + "</section>\n";
   out += ranks_html(d);
+  out += critical_path_html(d);
 
   std::vector<Series> loss(1), mem;
   loss[0] = {"loss", "#4e79a7", {}};

@@ -123,6 +123,26 @@ Json build_json(const Diagnosis& d) {
   }
   j["findings"] = std::move(findings);
   add_ranks(j, d);
+  if (d.critical_path.computed) {
+    const profiler::CriticalPathSummary& cp = d.critical_path;
+    Json c;
+    c["success"] = cp.success;
+    if (!cp.error.empty()) c["error"] = cp.error;
+    c["args"] =
+        Json{{"rank", cp.rank}, {"annotation", cp.annotation}, {"instance_id", cp.instance}};
+    c["step"] = cp.step;
+    if (cp.success) {
+      c["cp_total_duration_us"] = cp.total_us;
+      auto sums = [](const std::map<std::string, int64_t>& m) {
+        Json o = Json::object();
+        for (const auto& [k, v] : m) o[k] = Json{{"duration_sum", v}};
+        return o;
+      };
+      c["breakdown_by_type"] = sums(cp.by_type_us);
+      c["breakdown_by_bound_by"] = sums(cp.by_bound_us);
+    }
+    j["critical_path"] = std::move(c);
+  }
   j["memory"] = Json{{"peak", whole(d.memory.peak)},
                      {"reserved", whole(d.memory.reserved)},
                      {"fragmentation", share(d.memory.fragmentation)},

@@ -56,6 +56,30 @@ void map_table(std::string& out, const std::map<std::string, std::string>& m, co
   out += "\n";
 }
 
+// HTA's critical path of the first steady step (imported traces).
+void critical_path_section(std::string& out, const Diagnosis& d) {
+  const profiler::CriticalPathSummary& cp = d.critical_path;
+  if (!cp.computed) return;
+  out += "## Critical path (HTA's analysis)\n\n";
+  if (!cp.success) {
+    out += fmt::format("Not available: {}\n\n", md(cp.error));
+    return;
+  }
+  out += fmt::format("Step {} (instance {} of `{}` on rank {}): {} µs on the critical path.\n\n",
+                     cp.step, cp.instance, md(cp.annotation), cp.rank, cp.total_us);
+  out += "| edge type | µs | share |\n|---|---:|---:|\n";
+  for (const auto& [k, v] : cp.by_type_us) {
+    out += fmt::format("| {} | {} | {} |\n", md(k), v,
+                       percent(cp.total_us > 0 ? static_cast<double>(v) / cp.total_us : 0));
+  }
+  out += "\n| bound by | µs | share |\n|---|---:|---:|\n";
+  for (const auto& [k, v] : cp.by_bound_us) {
+    out += fmt::format("| {} | {} | {} |\n", md(k.empty() ? std::string("(dependency)") : k), v,
+                       percent(cp.total_us > 0 ? static_cast<double>(v) / cp.total_us : 0));
+  }
+  out += "\n";
+}
+
 // Multi-rank runs: the cross-rank summary and one row per rank.
 void ranks_section(std::string& out, const Diagnosis& d) {
   if (d.ranks.empty()) return;
@@ -166,6 +190,7 @@ std::string render_markdown(const Diagnosis& d) {
   }
 
   ranks_section(out, d);
+  critical_path_section(out, d);
   out += d.ranks.empty() ? "## Steps\n\n" : "## Steps (rank 0)\n\n";
   if (d.steps.empty()) {
     out += "No steps recorded.\n\n";

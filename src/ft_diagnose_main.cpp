@@ -12,6 +12,7 @@
 #include "cli_main.h"
 #include "ft/core/error.h"
 #include "ft/profiler/findings.h"
+#include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/load_trace.h"
 #include "ft/profiler/multi_rank.h"
 #include "ft/profiler/trace_reader.h"
@@ -161,7 +162,8 @@ int run(int argc, char** argv) {
       ft::diagnose::run_profiled({"--help"}, ro, &unused);
       return 0;
     }
-    if (out.empty()) throw ft::ConfigError("ft-diagnose run needs --out DIR (see ft-diagnose run --help)");
+    if (out.empty())
+      throw ft::ConfigError("ft-diagnose run needs --out DIR (see ft-diagnose run --help)");
     if (ranks > 1) {
       bool help = false;
       const int rc = ft::diagnose::run_ranks(rest, ro, ranks, out, &help);
@@ -211,10 +213,19 @@ int run(int argc, char** argv) {
                            : kineto && fs::is_directory(trace_path) ? trace_path
                                                                     : trace_path.parent_path();
   // A PyTorch trace, or a folder of its ranks (and their windows): every rank is diagnosed.
-  ft::profiler::Diagnosis d =
-      kineto ? ft::profiler::diagnose_trace_ranks(ft::profiler::load_kineto_ranks(input))
-             : ft::profiler::diagnose(ft::profiler::load_trace(input));
-  return finish(std::move(d), out_dir.empty() ? fs::path(".") : out_dir, gates, top);
+  if (!kineto) {
+    return finish(ft::profiler::diagnose(ft::profiler::load_trace(input)),
+                  out_dir.empty() ? fs::path(".") : out_dir, gates, top);
+  }
+  ft::profiler::Diagnosis d;
+  int rank = 0;
+  {  // the traces are freed before the critical path reads the file again
+    const std::vector<ft::profiler::Trace> rank_traces = ft::profiler::load_kineto_ranks(input);
+    d = ft::profiler::diagnose_trace_ranks(rank_traces);
+    rank = ft::profiler::trace_rank(rank_traces.front());
+  }
+  ft::profiler::add_critical_path(input, rank, &d);
+  return finish(d, out_dir.empty() ? fs::path(".") : out_dir, gates, top);
 }
 
 }  // namespace

@@ -11,10 +11,12 @@
 
 #include "ft/core/error.h"
 #include "ft/profiler/classifier.h"
+#include "ft/profiler/critical_path.h"
 #include "ft/profiler/findings.h"
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/load_trace.h"
 #include "ft/profiler/multi_rank.h"
+#include "ft/reports/report.h"
 
 namespace fs = std::filesystem;
 using namespace ft::profiler;
@@ -269,4 +271,38 @@ TEST(GpuScenarios, TopFindingAndPredictedSavingMatchTheConstruction) {
       EXPECT_NE(d.steps_rule.find(e["steps_rule"].get<std::string>()), std::string::npos);
     }
   }
+}
+
+// report.json carries HTA's critical path of the first steady step (its instance among the
+// ProfilerSteps), the same as the analysis run alone on that instance; a trace without
+// ProfilerStep says why there is none; both survive the report.json round trip.
+TEST(CriticalPathInReport, FirstSteadyStepOfTheDiagnosedRank) {
+  const fs::path p = kData / "hta" / "ns_resolution_trace";
+  const std::vector<Trace> ranks = load_kineto_ranks(p);
+  Diagnosis d = diagnose_trace_ranks(ranks);
+  add_critical_path(p, trace_rank(ranks.front()), &d);
+  const CriticalPathSummary& cp = d.critical_path;
+  ASSERT_TRUE(cp.computed);
+  ASSERT_TRUE(cp.success) << cp.error;
+  const auto steady = steady_steps(d.steps, RunInfo::from_metadata({{"run.warmup_excluded", "1"}}));
+  ASSERT_FALSE(steady.empty());
+  EXPECT_EQ(cp.step, steady.front()->step);
+  CriticalPathOptions o;
+  o.rank = trace_rank(ranks.front());
+  o.instance_first = o.instance_last = cp.instance;
+  const CriticalPathResult alone = critical_path(p.string(), o);
+  ASSERT_TRUE(alone.success);
+  EXPECT_EQ(cp.total_us, alone.total_us);
+  int64_t by_type = 0;
+  for (const auto& [k, v] : cp.by_type_us) by_type += v;
+  EXPECT_EQ(by_type, cp.total_us);
+  const Diagnosis back = ft::reports::parse_report_json(ft::reports::render_json(d));
+  EXPECT_EQ(back.critical_path.total_us, cp.total_us);
+  EXPECT_EQ(back.critical_path.by_bound_us, cp.by_bound_us);
+
+  const fs::path none = kData / "hta" / "critical_path" / "alexnet";
+  Diagnosis a = diagnose_trace_ranks(load_kineto_ranks(none));
+  add_critical_path(none, 0, &a);
+  EXPECT_FALSE(a.critical_path.success);
+  EXPECT_NE(a.critical_path.error.find("no ProfilerStep"), std::string::npos);
 }

@@ -67,7 +67,7 @@ TEST(ReportMarkdown, AbbreviatesLongRuns) {
   EXPECT_NE(md.find("| 480 | "), std::string::npos);
   EXPECT_NE(md.find("| 499 | "), std::string::npos);
   EXPECT_NE(md.find("Slowest steps: 7 (161.00 ms)"), std::string::npos);
-  EXPECT_LT(count(md, "\n"), 130u);
+  EXPECT_LT(count(md, "\n"), 145u);  // 40 step rows of 500; the rest is fixed sections
 }
 
 TEST(ReportMarkdown, EmptyDiagnosisStillRenders) {

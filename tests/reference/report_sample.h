@@ -79,6 +79,14 @@ inline profiler::Diagnosis sample_diagnosis(int num_steps = 12) {
   loss.knobs = {"--warmup 20", "--lr 3e-4"};
   d.findings.push_back(loss);
 
+  d.critical_path.computed = d.critical_path.success = true;
+  d.critical_path.annotation = "ProfilerStep";
+  d.critical_path.instance = 2;
+  d.critical_path.step = 3;
+  d.critical_path.total_us = 7448;
+  d.critical_path.by_type_us = {{"operator", 6000}, {"kernel_launch_delay", 1448}};
+  d.critical_path.by_bound_us = {{"cpu_bound", 7448}, {"<gpu & bound>", 0}};
+
   d.memory.peak = 204.0 * 1024 * 1024;
   d.memory.reserved = 256.0 * 1024 * 1024;
   d.memory.fragmentation = 0.203125;

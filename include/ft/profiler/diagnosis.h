@@ -1,4 +1,5 @@
-// diagnosis.h: the classifier's output (per-step wait breakdown, findings), which the reports render.
+// diagnosis.h: the classifier's output (per-step wait breakdown, findings), which the reports
+// render.
 #pragma once
 
 #include <array>
@@ -12,7 +13,8 @@ namespace ft::profiler {
 // The classes one step's wall time is split into; they sum to the step's wall time.
 enum class WaitClass : uint8_t { kCompute, kData, kPcie, kComm, kMemory, kHost, kSync, kOther };
 constexpr int kNumWaitClasses = 8;
-const char* wait_class_name(WaitClass c);  // "compute", "data", "pcie", "comm", "memory", "host", "sync", "other"
+const char* wait_class_name(
+    WaitClass c);  // "compute", "data", "pcie", "comm", "memory", "host", "sync", "other"
 
 struct StepBreakdown {
   int64_t step = 0;
@@ -22,17 +24,17 @@ struct StepBreakdown {
   // Optional detail for the evidence (ms): comm transfer vs waiting for other ranks,
   // pageable copies, page faults, allocator retries, ...
   std::map<std::string, double> detail;
-  double loss = 0, lr = 0, grad_norm = 0;  // NaN when unknown
+  double loss = 0, lr = 0, grad_norm = 0;      // NaN when unknown
   double mem_allocated = 0, mem_reserved = 0;  // bytes at step end
   double tokens_per_s = 0;
 };
 
 // One piece of evidence: which steps, what share, example spans.
 struct Evidence {
-  std::vector<int64_t> steps;        // the steps that show it (may be abbreviated)
-  double share = 0;                  // of total wall time (0..1), when it is time
-  std::vector<std::string> examples; // e.g. "loader.wait 41.2 ms at step 7 (thread main)"
-  std::string detail;                // one line of numbers behind the finding
+  std::vector<int64_t> steps;         // the steps that show it (may be abbreviated)
+  double share = 0;                   // of total wall time (0..1), when it is time
+  std::vector<std::string> examples;  // e.g. "loader.wait 41.2 ms at step 7 (thread main)"
+  std::string detail;                 // one line of numbers behind the finding
 };
 
 enum class Severity : uint8_t { kInfo, kWarning, kCritical };
@@ -41,10 +43,10 @@ const char* severity_name(Severity s);  // "info", "warning", "critical"
 struct Finding {
   // One of the WaitClass names, or "precision", "batch", "loss", "environment", "parallel".
   std::string cls;
-  double share = 0;           // recoverable share of wall time (0..1), or 0 for risk findings
+  double share = 0;  // recoverable share of wall time (0..1), or 0 for risk findings
   Severity severity = Severity::kInfo;
-  std::string title;          // one line
-  std::string explanation;    // plain language
+  std::string title;        // one line
+  std::string explanation;  // plain language
   Evidence evidence;
   std::vector<std::string> knobs;  // concrete flags, e.g. "--loader-workers 4"
   // What-if: the mean steady step (ms) with this finding's cause removed or reduced as
@@ -56,9 +58,9 @@ struct Finding {
 struct LossHealth {
   bool has_nan = false;
   bool diverged = false;
-  int spikes = 0;               // steps whose loss jumps above the trend by the spike rule
-  double oscillation = 0;       // normalised spread of loss differences
-  std::string verdict;          // "healthy", "spiky", "oscillating", "diverging", "nan", "unknown"
+  int spikes = 0;          // steps whose loss jumps above the trend by the spike rule
+  double oscillation = 0;  // normalised spread of loss differences
+  std::string verdict;     // "healthy", "spiky", "oscillating", "diverging", "nan", "unknown"
 };
 
 struct MemorySummary {
@@ -104,6 +106,21 @@ struct ParallelSummary {
   std::string clock;               // how the ranks' timestamps were lined up
 };
 
+// HTA's critical path of one step of an imported trace (critical_path.h), as report.json carries
+// it under HTA's field names.
+struct CriticalPathSummary {
+  bool computed = false;  // tried (imported traces only)
+  bool success = false;
+  std::string error;  // why there is none
+  int rank = 0;
+  std::string annotation;  // the window: "ProfilerStep"
+  int64_t instance = -1;   // 0-based instance of the annotation (the first steady step)
+  int64_t step = -1;       // that step's number
+  int64_t total_us = 0;    // cp_total_duration_us
+  std::map<std::string, int64_t> by_type_us;   // breakdown_by_type: duration_sum
+  std::map<std::string, int64_t> by_bound_us;  // breakdown_by_bound_by: duration_sum
+};
+
 struct Diagnosis {
   std::string source;  // "ft-train run", "trace.json", ...
   // How the steps were found in an imported trace (ProfilerStep spans, a repeating span, or the
@@ -116,11 +133,12 @@ struct Diagnosis {
   MemorySummary memory;
   LossHealth loss_health;
   std::vector<std::pair<double, double>> memory_timeline;  // (ms, allocated bytes)
-  std::map<std::string, std::string> config;       // ft-train flags as run
-  std::map<std::string, std::string> environment;  // CPU, BLAS core type, threads, versions
+  std::map<std::string, std::string> config;               // ft-train flags as run
+  std::map<std::string, std::string> environment;          // CPU, BLAS core type, threads, versions
   // Multi-rank runs only (empty / ranks == 0 otherwise): steps and totals above are rank 0's.
   std::vector<RankBreakdown> ranks;
   ParallelSummary parallel;
+  CriticalPathSummary critical_path;  // imported traces (add_critical_path)
 };
 
 }  // namespace ft::profiler

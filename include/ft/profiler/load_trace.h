@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ft/profiler/diagnosis.h"
 #include "ft/profiler/event.h"
 #include "ft/profiler/kineto_trace.h"
 
@@ -27,6 +28,12 @@ TraceFormat detect_trace_format(const std::filesystem::path& path);
 // a directory of per-rank files) into a Trace the classifier understands. Kineto traces go through
 // read_kineto_rank_records + prepare_kineto_trace. Throws IoError / FormatError.
 Trace load_trace(const std::filesystem::path& path);
+
+// HTA's critical path (critical_path.h) of the first steady step of rank `rank` (the diagnosed
+// one: the headline rank of diagnose_trace_ranks) of the Kineto trace at `path`, into
+// d->critical_path. Traces without ProfilerStep spans, and any failure, leave an error there
+// instead; never throws.
+void add_critical_path(const std::filesystem::path& path, int rank, Diagnosis* d);
 
 // `ft-diagnose --hta-json`: HTA's analyses (hta_analyses) of the Kineto trace at `trace_path`,
 // written atomically to `out` as {key: analyses}, keyed as ft-hta keys it (hta_entry_key).
