@@ -23,6 +23,7 @@ const std::set<std::string> kTested = {"data",
                                        "host",
                                        "other",
                                        "precision",
+                                       "tensor_core",
                                        "batch",
                                        "loss",
                                        "blas_coretype",
@@ -167,6 +168,43 @@ TEST(Rule, Straggler) {
   EXPECT_NE(f[0].title.find("Rank 1"), std::string::npos) << f[0].title;
   t.metadata["run.straggler_wait_ns"] = "20000000";  // 5%: at comm_share / 2, silent
   EXPECT_TRUE(run_rule("straggler", s, quiet_run(), t).empty());
+}
+
+// GPU steps whose fp32 GEMMs run on the SIMT units: at 30% of the step the finding recovers
+// 30% x (1 - 1/4); a TF32 kernel does not count; at 9% it is silent.
+TEST(Rule, TensorCore) {
+  Trace t;
+  auto kernel = [&](const char* name, int64_t step, double ms) {
+    Event e;
+    e.track = {0, 7, true};
+    e.name = t.names.intern(name);
+    e.category = Category::kCompute;
+    e.step = step;
+    e.dur_ns = static_cast<int64_t>(ms * 1e6);
+    t.events.push_back(e);
+  };
+  for (int s = 0; s < 4; ++s) {
+    kernel("ampere_sgemm_128x64_nn", s, 30);
+    kernel("sm80_xmma_gemm_tf32f32_tf32f32_f32_nn_n_tilesize128x128x16_cublas", s, 20);
+  }
+  const auto steps = steps_of({100, 0, 0, 0, 0, 0, 0, 0});
+  auto f = run_rule("tensor_core", steps, quiet_run(), t);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cls, "precision");
+  EXPECT_NEAR(f[0].share, 0.30 * 0.75, 1e-9);
+  EXPECT_NE(f[0].knobs[0].find("allow_tf32"), std::string::npos);
+  // A Volta GEMM: its tensor cores take fp16 only, so the knob is fp16 autocast.
+  for (Event& e : t.events) {
+    if (t.names.at(e.name).find("sgemm") != std::string::npos)
+      e.name = t.names.intern("volta_sgemm_128x64_nn");
+  }
+  f = run_rule("tensor_core", steps, quiet_run(), t);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].knobs[0].find("torch.float16"), std::string::npos) << f[0].knobs[0];
+  for (Event& e : t.events) {
+    if (t.names.at(e.name).find("sgemm") != std::string::npos) e.dur_ns = 9'000'000;
+  }
+  EXPECT_TRUE(run_rule("tensor_core", steps, quiet_run(), t).empty());
 }
 
 TEST(Rule, Precision) {

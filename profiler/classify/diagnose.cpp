@@ -87,7 +87,7 @@ Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options, const Fin
     if (k.rfind("env.", 0) == 0) d.environment[k.substr(4)] = v;
   }
   d.findings = find_issues(trace, d.steps, facts, d.loss_health, rules);
-  predict_findings(steady, &d.findings);
+  predict_findings(steady, &d.findings, host_lead_ms(trace, steady));
   if (!memory_recorded) {
     // Not recorded, not zero: NaN ("not recorded" in the reports, null in report.json).
     const double unknown = std::numeric_limits<double>::quiet_NaN();

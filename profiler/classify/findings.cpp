@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 #include "rules.h"
 
@@ -47,6 +50,10 @@ const std::vector<RuleEntry>& rule_entries() {
       {{"precision", "precision", "fp32 and compute share >= compute_bound_share (50%)",
         "--precision bf16"},
        precision_rule},
+      {{"tensor_core", "precision",
+        "SIMT fp32 GEMM kernels (sgemm) >= simt_gemm_share (10%) of a GPU step",
+        "torch.backends.cuda.matmul.allow_tf32 = True, torch.autocast(dtype=torch.bfloat16)"},
+       tensor_core_rule},
       {{"batch", "batch",
         "tokens per micro-batch <= underfilled_tokens (512), MFU < underfilled_mfu (45% of the "
         "measured peak), memory headroom 2x",
@@ -185,8 +192,33 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
 
 namespace ft::profiler {
 
+double host_lead_ms(const Trace& trace, const std::vector<const StepBreakdown*>& steady) {
+  std::set<int64_t> wanted;
+  for (const StepBreakdown* s : steady) wanted.insert(s->step);
+  std::unordered_map<uint64_t, int64_t> launch_end;  // correlation id -> host call's end
+  std::map<int64_t, const Event*> last;              // step -> its last-ending kernel
+  for (const Event& e : trace.events) {
+    if (e.phase != Phase::kSpan || e.id == 0) continue;
+    if (!e.track.device) {
+      if (e.category == Category::kHost) launch_end.emplace(e.id, e.end_ns());
+    } else if (e.category == Category::kCompute && wanted.count(e.step)) {
+      const Event*& l = last[e.step];
+      if (!l || e.end_ns() > l->end_ns()) l = &e;
+    }
+  }
+  double sum = 0;
+  int counted = 0;
+  for (const auto& [step, k] : last) {
+    const auto it = launch_end.find(k->id);
+    if (it == launch_end.end()) continue;
+    sum += static_cast<double>(std::max<int64_t>(0, k->ts_ns - it->second)) / 1e6;
+    ++counted;
+  }
+  return counted > 0 ? sum / counted : -1;
+}
+
 void predict_findings(const std::vector<const StepBreakdown*>& steady,
-                      std::vector<Finding>* findings) {
+                      std::vector<Finding>* findings, double host_lead_ms) {
   if (steady.empty()) return;
   double step = 0;
   std::array<double, kNumWaitClasses> ms{};
@@ -198,6 +230,12 @@ void predict_findings(const std::vector<const StepBreakdown*>& steady,
   step /= n;
   for (double& v : ms) v /= n;
   auto cls_ms = [&](WaitClass c) { return ms[static_cast<int>(c)]; };
+  // Device-partitioned steps: faster kernels shorten the step only as far as the host is ahead
+  // of the device (host_lead_ms); a CPU-bound host, whose kernels start as soon as they are
+  // launched, would take as long.
+  bool device_view = false;
+  for (const StepBreakdown* s : steady)
+    for (const auto& [k, v] : s->detail) device_view |= k.rfind("device.busy.", 0) == 0;
   const double compute = cls_ms(WaitClass::kCompute);
   for (Finding& f : *findings) {
     if (f.share <= 0) continue;
@@ -238,6 +276,13 @@ void predict_findings(const std::vector<const StepBreakdown*>& steady,
     } else if (f.cls == "precision" || f.cls == "batch") {
       saving = std::min(own, compute);
       assumes = "the rule's estimate of the compute saved (" + f.cls + " finding)";
+      if (device_view && host_lead_ms >= 0) {
+        saving = std::min(saving, host_lead_ms);
+        assumes += fmt::format(
+            ", of which the step gains at most the host's lead over the device ({:.2f} ms/step: "
+            "how long each step's last kernel waited in the queue after its launch)",
+            host_lead_ms);
+      }
     }
     if (saving < 0) continue;  // other: the cause is unknown
     f.predicted_step_ms = std::max(0.0, step - saving);

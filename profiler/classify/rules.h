@@ -65,6 +65,7 @@ void host_rule(const RuleContext& ctx, std::vector<Finding>* out);
 void other_rule(const RuleContext& ctx, std::vector<Finding>* out);
 void copy_rules(const RuleContext& ctx, std::vector<Finding>* out);
 void straggler_rule(const RuleContext& ctx, std::vector<Finding>* out);
+void tensor_core_rule(const RuleContext& ctx, std::vector<Finding>* out);
 void precision_rule(const RuleContext& ctx, std::vector<Finding>* out);
 void batch_rule(const RuleContext& ctx, std::vector<Finding>* out);
 void loss_rule(const RuleContext& ctx, std::vector<Finding>* out);

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <map>
 #include <set>
+#include <utility>
 
 #include "rules.h"
 
@@ -140,6 +142,68 @@ void copy_rules(const RuleContext& ctx, std::vector<Finding>* out) {
        "Synchronous copies block the host until the device is done (Nsight Systems rule: "
        "synchronous memcpy except H2D <= 64 KB).",
        {"asynchronous copies on a side stream", "--prefetch 2"});
+}
+
+// GPU traces: fp32 GEMMs on the SIMT units ("volta_sgemm_*", "ampere_sgemm_*", cutlass simt
+// sgemm) of a GPU whose tensor cores sit idle; TF32 or bf16 autocast moves them onto the cores.
+void tensor_core_rule(const RuleContext& ctx, std::vector<Finding>* out) {
+  std::set<int64_t> wanted;
+  double wall = 0;
+  for (const StepBreakdown* s : ctx.steps) wanted.insert(s->step), wall += s->wall_ms;
+  std::map<uint32_t, int64_t> by_name;
+  int64_t ns = 0;
+  for (const Event& ev : ctx.trace.events) {
+    if (!ev.track.device || ev.phase != Phase::kSpan || ev.category != Category::kCompute ||
+        !wanted.count(ev.step) || ev.name >= ctx.trace.names.size())
+      continue;
+    const std::string& n = ctx.trace.names.at(ev.name);
+    if (n.find("sgemm") == std::string::npos || n.find("tf32") != std::string::npos) continue;
+    ns += ev.dur_ns;
+    by_name[ev.name] += ev.dur_ns;
+  }
+  const double gemm_share = wall > 0 ? static_cast<double>(ns) / 1e6 / wall : 0;
+  if (gemm_share < ctx.r.simt_gemm_share) return;
+  Finding f;
+  f.cls = "precision";
+  f.share = gemm_share * (1.0 - 1.0 / ctx.r.tensor_core_speedup);
+  f.severity = time_severity(f.share, ctx.r);
+  f.title = fmt::format(
+      "fp32 GEMMs run on the SIMT units, not the tensor cores ({:.1f}% of step time in them)",
+      100 * gemm_share);
+  // Volta and Turing tensor cores take fp16 only (no TF32, no bf16): mixed precision there is
+  // fp16 autocast with a gradient scaler.
+  bool fp16_only = false;
+  for (const auto& [name, t] : by_name) {
+    const std::string& n = ctx.trace.names.at(name);
+    fp16_only |= n.rfind("volta_", 0) == 0 || n.rfind("turing_", 0) == 0;
+  }
+  f.explanation = fmt::format(
+      "The step's matrix multiplies are fp32 SIMT kernels (sgemm), so the GPU's tensor cores sit "
+      "idle. {} runs them on the tensor cores; the recoverable share assumes {:.0f}x on these "
+      "kernels.",
+      fp16_only ? "On this Volta/Turing GPU (fp16 tensor cores only), fp16 autocast with a "
+                  "GradScaler"
+                : "TF32 (torch.backends.cuda.matmul.allow_tf32 = True) or bf16 autocast",
+      ctx.r.tensor_core_speedup);
+  f.evidence.steps = std::vector<int64_t>(wanted.begin(), wanted.end());
+  f.evidence.share = gemm_share;
+  std::vector<std::pair<int64_t, uint32_t>> top;
+  for (const auto& [name, t] : by_name) top.emplace_back(t, name);
+  std::sort(top.rbegin(), top.rend());
+  for (size_t i = 0; i < top.size() && i < 3; ++i) {
+    f.evidence.examples.push_back(fmt::format("{} {:.3f} ms/step",
+                                              ctx.trace.names.at(top[i].second),
+                                              static_cast<double>(top[i].first) / 1e6 / ctx.n));
+  }
+  f.evidence.detail = fmt::format("SIMT fp32 GEMM kernels {:.2f} ms/step of {:.2f}",
+                                  static_cast<double>(ns) / 1e6 / ctx.n, wall / ctx.n);
+  f.knobs = fp16_only ? std::vector<std::string>{"torch.autocast(device_type='cuda', "
+                                                 "dtype=torch.float16)",
+                                                 "torch.cuda.amp.GradScaler()"}
+                      : std::vector<std::string>{
+                            "torch.backends.cuda.matmul.allow_tf32 = True",
+                            "torch.autocast(device_type='cuda', dtype=torch.bfloat16)"};
+  out->push_back(std::move(f));
 }
 
 // Compute-bound in fp32: bf16 operands would halve the GEMM time.

@@ -52,7 +52,12 @@ struct FindingRules {
   double reserved_over_allocated = 2.0;  // TraceML: reserved/allocated >= 2
   uint64_t sync_copy_bytes = 64 * 1024;  // Nsight: synchronous copies > 64 KB
   double compute_bound_share = 0.50;     // precision rule: compute share of the step at least this
-  double bf16_speedup = 2.0;     // assumed bf16-over-fp32 speed-up of compute (conservative)
+  double bf16_speedup = 2.0;  // assumed bf16-over-fp32 speed-up of compute (conservative)
+  // GPU traces: SIMT fp32 GEMM kernels ("sgemm" without a tensor-core tile in the name) at least
+  // this share of the step; tensor cores (TF32 or bf16) assumed this much faster on them (half
+  // the A100's dense TF32-over-fp32 peak ratio, 156 / 19.5 TFLOP/s).
+  double simt_gemm_share = 0.10;
+  double tensor_core_speedup = 4.0;
   int underfilled_tokens = 512;  // batch rule: tokens per micro-batch at most this
   // ... and MFU below this. Measured on Zen 4 (bf16 peak 235 GFLOP/s/core): the underfilled
   // scenario (32 tokens) runs at 31% MFU and doubling its micro-batch is 1.27x faster, while
@@ -95,8 +100,15 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
 // behind the compute of the step, so the time-class savings together never exceed the step's
 // waiting (the device's idle time on a GPU trace); a compute finding (precision, batch) saves
 // part of the compute instead. Findings of unknown cause ("other", risks) get none.
+// Kernel speed-ups (precision, batch) on a device-partitioned step save at most
+// `host_lead_ms`, the host's lead over the device (host_lead_ms below; -1: unknown, no bound).
 void predict_findings(const std::vector<const StepBreakdown*>& steady,
-                      std::vector<Finding>* findings);
+                      std::vector<Finding>* findings, double host_lead_ms = -1);
+
+// How far the host runs ahead of the device, per steady step: the mean over steps of how long
+// the step's last-ending kernel waited after its launch call returned (0 for a host that launches
+// each kernel just in time); -1 when no kernel is linked to its launch.
+double host_lead_ms(const Trace& trace, const std::vector<const StepBreakdown*>& steady);
 
 // Sorts findings into the ranking order above (stable).
 void rank_findings(std::vector<Finding>* findings);
