@@ -35,9 +35,11 @@ constexpr const char* kUsage = R"(usage:
       DIR/trace.rankR.json and DIR/metrics.rankR.jsonl, merged into DIR/trace.merged.json and
       diagnosed across ranks (without --dp/--tp/--pp: --dp N)
   ft-diagnose DIR|TRACE [--out DIR] [--fail-if CLASS>PCT ...] [--top N] [--hta-json FILE]
+                        [--critical-path]
       re-analyse DIR/trace.json, or DIR's per-rank traces (NAME.rankR.json), or a trace file;
       PyTorch profiler (Kineto) traces too, a file (.json / .json.gz) or a directory of ranks;
-      --hta-json FILE also writes HTA's analyses
+      --hta-json FILE also writes HTA's analyses; --critical-path adds HTA's critical path of the
+      first steady step to the reports (it holds the whole JSON in memory: ~8x its size)
   CLASS: compute data pcie comm memory host sync other (share of step time) or
          precision batch loss environment parallel (findings). Exit status 4 when a gate trips.
   ft-train options: see `ft-train --help` (`ft-diagnose run --help`).
@@ -111,6 +113,7 @@ int run(int argc, char** argv) {
   }
   const bool run_mode = args[0] == "run";
   std::string out, profile, input, hta_json;
+  bool critical_path = false;
   std::vector<ft::profiler::Gate> gates;
   size_t top = 5;
   int ranks = 1;
@@ -125,6 +128,8 @@ int run(int argc, char** argv) {
       out = value("--out");
     } else if (a == "--hta-json") {
       hta_json = value("--hta-json");
+    } else if (!run_mode && a == "--critical-path") {
+      critical_path = true;
     } else if (a == "--profile-steps") {
       profile = value("--profile-steps");
     } else if (a == "--fail-if") {
@@ -194,8 +199,9 @@ int run(int argc, char** argv) {
   std::error_code ec;
   if (fs::is_directory(trace_path, ec) && !fs::exists(trace_path / "trace.json", ec) &&
       !ft::profiler::find_rank_traces(trace_path).empty()) {
-    if (!hta_json.empty())
-      throw ft::ConfigError("--hta-json needs a PyTorch profiler (Kineto) trace");
+    if (!hta_json.empty() || critical_path)
+      throw ft::ConfigError(
+          "--hta-json and --critical-path need a PyTorch profiler (Kineto) trace");
     const auto traces = ft::profiler::read_rank_traces(trace_path);
     return finish(ft::profiler::diagnose_ranks(traces), out.empty() ? trace_path : fs::path(out),
                   gates, top);
@@ -213,6 +219,8 @@ int run(int argc, char** argv) {
                            : kineto && fs::is_directory(trace_path) ? trace_path
                                                                     : trace_path.parent_path();
   // A PyTorch trace, or a folder of its ranks (and their windows): every rank is diagnosed.
+  if (critical_path && !kineto)
+    throw ft::ConfigError("--critical-path needs a PyTorch profiler (Kineto) trace");
   if (!kineto) {
     return finish(ft::profiler::diagnose(ft::profiler::load_trace(input)),
                   out_dir.empty() ? fs::path(".") : out_dir, gates, top);
@@ -224,7 +232,7 @@ int run(int argc, char** argv) {
     d = ft::profiler::diagnose_trace_ranks(rank_traces);
     rank = ft::profiler::trace_rank(rank_traces.front());
   }
-  ft::profiler::add_critical_path(input, rank, &d);
+  if (critical_path) ft::profiler::add_critical_path(input, rank, &d);
   return finish(d, out_dir.empty() ? fs::path(".") : out_dir, gates, top);
 }
 

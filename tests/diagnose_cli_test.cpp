@@ -13,7 +13,6 @@
 #include "ft/core/atomic_file.h"
 #include "ft/profiler/trace_reader.h"
 #include "ft/reports/report.h"
-
 #include "reference/run_cli.h"
 #include "test_scratch.h"
 
@@ -28,7 +27,6 @@ constexpr bool kUnderAsan = true;
 constexpr bool kUnderAsan = false;
 #endif
 
-
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -36,9 +34,7 @@ using Result = ft::testing::CliResult;
 
 Result diagnose(const std::string& args) { return ft::testing::run_cli("ft-diagnose", args); }
 
-fs::path temp_dir(const std::string& name) {
-  return ft::test::scratch_dir("ft_diag_cli_" + name);
-}
+fs::path temp_dir(const std::string& name) { return ft::test::scratch_dir("ft_diag_cli_" + name); }
 
 json report(const fs::path& dir) { return json::parse(ft::read_file(dir / "report.json")); }
 
@@ -173,8 +169,8 @@ TEST(DiagnoseCli, ProfileWindowKeepsOnlyThoseSteps) {
   EXPECT_EQ(j["steps"][1]["step"], 3);
 }
 
-// `ft-diagnose run --help` shows this command's usage and the ft-train options it takes, and exits 0
-// (it once failed with "needs --out DIR").
+// `ft-diagnose run --help` shows this command's usage and the ft-train options it takes, and exits
+// 0 (it once failed with "needs --out DIR").
 TEST(DiagnoseCli, RunHelpListsTheTrainOptions) {
   const Result r = diagnose("run --help");
   EXPECT_EQ(r.status, 0) << r.out;
@@ -223,6 +219,28 @@ TEST(DiagnoseCli, BadInputIsAClearError) {
   EXPECT_NE(r.out.find("starts at step 5 but the run has 3 steps"), std::string::npos) << r.out;
   r = diagnose("run --out " + d.string() + " --layers 0");
   EXPECT_EQ(r.status, 2) << r.out;
+  r = diagnose(d.string() + " --critical-path");  // an ft run directory
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--critical-path needs a PyTorch profiler (Kineto) trace"),
+            std::string::npos)
+      << r.out;
+}
+
+// --critical-path adds HTA's critical path of the first steady step of a PyTorch trace to the
+// reports; without it, none (it holds the whole JSON in memory).
+TEST(DiagnoseCli, CriticalPathIsOptIn) {
+  const fs::path trace = fs::path(FT_SOURCE_DIR) / "tests/data/hta/amd_trace";
+  const fs::path d = fs::temp_directory_path() / ("ft_cp_cli_" + std::to_string(::getpid()));
+  Result r = diagnose(trace.string() + " --out " + (d / "a").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(ft::read_file(d / "a" / "report.md").find("Critical path"), std::string::npos);
+  r = diagnose(trace.string() + " --critical-path --out " + (d / "b").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string md = ft::read_file(d / "b" / "report.md");
+  EXPECT_NE(md.find("## Critical path (HTA's analysis)"), std::string::npos) << md;
+  EXPECT_NE(ft::read_file(d / "b" / "report.json").find("\"cp_total_duration_us\""),
+            std::string::npos);
+  fs::remove_all(d);
 }
 
 }  // namespace
