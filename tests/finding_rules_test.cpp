@@ -115,6 +115,23 @@ TEST(Rule, DataOnAPyTorchTraceNamesTheDataLoader) {
   EXPECT_EQ(f[0].knobs[0].rfind("DataLoader(num_workers=", 0), 0u) << f[0].knobs[0];
 }
 
+// On a device's timeline the host finding says what the host did while the device idled: CPU
+// operators (CPU-bound) or launch calls (launch-bound).
+TEST(Rule, HostOnADeviceTimelineSaysWhatTheHostDid) {
+  auto steps = steps_of({70, 0, 0, 0, 0, 30, 0, 0});
+  for (auto& s : steps)
+    s.detail = {{"device.busy.compute", 70}, {"host.compute", 90}, {"host.host", 10}};
+  auto f = run_rule("host", steps);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].explanation.find("CPU-bound"), std::string::npos) << f[0].explanation;
+  EXPECT_NE(f[0].evidence.detail.find("CPU operators 90.00 ms/step"), std::string::npos);
+  for (auto& s : steps)
+    s.detail = {{"device.busy.compute", 70}, {"host.compute", 5}, {"host.host", 60}};
+  f = run_rule("host", steps);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NE(f[0].explanation.find("between launches"), std::string::npos) << f[0].explanation;
+}
+
 // A PyTorch trace gets the program's own knobs, never ft-train flags; the sync finding names the
 // op stack whose read-back drained the device's queue.
 TEST(Rule, HostCommAndSyncOnAPyTorchTraceNameTorchKnobs) {

@@ -245,6 +245,45 @@ void host_rule(const RuleContext& ctx, std::vector<Finding>* out) {
     knobs = {"torch.compile(mode=\"reduce-overhead\") or torch.cuda.graphs",
              "a larger batch per step (DataLoader(batch_size=...))"};
   }
+  // On a device's timeline, what the host did meanwhile (its own view): CPU operators (dispatch,
+  // Python) or the launch calls themselves.
+  const double ops_ms = ctx.detail("host.compute") / ctx.n;
+  const double calls_ms = ctx.detail("host.host") / ctx.n;
+  if (ops_ms + calls_ms > 0) {
+    const size_t before = out->size();
+    add_time_finding(
+        ctx, out, WaitClass::kHost, ctx.r.host_share, "Host/launch overhead",
+        ops_ms >= calls_ms
+            ? "The device waits for the host, which spends the step in CPU operators (framework "
+              "dispatch, Python between ops) more than in launch calls: the step is CPU-bound. "
+              "Fewer, larger operators (torch.compile), CUDA graphs or more work per step move "
+              "the bound back to the device."
+            : "The device waits for the host between launches: many short kernels, each costing "
+              "a launch call. CUDA graphs replay them for the cost of one launch.",
+        knobs,
+        fmt::format("host {:.2f} ms/step of device idle; the host's own view: CPU operators "
+                    "{:.2f} ms/step, runtime calls {:.2f} ms/step",
+                    ctx.ms_per_step(WaitClass::kHost), ops_ms, calls_ms));
+    if (out->size() > before) {
+      Finding& f = out->back();
+      f.evidence.examples = example_spans(ctx.trace, WaitClass::kCompute, ctx.steps, 3);
+      bool compiled = false;
+      for (std::string& e : f.evidence.examples) {
+        compiled |= e.find("CompiledFunction") != std::string::npos;
+        e = "CPU operator " + e;
+      }
+      if (compiled && is_pytorch(ctx.trace)) {
+        // torch.compile already runs (CompiledFunction / CompiledFunctionBackward hold the host):
+        // what is left is its per-kernel launch cost, which CUDA graphs remove.
+        f.explanation =
+            "The device waits for the host, which spends the step inside torch.compile's graphs "
+            "(CompiledFunction): the model is compiled already, and the compiled code still pays "
+            "a launch per kernel. mode=\"reduce-overhead\" replays them as CUDA graphs.";
+        f.knobs = {"torch.compile(mode=\"reduce-overhead\")", "a larger batch per step"};
+      }
+    }
+    return;
+  }
   add_time_finding(ctx, out, WaitClass::kHost, ctx.r.host_share, "Host/launch overhead",
                    "Host-side bookkeeping between kernels is significant: the device waits "
                    "for the host to launch its next work.",
