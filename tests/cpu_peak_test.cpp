@@ -105,7 +105,12 @@ TEST_F(CpuPeakTest, SeveralThreadsAreProbedTogetherAndCappedAtTheMachine) {
       planted = true;
     }
   }
-  if (!planted) GTEST_SKIP() << "the concurrent probe found no clean repetition: " << two.source;
+  if (!planted) {
+    // A busy machine: no repetition ran side by side, and the header says so (one core x 2).
+    EXPECT_NE(two.source.find("never ran side by side"), std::string::npos) << two.source;
+    EXPECT_DOUBLE_EQ(two.gflops, 2 * two.per_core);
+    return;
+  }
   ft::write_file_atomic(cache, j.dump());
   const auto read = ft::measure_cpu_peak(false, 2, env, cache);
   EXPECT_DOUBLE_EQ(read.gflops, 1.25 * two.per_core);
