@@ -101,11 +101,12 @@ std::string knob_flags(const json& f) {
 // this machine's own step: a run without it gives the step's compute, a run with a known cost
 // gives the training thread's data time per unit of cost (the data class: the preprocessing the
 // in-line loader does, in the same chunks at the same steps for a given seed), and the scenario's
-// preprocessing then equals the compute. That is where workers gain most on 2 cores: in-line
-// the step is compute + preprocessing (2x), with workers it is the compute plus what the workers
-// take from the training thread's core (the data finding names one worker per free core), so the
-// fixed run needs at most ~0.73 of the slow one's step by construction (0.44-0.70 in 12 runs on Zen
-// 3); the test asks for < 0.9, and that the training thread's data wait at least halves.
+// preprocessing is then 0.6x the compute. In-line the step is compute + preprocessing (1.6x);
+// with the one worker the data finding names per free core, the worker needs 0.6 of each step to
+// produce a batch, so it keeps ahead with 40% slack and the training thread barely waits. At 1.0x
+// (no slack) the wait kept ~half its share under CI load (2 x 0.276 against 0.550 in a fresh-clone
+// run on Zen 4, a failure of the "halved" check). The test asks for a step ratio < 0.9 (0.625 by
+// construction) and that the training thread's data wait at least halves.
 TEST(DiagnoseScenario, DataBoundTopFindingIsDataAndWorkersCutStepTime) {
   if (kUnderAsan) GTEST_SKIP() << "time shares are dominated by ASan's shadow-memory faults";
   const std::string model =
@@ -117,7 +118,7 @@ TEST(DiagnoseScenario, DataBoundTopFindingIsDataAndWorkersCutStepTime) {
       "data_probe", model + " --loader-workers 0 --preprocess-cost " + std::to_string(kProbeCost));
   const double probe_data_ms = probe.at("totals").at("data").get<double>() * mean_step_ms(probe);
   const double unit_ms = std::max(probe_data_ms, 1e-3) / kProbeCost;
-  const long cost = std::clamp(std::lround(compute_ms / unit_ms), 200L, 400000L);
+  const long cost = std::clamp(std::lround(0.6 * compute_ms / unit_ms), 200L, 400000L);
   const std::string preprocess = " --preprocess-cost " + std::to_string(cost);
   const json slow = diagnose_run("data", model + " --loader-workers 0" + preprocess);
   const json& f = top(slow);
@@ -134,8 +135,11 @@ TEST(DiagnoseScenario, DataBoundTopFindingIsDataAndWorkersCutStepTime) {
             slow.at("totals").at("data").get<double>());
   // ctest runs this test alone (RUN_SERIAL).
   const double ratio = mean_step_ms(fast) / mean_step_ms(slow);
-  std::printf("data scenario: compute %.1f ms, preprocess-cost %ld, step %.1f -> %.1f ms (%.2f)\n",
-              compute_ms, cost, mean_step_ms(slow), mean_step_ms(fast), ratio);
+  std::printf(
+      "data scenario: compute %.1f ms, preprocess-cost %ld, step %.1f -> %.1f ms (%.2f), data "
+      "share %.3f -> %.3f\n",
+      compute_ms, cost, mean_step_ms(slow), mean_step_ms(fast), ratio,
+      slow.at("totals").at("data").get<double>(), fast.at("totals").at("data").get<double>());
   EXPECT_LT(ratio, 0.9) << "applying " << workers << " measurably cuts step time (compute "
                         << compute_ms << " ms, preprocess-cost " << cost << ", slow data share "
                         << slow.at("totals").at("data") << ")";
