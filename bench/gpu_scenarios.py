@@ -128,6 +128,14 @@ def pageable_h2d():
     return [t], {"top": "pcie", "saving_ms": 10.0, "step_ms": 40.1}
 
 
+def readback(t, start, end):
+    """loss.item() at `start`: aten::item -> _local_scalar_dense -> a 4-byte DtoH copy whose call
+    blocks until the queue drains at `end`."""
+    t.span("cpu_op", "aten::item", start, end - start + 12)
+    t.span("cpu_op", "aten::_local_scalar_dense", start + 1, end - (start + 1) + 10)
+    t.memcpy(start + 5, end - (start + 5) + 5, end, 2, "Memcpy DtoH (Device -> Pageable)", 4)
+
+
 def readback_busy():
     # 20 kernels of 2 ms launched in 0.4 ms, then loss.item(): a 4-byte read-back that blocks
     # the host until the queue drains (~39.6 ms); the next step launches at once: the device
@@ -135,9 +143,7 @@ def readback_busy():
     t = Trace()
     def body(t, b):
         end = kernels(t, b + 10, 20, 2_000)
-        t.span("cpu_op", "aten::item", b + 420, end - (b + 420) + 12)
-        t.span("cpu_op", "aten::_local_scalar_dense", b + 421, end - (b + 421) + 10)
-        t.memcpy(b + 425, end - (b + 425) + 5, end, 2, "Memcpy DtoH (Device -> Pageable)", 4)
+        readback(t, b + 420, end)
     steps(t, body, 40_060)
     return [t], {"top": None, "saving_ms": 0.0, "step_ms": 40.06}
 
@@ -148,9 +154,7 @@ def readback_starving():
     t = Trace()
     def body(t, b):
         end = kernels(t, b + 10, 10, 2_000)
-        t.span("cpu_op", "aten::item", b + 220, end - (b + 220) + 12)
-        t.span("cpu_op", "aten::_local_scalar_dense", b + 221, end - (b + 221) + 10)
-        t.memcpy(b + 225, end - (b + 225) + 5, end, 2, "Memcpy DtoH (Device -> Pageable)", 4)
+        readback(t, b + 220, end)
         t.span("python_function", "train.py(88): log_metrics", end + 20, 19_900)
     steps(t, body, 40_030)
     return [t], {"top": "sync", "saving_ms": 20.0, "step_ms": 40.03}

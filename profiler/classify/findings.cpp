@@ -192,6 +192,37 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
 
 namespace ft::profiler {
 
+namespace {
+
+// A wait class whose time the fix removes (or, for copies and collectives, hides behind the
+// step's compute), and what that assumes.
+struct Reduction {
+  const char* cls;
+  WaitClass wait;
+  bool behind_compute;
+  const char* assumes;
+};
+const Reduction kReductions[] = {
+    {"data", WaitClass::kData, false,
+     "the loader hands each batch over at once (enough workers to produce a batch within a "
+     "step, prefetched)"},
+    {"pcie", WaitClass::kPcie, true,
+     "the copies come from page-locked memory on a side stream and overlap the step's "
+     "compute at their measured rate; what exceeds the compute stays exposed"},
+    {"memory", WaitClass::kMemory, false,
+     "no allocator slow path or page fault inside the step (a warm caching allocator)"},
+    {"sync", WaitClass::kSync, false,
+     "the blocking read-backs leave the step, so the queue never drains for them"},
+    {"host", WaitClass::kHost, false,
+     "the device never waits for the host between launches (CUDA graphs / torch.compile "
+     "reduce-overhead, or more work per launch)"},
+    {"comm", WaitClass::kComm, true,
+     "the collectives overlap the step's compute (bucketed during backward); what exceeds "
+     "the compute stays exposed"},
+};
+
+}  // namespace
+
 double host_lead_ms(const Trace& trace, const std::vector<const StepBreakdown*>& steady) {
   std::set<int64_t> wanted;
   for (const StepBreakdown* s : steady) wanted.insert(s->step);
@@ -244,32 +275,13 @@ void predict_findings(const std::vector<const StepBreakdown*>& steady,
     // The finding's own recoverable time (a comm finding beside a straggler keeps only its
     // transfer part), at most its class's time.
     const double own = f.share * step;
-    if (f.cls == "data") {
-      saving = std::min(own, cls_ms(WaitClass::kData));
-      assumes =
-          "the loader hands each batch over at once (enough workers to produce a batch "
-          "within a step, prefetched)";
-    } else if (f.cls == "pcie") {
-      saving = std::min({own, cls_ms(WaitClass::kPcie), compute});
-      assumes =
-          "the copies come from page-locked memory on a side stream and overlap the step's "
-          "compute at their measured rate; what exceeds the compute stays exposed";
-    } else if (f.cls == "memory") {
-      saving = std::min(own, cls_ms(WaitClass::kMemory));
-      assumes = "no allocator slow path or page fault inside the step (a warm caching allocator)";
-    } else if (f.cls == "sync") {
-      saving = std::min(own, cls_ms(WaitClass::kSync));
-      assumes = "the blocking read-backs leave the step, so the queue never drains for them";
-    } else if (f.cls == "host") {
-      saving = std::min(own, cls_ms(WaitClass::kHost));
-      assumes =
-          "the device never waits for the host between launches (CUDA graphs / "
-          "torch.compile reduce-overhead, or more work per launch)";
-    } else if (f.cls == "comm") {
-      saving = std::min({own, cls_ms(WaitClass::kComm), compute});
-      assumes =
-          "the collectives overlap the step's compute (bucketed during backward); what "
-          "exceeds the compute stays exposed";
+    const Reduction* red = nullptr;
+    for (const Reduction& r : kReductions)
+      if (f.cls == r.cls) red = &r;
+    if (red) {
+      saving = std::min(own, cls_ms(red->wait));
+      if (red->behind_compute) saving = std::min(saving, compute);
+      assumes = red->assumes;
     } else if (f.cls == "parallel") {
       saving = std::min(own, step - compute);
       assumes = "the late rank arrives with the others, so no rank waits in its collectives";

@@ -72,6 +72,36 @@ std::vector<std::string> example_spans(const Trace& trace, WaitClass c,
   return out;
 }
 
+std::map<std::string, double> span_ms_by_name(const Trace& trace,
+                                              const std::vector<const StepBreakdown*>& steps,
+                                              bool unclassified_only) {
+  std::map<std::string, double> out;
+  Track main;
+  if (steps.empty() || !find_training_track(trace, &main)) return out;
+  std::set<int64_t> wanted;
+  for (const StepBreakdown* s : steps) wanted.insert(s->step);
+  std::vector<const Event*> spans;
+  for (const Event& e : trace.events) {
+    if (e.phase != Phase::kSpan || !(e.track == main) || is_step_span(trace, e) ||
+        !wanted.count(e.step))
+      continue;
+    if (!unclassified_only || wait_class_of(e.category) == WaitClass::kOther) spans.push_back(&e);
+  }
+  std::sort(spans.begin(), spans.end(),
+            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  std::map<uint32_t, std::pair<int64_t, int64_t>> by_name;  // name -> (open end, total ns)
+  for (const Event* e : spans) {
+    auto& [open_end, total] = by_name[e->name];
+    if (e->ts_ns < open_end) continue;  // nested in an instance of its own name
+    open_end = e->end_ns();
+    total += e->dur_ns;
+  }
+  for (const auto& [name, v] : by_name)
+    out[trace.names.at(name)] =
+        static_cast<double>(v.second) / 1e6 / static_cast<double>(steps.size());
+  return out;
+}
+
 Severity time_severity(double share, const FindingRules& r) {
   return share >= r.critical_share ? Severity::kCritical : Severity::kWarning;
 }

@@ -47,6 +47,12 @@ std::vector<std::string> example_spans(const Trace& trace, WaitClass c,
                                        const std::vector<const StepBreakdown*>& steps, size_t n);
 Severity time_severity(double share, const FindingRules& r);
 int64_t meta_int(const Trace& trace, const char* key, int64_t fallback);
+// Per step of `steps`, the time (ms) each span name holds on the training thread: outermost
+// instances of each name, step spans left out; only unclassified spans (wait class other) when
+// `unclassified_only`.
+std::map<std::string, double> span_ms_by_name(const Trace& trace,
+                                              const std::vector<const StepBreakdown*>& steps,
+                                              bool unclassified_only);
 std::vector<std::string> pinned_knobs(const Trace& trace, const RunInfo& run);
 bool is_pytorch(const Trace& trace);  // an imported Kineto trace
 

@@ -301,30 +301,9 @@ std::string lower(std::string s) {
 // training thread that holds the most time in the steady steps, outermost instances only:
 // (name, ms per step), or ("", 0).
 std::pair<std::string, double> largest_unclassified_span(const RuleContext& ctx) {
-  Track main;
-  if (!find_training_track(ctx.trace, &main)) return {"", 0};
-  std::set<int64_t> wanted;
-  for (const StepBreakdown* s : ctx.steps) wanted.insert(s->step);
-  std::vector<const Event*> spans;
-  for (const Event& ev : ctx.trace.events) {
-    if (ev.phase != Phase::kSpan || !(ev.track == main) || is_step_span(ctx.trace, ev)) continue;
-    if (wait_class_of(ev.category) == WaitClass::kOther && wanted.count(ev.step))
-      spans.push_back(&ev);
-  }
-  std::sort(spans.begin(), spans.end(),
-            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
-  std::map<uint32_t, std::pair<int64_t, int64_t>> by_name;  // name -> (open end, total ns)
-  for (const Event* e : spans) {
-    auto& [open_end, total] = by_name[e->name];
-    if (e->ts_ns < open_end) continue;  // nested in an instance of its own name
-    open_end = e->end_ns();
-    total += e->dur_ns;
-  }
   std::pair<std::string, double> best{"", 0};
-  for (const auto& [name, v] : by_name) {
-    const double ms = static_cast<double>(v.second) / 1e6 / ctx.n;
-    if (ms > best.second) best = {ctx.trace.names.at(name), ms};
-  }
+  for (const auto& [name, ms] : span_ms_by_name(ctx.trace, ctx.steps, true))
+    if (ms > best.second) best = {name, ms};
   return best;
 }
 

@@ -13,6 +13,7 @@
 #include "ft/profiler/findings.h"
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/multi_rank.h"
+#include "rules.h"
 
 namespace ft::profiler {
 namespace {
@@ -22,42 +23,6 @@ std::string meta(const Trace& t, const char* key) {
   return it == t.metadata.end() ? std::string() : it->second;
 }
 
-int64_t meta_num(const Trace& t, const char* key, int64_t fallback) {
-  const std::string v = meta(t, key);
-  char* end = nullptr;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  return !v.empty() && *end == '\0' ? x : fallback;
-}
-
-// Per steady step, the time each span name holds on the training thread (outermost instances of
-// each name; step spans left out).
-std::map<std::string, double> ms_per_step_by_name(const Trace& t,
-                                                  const std::vector<const StepBreakdown*>& steady) {
-  std::map<std::string, double> out;
-  Track main;
-  if (steady.empty() || !find_training_track(t, &main)) return out;
-  std::set<int64_t> wanted;
-  for (const StepBreakdown* s : steady) wanted.insert(s->step);
-  std::vector<const Event*> spans;
-  for (const Event& e : t.events) {
-    if (e.phase == Phase::kSpan && e.track == main && !is_step_span(t, e) && wanted.count(e.step))
-      spans.push_back(&e);
-  }
-  std::sort(spans.begin(), spans.end(),
-            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
-  std::map<uint32_t, int64_t> open_end;
-  std::map<uint32_t, int64_t> total;
-  for (const Event* e : spans) {
-    int64_t& end = open_end[e->name];
-    if (e->ts_ns < end) continue;
-    end = e->end_ns();
-    total[e->name] += e->dur_ns;
-  }
-  for (const auto& [name, ns] : total)
-    out[t.names.at(name)] = static_cast<double>(ns) / 1e6 / static_cast<double>(steady.size());
-  return out;
-}
-
 // What the straggler does that the other ranks do not: the span name whose time per step
 // exceeds the other ranks' mean the most (among names within 80% of that excess, the one holding
 // the least time: the most specific). Returns "" when nothing stands out.
@@ -65,7 +30,7 @@ std::string straggler_cause(const std::vector<Trace>& ranks, const std::vector<D
                             size_t straggler, const std::vector<RunInfo>& runs) {
   std::vector<std::map<std::string, double>> by_rank;
   for (size_t r = 0; r < ranks.size(); ++r)
-    by_rank.push_back(ms_per_step_by_name(ranks[r], steady_steps(per[r].steps, runs[r])));
+    by_rank.push_back(rules::span_ms_by_name(ranks[r], steady_steps(per[r].steps, runs[r]), false));
   auto others_mean = [&](const std::string& name) {
     double sum = 0;
     for (size_t r = 0; r < ranks.size(); ++r) {
@@ -134,11 +99,11 @@ Diagnosis diagnose_trace_ranks(const std::vector<Trace>& ranks, const ClassifyOp
   }
   Diagnosis d = per[0];
   const Trace& first = ranks[0];
-  const int64_t straggler = meta_num(first, "run.straggler_rank", -1);
+  const int64_t straggler = rules::meta_int(first, "run.straggler_rank", -1);
   ParallelSummary& p = d.parallel;
   p.ranks = static_cast<int>(ranks.size());
   p.dp = p.ranks;
-  p.collectives = meta_num(first, "run.comm_collectives", 0);
+  p.collectives = rules::meta_int(first, "run.comm_collectives", 0);
   const std::string source = meta(first, "run.rank_source");
   p.clock = fmt::format(
       "each rank's own (not compared across ranks: the rank that arrives last at a collective "
@@ -154,7 +119,7 @@ Diagnosis diagnose_trace_ranks(const std::vector<Trace>& ranks, const ClassifyOp
   }
   if (straggler >= 0) {
     p.straggler = static_cast<int>(straggler);
-    const int64_t late = meta_num(first, "run.straggler_late", 0);
+    const int64_t late = rules::meta_int(first, "run.straggler_late", 0);
     p.straggler_late_frac =
         p.collectives > 0 ? static_cast<double>(late) / static_cast<double>(p.collectives) : 0;
     size_t s = 0;
