@@ -151,7 +151,10 @@ TEST(Rule, HostCommAndSyncOnAPyTorchTraceNameTorchKnobs) {
   EXPECT_NE(sync[0].evidence.detail.find("most after ## loss ## > aten::item > cudaMemcpyAsync"),
             std::string::npos)
       << sync[0].evidence.detail;
-  for (const auto* f : {&host, &comm, &sync})
+  const auto memory = run_rule("memory_time", steps_of({70, 0, 0, 0, 30, 0, 0, 0}), quiet_run(), t);
+  ASSERT_EQ(memory.size(), 1u);
+  EXPECT_NE(memory[0].knobs[1].find("expandable_segments"), std::string::npos);
+  for (const auto* f : {&host, &comm, &sync, &memory})
     for (const std::string& k : (*f)[0].knobs) EXPECT_NE(k.rfind("--", 0), 0u) << k;
 }
 

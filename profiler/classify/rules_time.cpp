@@ -89,6 +89,10 @@ void memory_time_rule(const RuleContext& ctx, std::vector<Finding>* out) {
       if (ctx.run.checkpoint != "block") knobs.push_back("--checkpoint block");
     }
     if (knobs.empty()) knobs.push_back("--allocator-caching true");
+    if (is_pytorch(ctx.trace)) {  // PyTorch's caching allocator: keep it warm, let it grow
+      knobs = {"no torch.cuda.empty_cache() between steps (a cold cache pays cudaMalloc again)",
+               "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"};
+    }
     const double faults = ctx.detail("page_faults.count") / ctx.n;
     add_time_finding(
         ctx, out, WaitClass::kMemory, ctx.r.memory_share, "Memory management stalls the step",
@@ -98,12 +102,16 @@ void memory_time_rule(const RuleContext& ctx, std::vector<Finding>* out) {
                     "page once per run instead of once per step.",
                     ctx.ms_per_step(WaitClass::kMemory), faults),
         knobs,
-        fmt::format("page faults {:.0f}/step costing {:.2f} ms/step; allocator {:.2f} ms/step, "
-                    "retries {}, OOMs {}, segments mapped {} / unmapped {}; caching {}",
-                    faults, ctx.detail("memory.page_faults") / ctx.n,
-                    ctx.detail("memory.allocator") / ctx.n, ctx.run.alloc_retries, ctx.run.ooms,
-                    ctx.run.segment_maps, ctx.run.segment_unmaps,
-                    ctx.run.allocator_caching ? "on" : "off"));
+        is_pytorch(ctx.trace)
+            ? fmt::format("allocator calls (cudaMalloc / cudaFree) {:.2f} ms/step",
+                          ctx.ms_per_step(WaitClass::kMemory))
+            : fmt::format("page faults {:.0f}/step costing {:.2f} ms/step; allocator {:.2f} "
+                          "ms/step, retries {}, OOMs {}, segments mapped {} / unmapped {}; "
+                          "caching {}",
+                          faults, ctx.detail("memory.page_faults") / ctx.n,
+                          ctx.detail("memory.allocator") / ctx.n, ctx.run.alloc_retries,
+                          ctx.run.ooms, ctx.run.segment_maps, ctx.run.segment_unmaps,
+                          ctx.run.allocator_caching ? "on" : "off"));
   }
 }
 
