@@ -25,10 +25,8 @@ int busy_priority(int cls) {
   return cls == static_cast<int>(WaitClass::kComm) ? 1 : 2;
 }
 
-// The class a host call that blocks until the device's queue drains charges the idle stretch it
-// leaves behind, or -1 when the call does not block. Device-to-host copies are read-backs
-// (`.item()`, `.cpu()`): sync. Pageable or synchronous host-to-device copies wait for the
-// staging copy: pcie. cudaFree synchronizes the device: memory. A CPU collective: comm.
+}  // namespace
+
 int blocking_class(const Trace& trace, const Event& e) {
   const std::string& n = trace.names.at(e.name);
   switch (e.category) {
@@ -49,7 +47,6 @@ int blocking_class(const Trace& trace, const Event& e) {
   }
 }
 
-// The class an idle instant is charged to, from the host's innermost span at that instant.
 int idle_class(const Event* e) {
   if (e == nullptr) return static_cast<int>(WaitClass::kHost);  // untraced host code
   switch (e->category) {
@@ -68,6 +65,10 @@ int idle_class(const Event* e) {
       return static_cast<int>(WaitClass::kHost);  // CPU ops, launches, annotations
   }
 }
+
+bool is_simt_fp32_gemm(const std::string& name) { return has(name, "sgemm") && !has(name, "tf32"); }
+
+namespace {
 
 // "outermost > ... > innermost > call": the host spans enclosing a blocking call (at most the
 // outermost one and the two innermost, so that keys stay short).

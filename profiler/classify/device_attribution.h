@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ft/profiler/classifier.h"
@@ -21,6 +22,21 @@ struct HostPiece {
 // thread's rank (Kineto merges ranks as pid = rank << 24 | pid on the host, rank * 256 + device
 // on the device), the one with the most busy time. Returns false when no device was busy.
 bool primary_device(const Trace& trace, const Track& main, uint32_t* device_pid);
+
+// The class a host call that blocks until the device's queue drains charges the idle stretch it
+// leaves behind, or -1 when the call does not block. Device-to-host copies are read-backs
+// (`.item()`, `.cpu()`): sync. Pageable or synchronous host-to-device copies wait for the
+// staging copy: pcie. cudaFree synchronizes the device: memory. A CPU collective: comm.
+int blocking_class(const Trace& trace, const Event& e);
+
+// The class an idle instant is charged to, from the host's innermost span at that instant (null:
+// untraced host code): the loader data, the allocator memory, an upload pcie, a read-back or sync
+// sync, a CPU collective comm, and CPU ops, launches and annotations host.
+int idle_class(const Event* e);
+
+// A GEMM kernel on the SIMT units in fp32 ("volta_sgemm_*", "ampere_sgemm_*", cutlass simt
+// sgemm; not a TF32 tensor-core tile), whose work tensor cores (TF32, bf16, fp16) would do.
+bool is_simt_fp32_gemm(const std::string& name);
 
 // Whether a device span keeps the device busy (kernels, copies, memsets, collectives).
 bool is_busy(const Event& e);

@@ -88,6 +88,7 @@ Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options, const Fin
   }
   d.findings = find_issues(trace, d.steps, facts, d.loss_health, rules);
   predict_findings(steady, &d.findings, host_lead_ms(trace, steady));
+  replay_predictions(trace, steady, &d.findings, rules);
   if (!memory_recorded) {
     // Not recorded, not zero: NaN ("not recorded" in the reports, null in report.json).
     const double unknown = std::numeric_limits<double>::quiet_NaN();

@@ -9,6 +9,7 @@
 #include <set>
 #include <utility>
 
+#include "device_attribution.h"
 #include "rules.h"
 
 namespace ft::profiler::rules {
@@ -157,7 +158,7 @@ void tensor_core_rule(const RuleContext& ctx, std::vector<Finding>* out) {
         !wanted.count(ev.step) || ev.name >= ctx.trace.names.size())
       continue;
     const std::string& n = ctx.trace.names.at(ev.name);
-    if (n.find("sgemm") == std::string::npos || n.find("tf32") != std::string::npos) continue;
+    if (!device_attribution::is_simt_fp32_gemm(n)) continue;
     ns += ev.dur_ns;
     by_name[ev.name] += ev.dur_ns;
   }

@@ -485,7 +485,9 @@ Trace prepare_matched(std::vector<KinetoTrace> ranks, const Waits& waits,
       c.track = plan.main;
       c.ts_ns = a;
       c.dur_ns = b - a;
-      c.id = 0;  // the copy is not the runtime call a device event correlates with
+      // A whole copy stands for its call (the source thread's spans are left out): it keeps
+      // the correlation id that links a launch to its device op; a clipped part does not.
+      if (a != e.ts_ns || b != e.end_ns()) c.id = 0;
       out.events.push_back(c);
       ++gap_copies;
     });

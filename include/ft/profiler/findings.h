@@ -105,6 +105,17 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
 void predict_findings(const std::vector<const StepBreakdown*>& steady,
                       std::vector<Finding>* findings, double host_lead_ms = -1);
 
+// On a trace with a busy device on the training rank, replaces the predictions of the findings
+// whose fix the step graph can express (data, memory, sync, pcie, host, and precision when SIMT
+// fp32 GEMMs run) by a re-run of the graph of the first steady steps (at most 8) with that cause
+// removed or reduced (docs/classification.md, "Predictions"): host threads' call chains, launch
+// -> device op, stream order, blocking calls. The re-run's saving applies to the mean steady
+// step. When the unchanged graph does not reproduce the traced steps within 1%, the rule's
+// estimates stay and each prediction says so. The wait findings' savings together are scaled to
+// at most the device's idle time.
+void replay_predictions(const Trace& trace, const std::vector<const StepBreakdown*>& steady,
+                        std::vector<Finding>* findings, const FindingRules& rules);
+
 // How far the host runs ahead of the device, per steady step: the mean over steps of how long
 // the step's last-ending kernel waited after its launch call returned (0 for a host that launches
 // each kernel just in time); -1 when no kernel is linked to its launch.

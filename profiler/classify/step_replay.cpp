@@ -1,0 +1,351 @@
+// step_replay.cpp: the training rank's dependency graph, re-run under a what-if (step_replay.h).
+#include "step_replay.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <unordered_map>
+
+#include "device_attribution.h"
+#include "ft/profiler/classifier.h"
+#include "interval_sweep.h"
+
+namespace ft::profiler::replay {
+namespace {
+
+constexpr int64_t kUnset = std::numeric_limits<int64_t>::min();
+constexpr int64_t kDefaultLaunchNs = 5000;  // when the trace links no launch to its op
+// An op that starts this soon (or within the launch latency) after an op on another stream ends,
+// later than its launch and stream allow, waits for that op (cudaStreamWaitEvent).
+constexpr int64_t kCrossStreamLagNs = 20000;
+
+int64_t median(std::vector<int64_t> v, int64_t fallback) {
+  if (v.empty()) return fallback;
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+constexpr uint8_t cls(WaitClass c) { return static_cast<uint8_t>(c); }
+
+}  // namespace
+
+struct StepGraph::State {
+  std::vector<int64_t> start, end;        // pieces (kUnset until known)
+  std::vector<int64_t> op_start, op_end;  // ops
+  int64_t main_shift = 0;                 // replayed - traced time at the last training piece
+};
+
+bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid, int64_t lo,
+                      int64_t hi) {
+  pieces_.clear(), ops_.clear(), order_.clear(), main_pieces_.clear(), ops_by_end_.clear();
+  // Device ops: the busy spans of the device, by start.
+  std::vector<const Event*> dev;
+  for (const Event& e : trace.events)
+    if (e.track.device && e.track.pid == device_pid && device_attribution::is_busy(e) &&
+        e.end_ns() > lo && e.ts_ns <= hi)
+      dev.push_back(&e);
+  if (dev.empty()) return false;
+  std::sort(dev.begin(), dev.end(), [](const Event* a, const Event* b) {
+    return a->ts_ns != b->ts_ns ? a->ts_ns < b->ts_ns : a->end_ns() < b->end_ns();
+  });
+  std::unordered_map<uint64_t, int32_t> op_of;  // correlation id -> op
+  for (size_t i = 0; i < dev.size(); ++i)
+    if (dev[i]->id != 0) op_of.emplace(dev[i]->id, static_cast<int32_t>(i));
+  ops_by_end_.resize(dev.size());
+  for (size_t i = 0; i < dev.size(); ++i) ops_by_end_[i] = static_cast<int32_t>(i);
+  std::sort(ops_by_end_.begin(), ops_by_end_.end(),
+            [&](int32_t a, int32_t b) { return dev[a]->end_ns() < dev[b]->end_ns(); });
+
+  // Host threads of the training process: the training thread, and those that launch on the
+  // device (PyTorch's autograd device thread runs the backward's launches).
+  std::map<uint32_t, std::vector<const Event*>> by_tid;
+  std::map<uint32_t, bool> launches;
+  for (const Event& e : trace.events) {
+    if (e.track.device || e.track.pid != main.pid || e.phase != Phase::kSpan || e.dur_ns <= 0 ||
+        e.end_ns() <= lo || e.ts_ns >= hi || is_step_span(trace, e))
+      continue;
+    by_tid[e.track.tid].push_back(&e);
+    if (e.id != 0 && op_of.count(e.id)) launches[e.track.tid] = true;
+  }
+  std::vector<uint32_t> tids = {main.tid};
+  for (const auto& [tid, l] : launches)
+    if (tid != main.tid) tids.push_back(tid);
+
+  const int64_t dev_lo = dev.front()->ts_ns, dev_hi = dev[ops_by_end_.back()]->end_ns();
+  struct Launch {
+    int32_t thread;
+    int64_t ts;
+  };
+  std::unordered_map<uint64_t, Launch> launch_of;  // correlation id -> launch call
+  std::vector<int64_t> launch_costs;
+  std::vector<std::pair<size_t, size_t>> thread_range;  // pieces of each thread
+  for (size_t t = 0; t < tids.size(); ++t) {
+    std::vector<const Event*>& spans = by_tid[tids[t]];
+    int64_t from = t == 0 ? std::min(lo, dev_lo) : std::numeric_limits<int64_t>::max();
+    int64_t to = t == 0 ? std::max(hi, dev_hi) : std::numeric_limits<int64_t>::min();
+    std::vector<sweep::Interval> ivs;
+    ivs.reserve(spans.size());
+    for (size_t k = 0; k < spans.size(); ++k) {
+      const Event& e = *spans[k];
+      from = std::min(from, e.ts_ns), to = std::max(to, e.end_ns());
+      ivs.push_back({e.ts_ns, e.end_ns(), static_cast<int>(k), -e.ts_ns, e.dur_ns, 0});
+      if (e.id != 0 && op_of.count(e.id)) {
+        launch_of.emplace(e.id, Launch{static_cast<int32_t>(t), e.ts_ns});
+        if (e.category == Category::kHost) launch_costs.push_back(e.dur_ns);
+      }
+    }
+    const size_t first = pieces_.size();
+    bool after_gap = true;
+    for (const sweep::Segment& s : sweep::sweep(std::move(ivs), from, to)) {
+      const Event* ev = s.label >= 0 ? spans[s.label] : nullptr;
+      if (ev == nullptr && t != 0) {  // another thread's untraced time: it waits
+        after_gap = true;
+        continue;
+      }
+      Piece p;
+      p.a = s.a, p.b = s.b;
+      p.thread = static_cast<int32_t>(t);
+      p.cls = static_cast<uint8_t>(device_attribution::idle_class(ev));
+      p.burst_first = after_gap;
+      after_gap = false;
+      const int bc = ev ? device_attribution::blocking_class(trace, *ev) : -1;
+      if (bc >= 0 && bc != static_cast<int>(WaitClass::kComm) && s.b == ev->end_ns()) {
+        // The op the call waited for: its own copy, else the last op to end before it returned.
+        int32_t w = -1;
+        if (const auto it = op_of.find(ev->id); ev->id != 0 && it != op_of.end()) {
+          w = it->second;
+        } else {
+          const auto past =
+              std::upper_bound(ops_by_end_.begin(), ops_by_end_.end(), ev->end_ns(),
+                               [&](int64_t v, int32_t o) { return v < dev[o]->end_ns(); });
+          if (past != ops_by_end_.begin()) w = *(past - 1);
+        }
+        if (w >= 0 && dev[w]->end_ns() >= ev->ts_ns && dev[w]->end_ns() <= ev->end_ns()) {
+          p.block = static_cast<uint8_t>(bc + 1);
+          p.wait_op = w;
+          p.ret = ev->end_ns() - dev[w]->end_ns();
+        }
+      }
+      pieces_.push_back(p);
+    }
+    thread_range.emplace_back(first, pieces_.size());
+  }
+  for (size_t i = thread_range[0].first; i < thread_range[0].second; ++i)
+    main_pieces_.push_back(static_cast<int32_t>(i));
+  launch_cost_ns_ = median(launch_costs, kDefaultLaunchNs);
+
+  // Ops: anchor (the piece its launch starts in), stream predecessor, latency and delay.
+  ops_.resize(dev.size());
+  std::map<uint32_t, int32_t> last_on_stream;
+  int32_t last_upload = -1;
+  std::vector<int64_t> free_latency;  // launch -> start of ops whose stream was empty
+  for (size_t i = 0; i < dev.size(); ++i) {
+    const Event& e = *dev[i];
+    Op& o = ops_[i];
+    o.ts = e.ts_ns, o.dur = e.dur_ns;
+    o.simt_gemm = e.category == Category::kCompute &&
+                  device_attribution::is_simt_fp32_gemm(trace.names.at(e.name));
+    simt_gemms_ |= o.simt_gemm;
+    o.pageable_upload = e.category == Category::kH2D && (e.flags & (kPageable | kSynchronous));
+    if (const auto it = last_on_stream.find(e.track.tid); it != last_on_stream.end())
+      o.prev = it->second;
+    last_on_stream[e.track.tid] = static_cast<int32_t>(i);
+    if (o.pageable_upload) o.side_prev = last_upload, last_upload = static_cast<int32_t>(i);
+    if (const auto it = launch_of.find(e.id); e.id != 0 && it != launch_of.end()) {
+      const auto [first, past] = thread_range[it->second.thread];
+      const auto pos =
+          std::upper_bound(pieces_.begin() + static_cast<std::ptrdiff_t>(first),
+                           pieces_.begin() + static_cast<std::ptrdiff_t>(past), it->second.ts,
+                           [](int64_t v, const Piece& p) { return v < p.a; });
+      if (pos != pieces_.begin() + static_cast<std::ptrdiff_t>(first)) {
+        o.anchor = static_cast<int32_t>(pos - pieces_.begin() - 1);
+        o.anchor_off = it->second.ts - pieces_[o.anchor].a;
+        if (o.prev < 0 || dev[o.prev]->end_ns() <= it->second.ts)
+          free_latency.push_back(e.ts_ns - it->second.ts);
+      }
+    }
+  }
+  latency_ns_ = median(free_latency, kDefaultLaunchNs);
+  int64_t busy = 0;
+  linked_ns_ = 0;
+  for (const Op& o : ops_) {
+    busy += o.dur;
+    if (o.anchor >= 0) linked_ns_ += o.dur;
+  }
+  linked_share_ = busy > 0 ? static_cast<double>(linked_ns_) / static_cast<double>(busy) : 0;
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    Op& o = ops_[i];
+    const int64_t p_end = o.prev >= 0 ? dev[o.prev]->end_ns() : kUnset;
+    if (o.anchor >= 0) {
+      const int64_t a = pieces_[o.anchor].a + o.anchor_off;
+      o.delta = std::min(o.ts - a, latency_ns_);
+      o.gap = std::max<int64_t>(0, o.ts - std::max(a + o.delta, p_end));
+    } else if (o.prev >= 0) {
+      o.gap = std::max<int64_t>(0, o.ts - p_end);
+    }
+    if (o.gap > 0) {
+      // Started later than its launch and its stream allow: a wait on another stream (an event
+      // recorded after a collective or copy there). The op on another stream that ended last
+      // before it, if just before, is that dependency.
+      const auto past =
+          std::upper_bound(ops_by_end_.begin(), ops_by_end_.end(), o.ts,
+                           [&](int64_t v, int32_t k) { return v < dev[k]->end_ns(); });
+      for (auto it = past; it != ops_by_end_.begin();) {
+        const int32_t k = *--it;
+        if (dev[k]->track.tid == dev[i]->track.tid) continue;
+        const int64_t lag = o.ts - dev[k]->end_ns();
+        if (lag <= std::max(latency_ns_, kCrossStreamLagNs)) {
+          o.dep = k, o.dep_lag = lag, o.gap = 0;
+        }
+        break;
+      }
+    }
+  }
+  // Processing order: pieces at their end, ops at their start (a piece first on a tie: an op
+  // may be launched from the piece that starts there).
+  order_.reserve(pieces_.size() + ops_.size());
+  for (size_t i = 0; i < pieces_.size(); ++i)
+    order_.emplace_back(pieces_[i].b, static_cast<int32_t>(i));
+  for (size_t i = 0; i < ops_.size(); ++i)
+    order_.emplace_back(ops_[i].ts, -1 - static_cast<int32_t>(i));
+  std::stable_sort(order_.begin(), order_.end(), [](const auto& x, const auto& y) {
+    if (x.first != y.first) return x.first < y.first;
+    return (x.second < 0) < (y.second < 0);
+  });
+  return true;
+}
+
+int64_t StepGraph::start_of(State& s, int32_t i) const {
+  if (s.start[i] != kUnset) return s.start[i];
+  const Piece& p = pieces_[i];
+  int64_t v;
+  if (p.thread != 0) {
+    v = p.burst_first ? main_at(s, p.a) : s.end[i - 1];
+    if (v == kUnset) v = p.a + s.main_shift;
+  } else if (i == main_pieces_.front()) {
+    v = p.a;
+  } else {
+    v = s.end[i - 1] != kUnset ? s.end[i - 1] : p.a + s.main_shift;
+  }
+  s.start[i] = v;
+  return v;
+}
+
+// Where the training thread is at traced time `t`, in replayed time.
+int64_t StepGraph::main_at(State& s, int64_t t) const {
+  const auto pos = std::upper_bound(main_pieces_.begin(), main_pieces_.end(), t,
+                                    [&](int64_t v, int32_t i) { return v < pieces_[i].a; });
+  if (pos == main_pieces_.begin()) return t;
+  const int32_t j = *(pos - 1);
+  const Piece& p = pieces_[j];
+  const int64_t st = start_of(s, j);
+  if (s.end[j] == kUnset) return st + (t - p.a);
+  if (t >= p.b) return s.end[j] + (t - p.b);
+  return std::min(st + (t - p.a), s.end[j]);
+}
+
+void StepGraph::replay_piece(State& s, int32_t i, const WhatIf& w) const {
+  const Piece& p = pieces_[i];
+  const int64_t st = start_of(s, i);
+  const int64_t own = p.b - p.a;
+  int64_t end = st + own;
+  if (p.block != 0) {
+    const auto bc = static_cast<uint8_t>(p.block - 1);
+    if (bc == cls(WaitClass::kSync) && w.no_readback) {
+      end = st;
+    } else if (bc == cls(WaitClass::kPcie) && w.pinned_copies) {
+      end = st + std::min(own, launch_cost_ns_);
+    } else if (bc == cls(WaitClass::kMemory) && w.no_alloc) {
+      end = st;
+    } else if (s.op_end[p.wait_op] != kUnset) {
+      end = std::max(st + std::min(own, p.ret), s.op_end[p.wait_op] + p.ret);
+    }
+  } else if ((p.cls == cls(WaitClass::kData) && w.no_data) ||
+             (p.cls == cls(WaitClass::kMemory) && w.no_alloc) ||
+             (w.graphs && p.cls != cls(WaitClass::kData) && p.cls != cls(WaitClass::kMemory))) {
+    // Under a graph replay every captured call (operators, launches, asynchronous copies,
+    // collective launches) is gone; the loader and the allocator are not captured.
+    end = st;
+  }
+  s.end[i] = end;
+  if (p.thread == 0) s.main_shift = end - p.b;
+}
+
+void StepGraph::replay_op(State& s, int32_t i, const WhatIf& w) const {
+  const Op& o = ops_[i];
+  const bool side = w.pinned_copies && o.pageable_upload;
+  int32_t prev = side ? o.side_prev : o.prev;
+  if (w.pinned_copies && !side) {  // the uploads left this stream
+    while (prev >= 0 && ops_[prev].pageable_upload) prev = ops_[prev].prev;
+  }
+  const int64_t p_end = prev >= 0 ? s.op_end[prev] + (w.graphs ? kGraphNodeGapNs : 0)
+                                  : std::numeric_limits<int64_t>::min();
+  // A graph replays the captured work back to back: delays the trace does not explain (a slow
+  // launch, a wait on something untraced) go with the launches.
+  const int64_t gap = w.graphs ? 0 : o.gap;
+  int64_t start;
+  const int64_t dep_ready =
+      o.dep >= 0 ? s.op_end[o.dep] + o.dep_lag : std::numeric_limits<int64_t>::min();
+  if (o.anchor >= 0) {
+    const Piece& a = pieces_[o.anchor];
+    const int64_t a_start = start_of(s, o.anchor);
+    int64_t off = o.anchor_off;
+    if (s.end[o.anchor] != kUnset) off = std::min(off, s.end[o.anchor] - a_start);
+    if (w.graphs && a.block == 0 && a.cls != cls(WaitClass::kData) &&
+        a.cls != cls(WaitClass::kMemory))
+      off = 0;
+    const int64_t launched = a_start + off + (w.graphs ? 0 : o.delta);
+    start = std::max({launched, p_end, dep_ready}) + gap;
+  } else if (prev >= 0) {
+    start = std::max(p_end, dep_ready) + gap;
+  } else if (i > 0) {  // no launch, first on its stream: where the trace puts it after the last op
+    start = s.op_start[i - 1] + (o.ts - ops_[i - 1].ts);
+  } else {
+    start = main_at(s, o.ts);
+  }
+  s.op_start[i] = start;
+  const double dur = o.simt_gemm && w.gemm_speedup > 1 ? o.dur / w.gemm_speedup : o.dur;
+  s.op_end[i] = start + static_cast<int64_t>(dur);
+}
+
+int64_t StepGraph::map_time(State& s, int64_t t) const {
+  const auto it = std::lower_bound(ops_.begin(), ops_.end(), t,
+                                   [](const Op& o, int64_t v) { return o.ts < v; });
+  if (it != ops_.end() && it->ts == t) return s.op_start[it - ops_.begin()];
+  const auto e =
+      std::lower_bound(ops_by_end_.begin(), ops_by_end_.end(), t,
+                       [&](int32_t o, int64_t v) { return ops_[o].ts + ops_[o].dur < v; });
+  if (e != ops_by_end_.end() && ops_[*e].ts + ops_[*e].dur == t) return s.op_end[*e];
+  return main_at(s, t);
+}
+
+std::vector<int64_t> StepGraph::replay(const std::vector<std::pair<int64_t, int64_t>>& windows,
+                                       const WhatIf& w) const {
+  State s;
+  s.start.assign(pieces_.size(), kUnset);
+  s.end.assign(pieces_.size(), kUnset);
+  s.op_start.assign(ops_.size(), kUnset);
+  s.op_end.assign(ops_.size(), kUnset);
+  for (const auto& [key, item] : order_) {
+    if (item >= 0) {
+      replay_piece(s, item, w);
+    } else {
+      replay_op(s, -1 - item, w);
+    }
+  }
+  std::vector<int64_t> out;
+  out.reserve(windows.size());
+  for (const auto& [lo, hi] : windows) {
+    // A window ends no sooner than the device work that ended inside it.
+    int64_t end = map_time(s, hi);
+    const auto first = std::lower_bound(ops_.begin(), ops_.end(), lo,
+                                        [](const Op& o, int64_t v) { return o.ts < v; });
+    for (auto it = first; it != ops_.end() && it->ts < hi; ++it)
+      if (it->ts + it->dur <= hi) end = std::max(end, s.op_end[it - ops_.begin()]);
+    out.push_back(std::max<int64_t>(0, end - map_time(s, lo)));
+  }
+  return out;
+}
+
+}  // namespace ft::profiler::replay

@@ -1,0 +1,103 @@
+// step_replay.h: the training rank's dependency graph (host threads' call chains, launch ->
+// device op, stream order, blocking calls) re-run with a cause removed or reduced: the what-if
+// behind each finding's predicted step time (issue 19 item 4). Internal to profiler/classify.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "ft/profiler/event.h"
+
+namespace ft::profiler::replay {
+
+// What changes in a replay. Each field is one finding's fix (docs/classification.md,
+// "Predictions").
+struct WhatIf {
+  bool no_data = false;        // loader spans take no time
+  bool no_alloc = false;       // allocator calls take no time; cudaFree no longer drains the device
+  bool no_readback = false;    // blocking read-backs and syncs leave the step
+  bool pinned_copies = false;  // pageable/synchronous uploads: an asynchronous call (a launch's
+                               // cost), their copies on a side stream
+  bool graphs = false;         // CUDA-graph replay: no host time between launches but the
+                               // loader's, the allocator's and blocking calls'; kernels start
+                               // kGraphNodeGapNs after the last on their stream
+  double gemm_speedup = 1.0;   // SIMT fp32 GEMM kernels run this much faster
+};
+
+// One device node after another in a CUDA graph replay (a kernel node's launch on the device).
+inline constexpr int64_t kGraphNodeGapNs = 1000;
+
+class StepGraph {
+ public:
+  // Builds the graph of the training thread `main`, the other host threads of its process that
+  // launch work on `device_pid`, and that device's busy spans. Host time is a chain per thread of
+  // innermost spans; a thread other than the training thread starts each stretch of traced work
+  // where the training thread was at that instant (the training thread hands work to it, e.g. the
+  // autograd engine's device thread). A device op starts at max(its launch + the launch latency,
+  // the end of the previous op on its stream, and the end of an op on another stream it waited
+  // for (an op starting later than both, right after one ends elsewhere: cudaStreamWaitEvent),
+  // plus any delay the trace shows beyond these; an op without a launch (no correlation) follows
+  // its stream's previous op, or the device's, at the traced distance; a blocking call returns when
+  // the op it waits for ends plus its own return time. Only events overlapping [lo, hi) take part.
+  // Returns false when there is nothing to replay (no busy device span there).
+  bool build(const Trace& trace, const Track& main, uint32_t device_pid, int64_t lo, int64_t hi);
+
+  // Re-runs the whole graph under `w` and returns each window's length in ns: window [lo, hi) in
+  // the trace's times, mapped through the replayed times of the events that bound it (a device
+  // op starting or ending there, else the training thread's position).
+  std::vector<int64_t> replay(const std::vector<std::pair<int64_t, int64_t>>& windows,
+                              const WhatIf& w) const;
+
+  size_t pieces() const { return pieces_.size(); }
+  size_t ops() const { return ops_.size(); }
+  int64_t launch_latency_ns() const { return latency_ns_; }
+  int64_t launch_cost_ns() const { return launch_cost_ns_; }
+  bool has_simt_gemms() const { return simt_gemms_; }
+  // The share of the device's busy time in ops linked to their launch call (correlation id): an
+  // op without one keeps its place after the op before it, so host-side changes cannot move it.
+  double linked_share() const { return linked_share_; }
+
+ private:
+  // A stretch of one host thread under one innermost span.
+  struct Piece {
+    int64_t a = 0, b = 0;
+    int32_t thread = 0;        // 0: the training thread
+    int32_t wait_op = -1;      // blocking: the device op the call waited for
+    int64_t ret = 0;           // blocking: from that op's end to the call's return
+    uint8_t cls = 0;           // WaitClass of the innermost span (host for untraced code)
+    uint8_t block = 0;         // WaitClass + 1 of a blocking call that ends here, else 0
+    bool burst_first = false;  // first piece after untraced time on another thread
+  };
+  struct Op {
+    int64_t ts = 0, dur = 0;
+    int64_t anchor_off = 0;  // launch call's start - anchor piece's start
+    int64_t delta = 0;       // launch latency (op start - launch start) it keeps
+    int64_t gap = 0;         // delay beyond launch and stream order (cross-stream waits)
+    int32_t anchor = -1;     // piece the launch call starts in, -1: none
+    int32_t prev = -1;       // previous op on the stream
+    int32_t side_prev = -1;  // previous pageable upload (its side stream under pinned_copies)
+    int32_t dep = -1;        // op on another stream it waited for (event wait), -1: none
+    int64_t dep_lag = 0;     // from that op's end to this op's start
+    bool simt_gemm = false;
+    bool pageable_upload = false;
+  };
+  struct State;
+  int64_t main_at(State& s, int64_t t) const;
+  int64_t start_of(State& s, int32_t piece) const;
+  void replay_piece(State& s, int32_t i, const WhatIf& w) const;
+  void replay_op(State& s, int32_t i, const WhatIf& w) const;
+  int64_t map_time(State& s, int64_t t) const;
+
+  std::vector<Piece> pieces_;  // by thread, then time; each thread's pieces contiguous
+  std::vector<Op> ops_;        // by start
+  std::vector<std::pair<int64_t, int32_t>> order_;  // processing order: (key, item)
+  std::vector<int32_t> main_pieces_;                // the training thread's pieces, by start
+  std::vector<int32_t> ops_by_end_;
+  int64_t latency_ns_ = 0, launch_cost_ns_ = 0;
+  int64_t linked_ns_ = 0;
+  double linked_share_ = 0;
+  bool simt_gemms_ = false;
+};
+
+}  // namespace ft::profiler::replay
