@@ -46,6 +46,16 @@ std::vector<Fix> fixes(const FindingRules& rules) {
   };
 }
 
+// Both fixes at once.
+void merge(replay::WhatIf* into, const replay::WhatIf& w) {
+  into->no_data |= w.no_data;
+  into->no_alloc |= w.no_alloc;
+  into->no_readback |= w.no_readback;
+  into->pinned_copies |= w.pinned_copies;
+  into->graphs |= w.graphs;
+  into->gemm_speedup = std::max(into->gemm_speedup, w.gemm_speedup);
+}
+
 constexpr size_t kMaxReplaySteps = 8;    // the first steady steps re-run (bounds time and memory)
 constexpr double kMinLinkedShare = 0.5;  // of the device's busy time, in ops linked to a launch
 
@@ -111,50 +121,70 @@ void replay_predictions(const Trace& trace, const std::vector<const StepBreakdow
     for (const StepBreakdown* s : steady) sum += s->wall_ms;
     return sum / static_cast<double>(steady.size());
   }();
-  double wait_saved = 0;
-  std::vector<std::pair<Finding*, double>> waits;
+  // Each fix alone (what a trial of that fix measures), and, in rank order, what it adds to the
+  // fixes ranked above it: those increments add up to all the fixes together, which the graph
+  // bounds by the device's idle time, exposed copies and collectives, and faster kernels.
+  const std::vector<Fix> all = fixes(rules);
+  replay::WhatIf together, together_waits;
+  double so_far = 0, waits_so_far = 0;
+  int ranked = 0;
   for (Finding& f : *findings) {
-    if (f.share <= 0) continue;
-    for (const Fix& fix : fixes(rules)) {
-      if (f.cls != fix.cls) continue;
-      if (f.cls == "precision" && !graph.has_simt_gemms()) break;  // not a kernel speed-up
-      const double saving = std::clamp(base - mean_ms(graph.replay(windows, fix.what)), 0.0, step);
-      const std::string assumes =
-          fix.assumes ? fix.assumes
-                      : fmt::format(
-                            "the SIMT fp32 GEMM kernels run {:.0f}x faster on the tensor "
-                            "cores, every other op as traced",
-                            rules.tensor_core_speedup);
-      const std::string rule =
-          f.predicted_step_ms >= 0
-              ? fmt::format("; the rule estimated {:.2f} ms", step - f.predicted_step_ms)
-              : "";
-      f.predicted_step_ms = std::max(0.0, step - saving);
-      f.prediction = fmt::format(
-          "step graph re-run ({}, {} device ops, {:.0f}% of their time linked to launches, {} "
-          "host pieces): {} (from {:.2f} ms, saving {:.2f} ms{})",
-          steps, graph.ops(), 100 * graph.linked_share(), graph.pieces(), assumes, step, saving,
-          rule);
-      break;
+    const Fix* fix = nullptr;
+    for (const Fix& x : all)
+      if (f.share > 0 && f.cls == x.cls) fix = &x;
+    if (!fix || (f.cls == "precision" && !graph.has_simt_gemms())) continue;
+    const double saving = std::clamp(base - mean_ms(graph.replay(windows, fix->what)), 0.0, step);
+    merge(&together, fix->what);
+    const double in_all = std::clamp(base - mean_ms(graph.replay(windows, together)), 0.0, step);
+    if (f.cls != "precision") {
+      merge(&together_waits, fix->what);
+      waits_so_far = std::clamp(base - mean_ms(graph.replay(windows, together_waits)), 0.0, step);
     }
+    const std::string assumes =
+        fix->assumes ? fix->assumes
+                     : fmt::format(
+                           "the SIMT fp32 GEMM kernels run {:.0f}x faster on the tensor "
+                           "cores, every other op as traced",
+                           rules.tensor_core_speedup);
+    const std::string rule =
+        f.predicted_step_ms >= 0
+            ? fmt::format("; the rule estimated {:.2f} ms", step - f.predicted_step_ms)
+            : "";
+    const std::string above =
+        ranked++ == 0 ? ""
+                      : fmt::format(
+                            "; after the fixes ranked above it {:.2f} ms more, {:.2f} ms "
+                            "in all",
+                            in_all - so_far, in_all);
+    f.predicted_step_ms = std::max(0.0, step - saving);
+    f.prediction = fmt::format(
+        "step graph re-run ({}, {} device ops, {:.0f}% of their time linked to launches, {} host "
+        "pieces): {} (from {:.2f} ms, saving {:.2f} ms{}{})",
+        steps, graph.ops(), 100 * graph.linked_share(), graph.pieces(), assumes, step, saving, rule,
+        above);
+    so_far = in_all;
   }
+  // The rules' estimates (collectives overlapped, a straggler on time) cannot be re-run: should
+  // they and the re-run waits together claim more than the device idles or copies/communicates,
+  // the estimates are scaled down to fit.
+  double rule_saved = 0;
+  std::vector<Finding*> rule_waits;
   for (Finding& f : *findings) {
-    if (f.predicted_step_ms < 0 || f.cls == "precision" || f.cls == "batch") continue;
-    const double saving = step - f.predicted_step_ms;
-    waits.emplace_back(&f, saving), wait_saved += saving;
+    if (f.predicted_step_ms < 0 || f.cls == "precision" || f.cls == "batch" ||
+        f.prediction.rfind("step graph re-run", 0) == 0)
+      continue;
+    rule_saved += step - f.predicted_step_ms;
+    rule_waits.push_back(&f);
   }
-  // Removing waits can save at most the device's idle time plus its exposed copies and
-  // collectives: should the savings of the findings other than faster kernels (re-runs and the
-  // rules' estimates for comm and stragglers) add up to more (each can claim the same stretch),
-  // they are scaled down together.
-  if (idle > 0 && wait_saved > idle) {
-    const double k = idle / wait_saved;
-    for (auto& [f, saving] : waits) {
-      f->predicted_step_ms = std::max(0.0, step - saving * k);
+  const double room = std::max(0.0, idle - waits_so_far);
+  if (rule_saved > room) {
+    const double k = room / rule_saved;
+    for (Finding* f : rule_waits) {
+      f->predicted_step_ms = step - (step - f->predicted_step_ms) * k;
       f->prediction += fmt::format(
-          "; scaled by {:.2f}: the wait findings together saved "
-          "{:.2f} ms of {:.2f} ms the device idles or copies/communicates",
-          k, wait_saved, idle);
+          "; scaled by {:.2f}: with the re-run fixes' {:.2f} ms the estimates would claim more "
+          "than the {:.2f} ms the device idles or copies/communicates",
+          k, waits_so_far, idle);
     }
   }
 }

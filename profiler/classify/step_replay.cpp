@@ -18,12 +18,14 @@ constexpr int64_t kDefaultLaunchNs = 5000;  // when the trace links no launch to
 // An op that starts this soon (or within the launch latency) after an op on another stream ends,
 // later than its launch and stream allow, waits for that op (cudaStreamWaitEvent).
 constexpr int64_t kCrossStreamLagNs = 20000;
+constexpr double kLatencyQuantile = 0.25;
 
-int64_t median(std::vector<int64_t> v, int64_t fallback) {
+// The q-quantile of v (nearest rank), or `fallback` when v is empty.
+int64_t quantile(std::vector<int64_t> v, double q, int64_t fallback) {
   if (v.empty()) return fallback;
-  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
+  const auto at = v.begin() + static_cast<std::ptrdiff_t>(q * static_cast<double>(v.size() - 1));
+  std::nth_element(v.begin(), at, v.end());
+  return *at;
 }
 
 constexpr uint8_t cls(WaitClass c) { return static_cast<uint8_t>(c); }
@@ -133,7 +135,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
   }
   for (size_t i = thread_range[0].first; i < thread_range[0].second; ++i)
     main_pieces_.push_back(static_cast<int32_t>(i));
-  launch_cost_ns_ = median(launch_costs, kDefaultLaunchNs);
+  launch_cost_ns_ = quantile(launch_costs, 0.5, kDefaultLaunchNs);
 
   // Ops: anchor (the piece its launch starts in), stream predecessor, latency and delay.
   ops_.resize(dev.size());
@@ -166,7 +168,9 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       }
     }
   }
-  latency_ns_ = median(free_latency, kDefaultLaunchNs);
+  // The launch latency: a low quantile of launch -> start over ops whose stream was empty at
+  // their launch (the median would count the ops that wait for another stream).
+  latency_ns_ = quantile(free_latency, kLatencyQuantile, kDefaultLaunchNs);
   int64_t busy = 0;
   linked_ns_ = 0;
   for (const Op& o : ops_) {
