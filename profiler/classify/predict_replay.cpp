@@ -21,7 +21,8 @@ struct Fix {
 };
 
 std::vector<Fix> fixes(const FindingRules& rules) {
-  replay::WhatIf data, memory, sync, pcie, host, precision;
+  replay::WhatIf data, memory, sync, pcie, host, precision, comm;
+  comm.overlap_comm = true;
   data.no_data = true;
   memory.no_alloc = true;
   sync.no_readback = true;
@@ -42,6 +43,9 @@ std::vector<Fix> fixes(const FindingRules& rules) {
        "between the launches (the loader, the allocator and blocking calls stay); each op starts "
        "1 us after the last on its stream and after what it waits for on another, with no "
        "other delay"},
+      {"comm", comm,
+       "each collective starts with its step's first device op and runs beside the compute "
+       "before the op that waits for it (bucketed during backward), at its traced duration"},
       {"precision", precision, nullptr},  // assumes: with the speed-up, below
   };
 }
@@ -54,6 +58,7 @@ void merge(replay::WhatIf* into, const replay::WhatIf& w) {
   into->pinned_copies |= w.pinned_copies;
   into->graphs |= w.graphs;
   into->gemm_speedup = std::max(into->gemm_speedup, w.gemm_speedup);
+  into->overlap_comm |= w.overlap_comm;
 }
 
 constexpr size_t kMaxReplaySteps = 8;    // the first steady steps re-run (bounds time and memory)
@@ -164,9 +169,9 @@ void replay_predictions(const Trace& trace, const std::vector<const StepBreakdow
         above);
     so_far = in_all;
   }
-  // The rules' estimates (collectives overlapped, a straggler on time) cannot be re-run: should
-  // they and the re-run waits together claim more than the device idles or copies/communicates,
-  // the estimates are scaled down to fit.
+  // The rules' estimates the graph cannot re-run (a straggler on time): should they and the re-run
+  // waits together claim more than the device idles or copies/communicates, the estimates are
+  // scaled down to fit.
   double rule_saved = 0;
   std::vector<Finding*> rule_waits;
   for (Finding& f : *findings) {

@@ -19,6 +19,9 @@ constexpr int64_t kDefaultLaunchNs = 5000;  // when the trace links no launch to
 // later than its launch and stream allow, waits for that op (cudaStreamWaitEvent).
 constexpr int64_t kCrossStreamLagNs = 20000;
 constexpr double kLatencyQuantile = 0.25;
+// A launch call over kQueueFullMinNs (a launch takes a few µs) that returns within
+// kCrossStreamLagNs of an op's end was waiting for a slot in the launch queue.
+constexpr int64_t kQueueFullMinNs = 100000;
 
 // The q-quantile of v (nearest rank), or `fallback` when v is empty.
 int64_t quantile(std::vector<int64_t> v, double q, int64_t fallback) {
@@ -63,24 +66,30 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
   // device (PyTorch's autograd device thread runs the backward's launches).
   std::map<uint32_t, std::vector<const Event*>> by_tid;
   std::map<uint32_t, bool> launches;
+  std::vector<int64_t> launch_costs;
   for (const Event& e : trace.events) {
     if (e.track.device || e.track.pid != main.pid || e.phase != Phase::kSpan || e.dur_ns <= 0 ||
         e.end_ns() <= lo || e.ts_ns >= hi || is_step_span(trace, e))
       continue;
     by_tid[e.track.tid].push_back(&e);
-    if (e.id != 0 && op_of.count(e.id)) launches[e.track.tid] = true;
+    if (e.id != 0 && op_of.count(e.id)) {
+      launches[e.track.tid] = true;
+      if (e.category == Category::kHost) launch_costs.push_back(e.dur_ns);
+    }
   }
   std::vector<uint32_t> tids = {main.tid};
   for (const auto& [tid, l] : launches)
     if (tid != main.tid) tids.push_back(tid);
 
+  launch_cost_ns_ = quantile(launch_costs, 0.5, kDefaultLaunchNs);
+  // A launch or asynchronous copy call over 100 µs that returns right after an op ends waited for
+  // a slot in a full launch queue: it blocks on that op.
   const int64_t dev_lo = dev.front()->ts_ns, dev_hi = dev[ops_by_end_.back()]->end_ns();
   struct Launch {
     int32_t thread;
     int64_t ts;
   };
-  std::unordered_map<uint64_t, Launch> launch_of;  // correlation id -> launch call
-  std::vector<int64_t> launch_costs;
+  std::unordered_map<uint64_t, Launch> launch_of;       // correlation id -> launch call
   std::vector<std::pair<size_t, size_t>> thread_range;  // pieces of each thread
   for (size_t t = 0; t < tids.size(); ++t) {
     std::vector<const Event*>& spans = by_tid[tids[t]];
@@ -94,7 +103,6 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       ivs.push_back({e.ts_ns, e.end_ns(), static_cast<int>(k), -e.ts_ns, e.dur_ns, 0});
       if (e.id != 0 && op_of.count(e.id)) {
         launch_of.emplace(e.id, Launch{static_cast<int32_t>(t), e.ts_ns});
-        if (e.category == Category::kHost) launch_costs.push_back(e.dur_ns);
       }
     }
     const size_t first = pieces_.size();
@@ -111,19 +119,26 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       p.cls = static_cast<uint8_t>(device_attribution::idle_class(ev));
       p.burst_first = after_gap;
       after_gap = false;
-      const int bc = ev ? device_attribution::blocking_class(trace, *ev) : -1;
+      int bc = ev ? device_attribution::blocking_class(trace, *ev) : -1;
+      const bool linked = ev && ev->id != 0 && op_of.count(ev->id);
+      bool queue_full = false;
+      if (bc < 0 && linked && ev->dur_ns > kQueueFullMinNs) {
+        bc = static_cast<int>(WaitClass::kHost);
+        queue_full = true;
+      }
       if (bc >= 0 && bc != static_cast<int>(WaitClass::kComm) && s.b == ev->end_ns()) {
         // The op the call waited for: its own copy, else the last op to end before it returned.
         int32_t w = -1;
-        if (const auto it = op_of.find(ev->id); ev->id != 0 && it != op_of.end()) {
-          w = it->second;
+        if (linked && !queue_full) {
+          w = op_of.at(ev->id);
         } else {
           const auto past =
               std::upper_bound(ops_by_end_.begin(), ops_by_end_.end(), ev->end_ns(),
                                [&](int64_t v, int32_t o) { return v < dev[o]->end_ns(); });
           if (past != ops_by_end_.begin()) w = *(past - 1);
         }
-        if (w >= 0 && dev[w]->end_ns() >= ev->ts_ns && dev[w]->end_ns() <= ev->end_ns()) {
+        if (w >= 0 && dev[w]->end_ns() >= ev->ts_ns && dev[w]->end_ns() <= ev->end_ns() &&
+            (!queue_full || ev->end_ns() - dev[w]->end_ns() <= kCrossStreamLagNs)) {
           p.block = static_cast<uint8_t>(bc + 1);
           p.wait_op = w;
           p.ret = ev->end_ns() - dev[w]->end_ns();
@@ -135,17 +150,22 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
   }
   for (size_t i = thread_range[0].first; i < thread_range[0].second; ++i)
     main_pieces_.push_back(static_cast<int32_t>(i));
-  launch_cost_ns_ = quantile(launch_costs, 0.5, kDefaultLaunchNs);
 
   // Ops: anchor (the piece its launch starts in), stream predecessor, latency and delay.
   ops_.resize(dev.size());
   std::map<uint32_t, int32_t> last_on_stream;
+  std::map<int64_t, int32_t> first_of_step;
   int32_t last_upload = -1;
   std::vector<int64_t> free_latency;  // launch -> start of ops whose stream was empty
   for (size_t i = 0; i < dev.size(); ++i) {
     const Event& e = *dev[i];
     Op& o = ops_[i];
     o.ts = e.ts_ns, o.dur = e.dur_ns;
+    o.collective = e.category == Category::kComm;
+    if (e.step >= 0) {
+      const auto [it, fresh] = first_of_step.try_emplace(e.step, static_cast<int32_t>(i));
+      o.step_first = it->second;
+    }
     o.simt_gemm = e.category == Category::kCompute &&
                   device_attribution::is_simt_fp32_gemm(trace.names.at(e.name));
     simt_gemms_ |= o.simt_gemm;
@@ -288,6 +308,13 @@ void StepGraph::replay_op(State& s, int32_t i, const WhatIf& w) const {
   // A graph replays the captured work back to back: delays the trace does not explain (a slow
   // launch, a wait on something untraced) go with the launches.
   const int64_t gap = w.graphs ? 0 : o.gap;
+  if (w.overlap_comm && o.collective && o.step_first >= 0 && o.step_first != i) {
+    // Bucketed: the collective runs beside the step's compute from the step's first op on; the
+    // ops that wait for it still do (their cross-stream wait).
+    s.op_start[i] = std::max(s.op_start[o.step_first], p_end);
+    s.op_end[i] = s.op_start[i] + o.dur;
+    return;
+  }
   int64_t start;
   const int64_t dep_ready =
       o.dep >= 0 ? s.op_end[o.dep] + o.dep_lag : std::numeric_limits<int64_t>::min();

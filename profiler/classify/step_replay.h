@@ -23,6 +23,8 @@ struct WhatIf {
                                // loader's, the allocator's and blocking calls'; kernels start
                                // kGraphNodeGapNs after the last on their stream
   double gemm_speedup = 1.0;   // SIMT fp32 GEMM kernels run this much faster
+  bool overlap_comm = false;   // each collective starts with its step's first device op (as
+                               // soon as its stream allows), beside the compute before its consumer
 };
 
 // One device node after another in a CUDA graph replay (a kernel node's launch on the device).
@@ -63,7 +65,8 @@ class StepGraph {
   struct Piece {
     int64_t a = 0, b = 0;
     int32_t thread = 0;        // 0: the training thread
-    int32_t wait_op = -1;      // blocking: the device op the call waited for
+    int32_t wait_op = -1;      // blocking: the device op the call waited for (or, for a launch
+                               // into a full queue, whose end freed a slot)
     int64_t ret = 0;           // blocking: from that op's end to the call's return
     uint8_t cls = 0;           // WaitClass of the innermost span (host for untraced code)
     uint8_t block = 0;         // WaitClass + 1 of a blocking call that ends here, else 0
@@ -71,15 +74,17 @@ class StepGraph {
   };
   struct Op {
     int64_t ts = 0, dur = 0;
-    int64_t anchor_off = 0;  // launch call's start - anchor piece's start
-    int64_t delta = 0;       // launch latency (op start - launch start) it keeps
-    int64_t gap = 0;         // delay beyond launch and stream order (cross-stream waits)
-    int32_t anchor = -1;     // piece the launch call starts in, -1: none
-    int32_t prev = -1;       // previous op on the stream
-    int32_t side_prev = -1;  // previous pageable upload (its side stream under pinned_copies)
-    int32_t dep = -1;        // op on another stream it waited for (event wait), -1: none
-    int64_t dep_lag = 0;     // from that op's end to this op's start
+    int64_t anchor_off = 0;   // launch call's start - anchor piece's start
+    int64_t delta = 0;        // launch latency (op start - launch start) it keeps
+    int64_t gap = 0;          // delay beyond launch and stream order (cross-stream waits)
+    int32_t anchor = -1;      // piece the launch call starts in, -1: none
+    int32_t prev = -1;        // previous op on the stream
+    int32_t side_prev = -1;   // previous pageable upload (its side stream under pinned_copies)
+    int32_t dep = -1;         // op on another stream it waited for (event wait), -1: none
+    int64_t dep_lag = 0;      // from that op's end to this op's start
+    int32_t step_first = -1;  // the first op of its step (by Event::step), -1: unknown
     bool simt_gemm = false;
+    bool collective = false;
     bool pageable_upload = false;
   };
   struct State;
