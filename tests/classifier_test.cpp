@@ -306,6 +306,25 @@ TEST(Classifier, StarvingReadBackIsMostlyTheHost) {
   EXPECT_EQ(at(p, WaitClass::kHost), 20 + (915 - 180));
 }
 
+// Idle charged to the host is kept by the innermost CPU operator running then
+// ("host_op.<operator>", the step's top three): a long operator during which the device stays
+// busy holds none of it, a short one during which it idles holds its idle.
+TEST(Classifier, HostIdleIsKeptByTheOperatorTheDeviceWaitedOn) {
+  Builder b;
+  const Track s7{0, 7, true};
+  b.span(kMain, "step", Category::kStep, 0, 1000, 0);
+  b.span(kMain, "aten::long_while_busy", Category::kCompute, 0, 600);
+  b.span(s7, "gemm", Category::kCompute, 0, 650);
+  b.span(kMain, "aten::short_while_idle", Category::kCompute, 600, 300);
+  b.span(kMain, "cudaLaunchKernel", Category::kHost, 890, 10);
+  b.span(s7, "gemm", Category::kCompute, 905, 95);
+  const auto p = partition_steps(b.t).at(0);
+  EXPECT_EQ(at(p, WaitClass::kHost), 255);  // [650, 905): under the short operator, then launch
+  // [650, 900): the launch call inside it is the operator's own
+  EXPECT_EQ(p.detail_ns.at("host_op.aten::short_while_idle"), 250);
+  EXPECT_EQ(p.detail_ns.count("host_op.aten::long_while_busy"), 0u);
+}
+
 // The device idles while the training thread waits for the loader: data, whatever the host's
 // other spans; with the device busy meanwhile, the same wait costs nothing.
 TEST(Classifier, DeviceIdleDuringTheLoaderIsData) {

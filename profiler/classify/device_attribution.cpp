@@ -12,6 +12,8 @@ namespace {
 
 bool has(const std::string& s, const char* p) { return s.find(p) != std::string::npos; }
 
+constexpr size_t kHostOperatorsPerStep = 3;  // "host_op.<operator>" details kept per step
+
 // Busy labels (WaitClass values) and their overlap priority: compute hides a collective, which
 // hides a copy.
 int busy_class(const Event& e) {
@@ -149,7 +151,8 @@ bool primary_device(const Trace& trace, const Track& main, uint32_t* device_pid)
 
 void partition_step(const Trace& trace, const std::vector<const Event*>& device, int64_t lo,
                     int64_t hi, const std::vector<HostPiece>& host,
-                    const std::vector<const Event*>& host_spans, StepPartitionNs* p) {
+                    const std::vector<const Event*>& host_spans,
+                    const std::vector<HostPiece>& operators, StepPartitionNs* p) {
   std::vector<sweep::Interval> ivs;
   for (const Event* d : device) {
     if (d->ts_ns >= hi) break;
@@ -164,6 +167,17 @@ void partition_step(const Trace& trace, const std::vector<const Event*>& device,
   std::sort(blocking.begin(), blocking.end(),
             [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
   p->ns.fill(0);
+  std::map<uint32_t, int64_t> host_by_op;  // idle charged to the host, by the CPU operator
+  size_t op = 0;                           // first operator piece that may overlap it
+  auto charge_host = [&](int64_t a, int64_t b) {
+    charge_part(static_cast<int>(WaitClass::kHost), b - a, p);
+    while (op < operators.size() && operators[op].b <= a) ++op;
+    for (size_t k = op; k < operators.size() && operators[k].a < b; ++k) {
+      if (operators[k].ev == nullptr) continue;
+      host_by_op[operators[k].ev->name] +=
+          std::min(b, operators[k].b) - std::max(a, operators[k].a);
+    }
+  };
   size_t h = 0;  // first host piece that may overlap the current idle stretch
   for (const sweep::Segment& s : sweep::sweep(std::move(ivs), lo, hi)) {
     const int64_t len = s.b - s.a;
@@ -201,7 +215,12 @@ void partition_step(const Trace& trace, const std::vector<const Event*>& device,
         p->detail_ns["sync.refill"] += m - a;
         a = m;
       }
-      if (a < b) charge_part(c, b - a, p);
+      if (a >= b) return;
+      if (c == static_cast<int>(WaitClass::kHost)) {
+        charge_host(a, b);
+      } else {
+        charge_part(c, b - a, p);
+      }
     };
     while (h < host.size() && host[h].b <= s.a) ++h;
     int64_t t = s.a;
@@ -213,6 +232,12 @@ void partition_step(const Trace& trace, const std::vector<const Event*>& device,
     }
     if (t < s.b) charge(t, s.b, static_cast<int>(WaitClass::kHost));  // past the last piece
   }
+  // The CPU operators the device waited on most ("host_op.<operator>", the step's top three).
+  std::vector<std::pair<int64_t, uint32_t>> top;
+  for (const auto& [name, ns] : host_by_op) top.emplace_back(ns, name);
+  std::sort(top.rbegin(), top.rend());
+  for (size_t k = 0; k < top.size() && k < kHostOperatorsPerStep; ++k)
+    p->detail_ns["host_op." + trace.names.at(top[k].second)] += top[k].first;
 }
 
 }  // namespace ft::profiler::device_attribution

@@ -47,8 +47,10 @@ bool is_busy(const Event& e);
 // p->ns (the parts sum to hi - lo) and adds the details "device.busy.<class>" and
 // "device.idle.<class>" (they sum to hi - lo), "device.drained" (idle stretches a blocking call
 // began), "sync.by.<stack>" (idle charged to each read-back, by the op stack that issued it) and
-// "sync.refill" (the part of that after the call returned). Rules (docs/classification.md §2,
-// "Device-centric attribution"):
+// "sync.refill" (the part of that after the call returned) and "host_op.<operator>" (idle
+// charged to the host, by the innermost CPU operator running then: `operators` are the training
+// thread's innermost operator pieces over [lo, hi); the step's top three). Rules
+// (docs/classification.md §2, "Device-centric attribution"):
 // - busy: compute kernels > collectives > host-device copies, by overlap priority;
 // - an idle stretch that starts while the host is blocked in a synchronizing call (stream/device/
 //   event sync, a device-to-host read-back) is that call's until it returns (sync, or pcie for a
@@ -59,6 +61,7 @@ bool is_busy(const Event& e);
 //   sync call sync, and CPU ops, launches or untraced host code host.
 void partition_step(const Trace& trace, const std::vector<const Event*>& device, int64_t lo,
                     int64_t hi, const std::vector<HostPiece>& host,
-                    const std::vector<const Event*>& host_spans, StepPartitionNs* p);
+                    const std::vector<const Event*>& host_spans,
+                    const std::vector<HostPiece>& operators, StepPartitionNs* p);
 
 }  // namespace ft::profiler::device_attribution

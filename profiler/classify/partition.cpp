@@ -52,9 +52,8 @@ std::string detail_key(const Event& ev, const std::string& name, WaitClass cls) 
       if (ev.flags & kPageable) return "pcie.pageable";
       return ev.category == Category::kD2H ? "pcie.d2h" : "pcie.h2d";
     case WaitClass::kComm:
-      return has("wait") || has("barrier") || name.rfind(kCommSyncPrefix, 0) == 0
-                 ? "comm.wait"
-                 : "comm.transfer";
+      return has("wait") || has("barrier") || name.rfind(kCommSyncPrefix, 0) == 0 ? "comm.wait"
+                                                                                  : "comm.transfer";
     case WaitClass::kMemory:
       if ((ev.flags & kOom) || has("oom")) return "memory.oom";
       if ((ev.flags & kRetry) || has("retry")) return "memory.retry";
@@ -308,6 +307,15 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
                      class_priority(c)});
       owners.push_back(&ev);
     }
+    // The innermost CPU operator at each instant (what launched the next kernel, or kept the
+    // host from it), for the device split's host details.
+    std::vector<Interval> op_ivs;
+    if (!device.empty()) {
+      for (const Interval& iv : ivs) {
+        const Category c = owners[iv.label]->category;
+        if (c == Category::kCompute || c == Category::kOptimizer) op_ivs.push_back(iv);
+      }
+    }
     const std::vector<Segment> host = sweep::sweep(std::move(ivs), lo, hi);
     std::vector<Segment> host_cls;  // labelled by WaitClass, for the device split
     host_cls.reserve(host.size());
@@ -412,7 +420,10 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
         if (p.ns[c] > 0)
           p.detail_ns[std::string("host.") + wait_class_name(static_cast<WaitClass>(c))] = p.ns[c];
       }
-      device_attribution::partition_step(trace, device, lo, hi, pieces, owners, &p);
+      std::vector<device_attribution::HostPiece> operators;
+      for (const Segment& s : sweep::sweep(std::move(op_ivs), lo, hi))
+        if (s.label >= 0) operators.push_back({s.a, s.b, owners[s.label]});
+      device_attribution::partition_step(trace, device, lo, hi, pieces, owners, operators, &p);
     }
     result.push_back(std::move(p));
   }

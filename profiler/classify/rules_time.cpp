@@ -274,7 +274,19 @@ void host_rule(const RuleContext& ctx, std::vector<Finding>* out) {
                     ctx.ms_per_step(WaitClass::kHost), ops_ms, calls_ms));
     if (out->size() > before) {
       Finding& f = out->back();
-      f.evidence.examples = example_spans(ctx.trace, WaitClass::kCompute, ctx.steps, 3);
+      // The CPU operators the device waited on most ("host_op.<operator>" details), else the
+      // longest CPU operators.
+      std::vector<std::pair<double, std::string>> by;
+      for (const auto& [k, v] : ctx.t.detail)
+        if (k.rfind("host_op.", 0) == 0) by.emplace_back(v, k.substr(8));
+      std::sort(by.rbegin(), by.rend());
+      f.evidence.examples.clear();
+      for (size_t i = 0; i < by.size() && i < 3; ++i) {
+        f.evidence.examples.push_back(fmt::format("{}: the device idles {:.2f} ms/step under it",
+                                                  by[i].second, by[i].first / ctx.n));
+      }
+      if (by.empty())
+        f.evidence.examples = example_spans(ctx.trace, WaitClass::kCompute, ctx.steps, 3);
       bool compiled = false;
       for (std::string& e : f.evidence.examples) {
         compiled |= e.find("CompiledFunction") != std::string::npos;
