@@ -39,10 +39,11 @@ std::vector<Fix> fixes(const FindingRules& rules) {
        "each pageable or synchronous upload becomes an asynchronous call (a launch's cost) whose "
        "copy runs on a side stream at its measured rate"},
       {"host", host,
-       "a CUDA-graph replay: no CPU operator, launch, asynchronous copy or untraced host time "
-       "between the launches (the loader, the allocator and blocking calls stay); each op starts "
-       "1 us after the last on its stream and after what it waits for on another, with no "
-       "other delay"},
+       "a CUDA-graph replay: the framework's operators, the runtime calls and the dispatch glue "
+       "between them (untraced stretches up to 50 us) take no time; the user's Python (python "
+       "frames, annotations' own time, longer untraced stretches), the loader, the allocator "
+       "and blocking calls stay; each op starts 1 us after the last on its stream and after what "
+       "it waits for on another, with no other delay"},
       {"comm", comm,
        "each collective starts with its step's first device op and runs beside the compute "
        "before the op that waits for it (bucketed during backward), at its traced duration"},

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <string>
 #include <unordered_map>
 
 #include "device_attribution.h"
@@ -19,6 +20,8 @@ constexpr int64_t kDefaultLaunchNs = 5000;  // when the trace links no launch to
 // later than its launch and stream allow, waits for that op (cudaStreamWaitEvent).
 constexpr int64_t kCrossStreamLagNs = 20000;
 constexpr double kLatencyQuantile = 0.25;
+// Untraced host time up to this long between captured calls is the interpreter's dispatch glue.
+constexpr int64_t kGraphGlueNs = 50000;
 // A launch call over kQueueFullMinNs (a launch takes a few µs) that returns within
 // kCrossStreamLagNs of an op's end was waiting for a slot in the launch queue.
 constexpr int64_t kQueueFullMinNs = 100000;
@@ -32,6 +35,31 @@ int64_t quantile(std::vector<int64_t> v, double q, int64_t fallback) {
 }
 
 constexpr uint8_t cls(WaitClass c) { return static_cast<uint8_t>(c); }
+
+// Whether a CUDA graph (or torch.compile's reduce-overhead) would capture a host piece: runtime
+// calls (launches, asynchronous copies, collective launches), framework operators, and short
+// untraced glue between them (the interpreter's dispatch); not the user's Python (python
+// frames, annotations' own time, long untraced stretches), the loader, the allocator, or a call
+// that blocks.
+bool captured(const Trace& trace, const Event* ev, int64_t len) {
+  if (ev == nullptr) return len <= kGraphGlueNs;
+  switch (ev->category) {
+    case Category::kHost:
+    case Category::kH2D:
+    case Category::kD2H:
+    case Category::kD2D:
+    case Category::kMemset:
+    case Category::kComm:
+      return device_attribution::blocking_class(trace, *ev) < 0;
+    case Category::kCompute:
+    case Category::kOptimizer: {
+      const std::string& n = trace.names.at(ev->name);
+      return n.find(".py(") == std::string::npos && n.rfind("<built-in", 0) != 0;
+    }
+    default:
+      return false;
+  }
+}
 
 }  // namespace
 
@@ -119,6 +147,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       p.cls = static_cast<uint8_t>(device_attribution::idle_class(ev));
       p.burst_first = after_gap;
       after_gap = false;
+      p.captured = captured(trace, ev, s.b - s.a);
       int bc = ev ? device_attribution::blocking_class(trace, *ev) : -1;
       const bool linked = ev && ev->id != 0 && op_of.count(ev->id);
       bool queue_full = false;
@@ -286,10 +315,7 @@ void StepGraph::replay_piece(State& s, int32_t i, const WhatIf& w) const {
       end = std::max(st + std::min(own, p.ret), s.op_end[p.wait_op] + p.ret);
     }
   } else if ((p.cls == cls(WaitClass::kData) && w.no_data) ||
-             (p.cls == cls(WaitClass::kMemory) && w.no_alloc) ||
-             (w.graphs && p.cls != cls(WaitClass::kData) && p.cls != cls(WaitClass::kMemory))) {
-    // Under a graph replay every captured call (operators, launches, asynchronous copies,
-    // collective launches) is gone; the loader and the allocator are not captured.
+             (p.cls == cls(WaitClass::kMemory) && w.no_alloc) || (w.graphs && p.captured)) {
     end = st;
   }
   s.end[i] = end;
@@ -323,9 +349,7 @@ void StepGraph::replay_op(State& s, int32_t i, const WhatIf& w) const {
     const int64_t a_start = start_of(s, o.anchor);
     int64_t off = o.anchor_off;
     if (s.end[o.anchor] != kUnset) off = std::min(off, s.end[o.anchor] - a_start);
-    if (w.graphs && a.block == 0 && a.cls != cls(WaitClass::kData) &&
-        a.cls != cls(WaitClass::kMemory))
-      off = 0;
+    if (w.graphs && a.captured) off = 0;
     const int64_t launched = a_start + off + (w.graphs ? 0 : o.delta);
     start = std::max({launched, p_end, dep_ready}) + gap;
   } else if (prev >= 0) {

@@ -19,9 +19,10 @@ struct WhatIf {
   bool no_readback = false;    // blocking read-backs and syncs leave the step
   bool pinned_copies = false;  // pageable/synchronous uploads: an asynchronous call (a launch's
                                // cost), their copies on a side stream
-  bool graphs = false;         // CUDA-graph replay: no host time between launches but the
-                               // loader's, the allocator's and blocking calls'; kernels start
-                               // kGraphNodeGapNs after the last on their stream
+  bool graphs = false;         // CUDA-graph replay: the captured host pieces (runtime calls,
+                               // framework operators, short dispatch glue) take no time; user
+                               // Python, the loader, the allocator and blocking calls stay;
+                               // kernels start kGraphNodeGapNs after the last on their stream
   double gemm_speedup = 1.0;   // SIMT fp32 GEMM kernels run this much faster
   bool overlap_comm = false;   // each collective starts with its step's first device op (as
                                // soon as its stream allows), beside the compute before its consumer
@@ -71,6 +72,7 @@ class StepGraph {
     uint8_t cls = 0;           // WaitClass of the innermost span (host for untraced code)
     uint8_t block = 0;         // WaitClass + 1 of a blocking call that ends here, else 0
     bool burst_first = false;  // first piece after untraced time on another thread
+    bool captured = false;     // a CUDA graph would capture it (step_replay.cpp, captured())
   };
   struct Op {
     int64_t ts = 0, dur = 0;
