@@ -60,10 +60,9 @@ void merge(replay::WhatIf* into, const replay::WhatIf& w) {
   into->graphs |= w.graphs;
   into->gemm_speedup = std::max(into->gemm_speedup, w.gemm_speedup);
   into->overlap_comm |= w.overlap_comm;
+  into->remove_marked |= w.remove_marked;
+  into->no_late_ranks |= w.no_late_ranks;
 }
-
-constexpr size_t kMaxReplaySteps = 8;    // the first steady steps re-run (bounds time and memory)
-constexpr double kMinLinkedShare = 0.5;  // of the device's busy time, in ops linked to a launch
 
 double mean_ms(const std::vector<int64_t>& ns) {
   double sum = 0;
@@ -73,60 +72,69 @@ double mean_ms(const std::vector<int64_t>& ns) {
 
 }  // namespace
 
-void replay_predictions(const Trace& trace, const std::vector<const StepBreakdown*>& steady,
-                        std::vector<Finding>* findings, const FindingRules& rules) {
-  if (steady.empty() || findings->empty()) return;
+namespace replay {
+
+StepReplay::StepReplay(const Trace& trace, const std::vector<const StepBreakdown*>& steady) {
   Track main;
   uint32_t device_pid = 0;
-  if (!find_training_track(trace, &main) ||
+  if (steady.empty() || !find_training_track(trace, &main) ||
       !device_attribution::primary_device(trace, main, &device_pid))
     return;
   int64_t t0 = std::numeric_limits<int64_t>::max();
   for (const Event& e : trace.events) t0 = std::min(t0, e.ts_ns);
   // The first steady steps, as the partition cut them (device windows on a GPU trace).
-  std::vector<std::pair<int64_t, int64_t>> windows;
-  double traced = 0, idle = 0;
-  for (size_t i = 0; i < steady.size() && i < kMaxReplaySteps; ++i) {
+  double traced = 0;
+  for (size_t i = 0; i < steady.size() && i < kMaxSteps; ++i) {
     const StepBreakdown& s = *steady[i];
     const int64_t lo = t0 + std::llround(s.start_ms * 1e6);
-    windows.emplace_back(lo, lo + std::llround(s.wall_ms * 1e6));
+    windows_.emplace_back(lo, lo + std::llround(s.wall_ms * 1e6));
     traced += s.wall_ms;
     // What removing waits can save: the device's idle time and its exposed copies and
     // collectives (busy time that moves off the compute's path); not its compute.
     for (const auto& [k, v] : s.detail)
       if (k.rfind("device.idle.", 0) == 0 || k == "device.busy.pcie" || k == "device.busy.comm")
-        idle += v;
+        idle_ms_ += v;
   }
-  const auto n = static_cast<double>(windows.size());
-  traced /= n, idle /= n;
-  // The graph also holds the step before the first window: its launches may feed that window.
-  const int64_t lo = windows.front().first - (windows.front().second - windows.front().first);
-  replay::StepGraph graph;
-  if (!graph.build(trace, main, device_pid, lo, windows.back().second)) return;
-  const double base = mean_ms(graph.replay(windows, {}));
-  const std::string steps = windows.size() == 1 ? fmt::format("step {}", steady.front()->step)
-                                                : fmt::format("steps {}-{}", steady.front()->step,
-                                                              steady[windows.size() - 1]->step);
-  std::string why_not;
-  if (std::abs(base - traced) > 0.01 * traced) {
-    why_not = fmt::format("the step graph re-ran {} in {:.2f} ms against {:.2f} ms traced", steps,
-                          base, traced);
-  } else if (graph.linked_share() < kMinLinkedShare) {
-    why_not = fmt::format(
+  const auto n = static_cast<double>(windows_.size());
+  traced /= n, idle_ms_ /= n;
+  for (const StepBreakdown* s : steady) step_ms_ += s->wall_ms;
+  step_ms_ /= static_cast<double>(steady.size());
+  const int64_t lo = windows_.front().first - (windows_.front().second - windows_.front().first);
+  if (!graph_.build(trace, main, device_pid, lo, windows_.back().second)) return;
+  has_device_ = true;
+  base_ms_ = mean_ms(graph_.replay(windows_, {}));
+  steps_ = windows_.size() == 1 ? fmt::format("step {}", steady.front()->step)
+                                : fmt::format("steps {}-{}", steady.front()->step,
+                                              steady[windows_.size() - 1]->step);
+  if (std::abs(base_ms_ - traced) > 0.01 * traced) {
+    why_ = fmt::format("the step graph re-ran {} in {:.2f} ms against {:.2f} ms traced", steps_,
+                       base_ms_, traced);
+  } else if (graph_.linked_share() < kMinLinkedShare) {
+    why_ = fmt::format(
         "only {:.0f}% of the device's busy time is in ops linked to their launch call, too few "
         "for the step graph to move",
-        100 * graph.linked_share());
+        100 * graph_.linked_share());
   }
-  if (!why_not.empty()) {  // keep the rule's estimates, and say why
+}
+
+double StepReplay::saving_ms(const WhatIf& w) const {
+  return std::clamp(base_ms_ - mean_ms(graph_.replay(windows_, w)), 0.0, step_ms_);
+}
+
+}  // namespace replay
+
+void replay_predictions(const Trace& trace, const std::vector<const StepBreakdown*>& steady,
+                        std::vector<Finding>* findings, const FindingRules& rules) {
+  if (steady.empty() || findings->empty()) return;
+  const replay::StepReplay run(trace, steady);
+  if (!run.has_device()) return;
+  if (!run.usable()) {  // keep the rule's estimates, and say why
     for (Finding& f : *findings)
-      if (f.predicted_step_ms >= 0) f.prediction += "; rule estimate: " + why_not;
+      if (f.predicted_step_ms >= 0) f.prediction += "; rule estimate: " + run.why();
     return;
   }
-  const double step = [&] {
-    double sum = 0;
-    for (const StepBreakdown* s : steady) sum += s->wall_ms;
-    return sum / static_cast<double>(steady.size());
-  }();
+  const replay::StepGraph& graph = run.graph();
+  const double step = run.step_ms(), idle = run.idle_ms();
   // Each fix alone (what a trial of that fix measures), and, in rank order, what it adds to the
   // fixes ranked above it: those increments add up to all the fixes together, which the graph
   // bounds by the device's idle time, exposed copies and collectives, and faster kernels.
@@ -139,12 +147,12 @@ void replay_predictions(const Trace& trace, const std::vector<const StepBreakdow
     for (const Fix& x : all)
       if (f.share > 0 && f.cls == x.cls) fix = &x;
     if (!fix || (f.cls == "precision" && !graph.has_simt_gemms())) continue;
-    const double saving = std::clamp(base - mean_ms(graph.replay(windows, fix->what)), 0.0, step);
+    const double saving = run.saving_ms(fix->what);
     merge(&together, fix->what);
-    const double in_all = std::clamp(base - mean_ms(graph.replay(windows, together)), 0.0, step);
+    const double in_all = run.saving_ms(together);
     if (f.cls != "precision") {
       merge(&together_waits, fix->what);
-      waits_so_far = std::clamp(base - mean_ms(graph.replay(windows, together_waits)), 0.0, step);
+      waits_so_far = run.saving_ms(together_waits);
     }
     const std::string assumes =
         fix->assumes ? fix->assumes
@@ -166,8 +174,8 @@ void replay_predictions(const Trace& trace, const std::vector<const StepBreakdow
     f.prediction = fmt::format(
         "step graph re-run ({}, {} device ops, {:.0f}% of their time linked to launches, {} host "
         "pieces): {} (from {:.2f} ms, saving {:.2f} ms{}{})",
-        steps, graph.ops(), 100 * graph.linked_share(), graph.pieces(), assumes, step, saving, rule,
-        above);
+        run.steps(), graph.ops(), 100 * graph.linked_share(), graph.pieces(), assumes, step, saving,
+        rule, above);
     so_far = in_all;
   }
   // The rules' estimates the graph cannot re-run (a straggler on time): should they and the re-run

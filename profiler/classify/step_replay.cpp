@@ -106,6 +106,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
     }
   }
   std::vector<uint32_t> tids = {main.tid};
+  pid_ = main.pid;
   for (const auto& [tid, l] : launches)
     if (tid != main.tid) tids.push_back(tid);
 
@@ -177,6 +178,8 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
     }
     thread_range.emplace_back(first, pieces_.size());
   }
+  tids_ = tids;
+  marked_.clear();
   for (size_t i = thread_range[0].first; i < thread_range[0].second; ++i)
     main_pieces_.push_back(static_cast<int32_t>(i));
 
@@ -191,6 +194,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
     Op& o = ops_[i];
     o.ts = e.ts_ns, o.dur = e.dur_ns;
     o.collective = e.category == Category::kComm;
+    o.rank_wait = o.collective && trace.names.at(e.name).rfind(kCommSyncPrefix, 0) == 0;
     if (e.step >= 0) {
       const auto [it, fresh] = first_of_step.try_emplace(e.step, static_cast<int32_t>(i));
       o.step_first = it->second;
@@ -269,6 +273,30 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
   return true;
 }
 
+size_t StepGraph::mark_spans(const Trace& trace, const std::string& name) {
+  marked_.assign(pieces_.size(), false);
+  std::map<uint32_t, std::vector<std::pair<int64_t, int64_t>>> spans;  // tid -> spans named so
+  for (const Event& e : trace.events) {
+    if (e.track.device || e.track.pid != pid_ || e.phase != Phase::kSpan || e.dur_ns <= 0 ||
+        trace.names.at(e.name) != name)
+      continue;
+    spans[e.track.tid].emplace_back(e.ts_ns, e.end_ns());
+  }
+  size_t n = 0;
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    const auto it = spans.find(tids_[pieces_[i].thread]);
+    if (it == spans.end()) continue;
+    for (const auto& [a, b] : it->second) {
+      if (pieces_[i].a >= a && pieces_[i].b <= b) {
+        marked_[i] = true;
+        ++n;
+        break;
+      }
+    }
+  }
+  return n;
+}
+
 int64_t StepGraph::start_of(State& s, int32_t i) const {
   if (s.start[i] != kUnset) return s.start[i];
   const Piece& p = pieces_[i];
@@ -314,7 +342,8 @@ void StepGraph::replay_piece(State& s, int32_t i, const WhatIf& w) const {
     } else if (s.op_end[p.wait_op] != kUnset) {
       end = std::max(st + std::min(own, p.ret), s.op_end[p.wait_op] + p.ret);
     }
-  } else if ((p.cls == cls(WaitClass::kData) && w.no_data) ||
+  } else if ((w.remove_marked && !marked_.empty() && marked_[i]) ||
+             (p.cls == cls(WaitClass::kData) && w.no_data) ||
              (p.cls == cls(WaitClass::kMemory) && w.no_alloc) || (w.graphs && p.captured)) {
     end = st;
   }
@@ -360,7 +389,8 @@ void StepGraph::replay_op(State& s, int32_t i, const WhatIf& w) const {
     start = main_at(s, o.ts);
   }
   s.op_start[i] = start;
-  const double dur = o.simt_gemm && w.gemm_speedup > 1 ? o.dur / w.gemm_speedup : o.dur;
+  double dur = o.simt_gemm && w.gemm_speedup > 1 ? o.dur / w.gemm_speedup : o.dur;
+  if (o.rank_wait && w.no_late_ranks) dur = 0;
   s.op_end[i] = start + static_cast<int64_t>(dur);
 }
 

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "ft/profiler/diagnosis.h"
 #include "ft/profiler/event.h"
 
 namespace ft::profiler::replay {
@@ -24,6 +26,9 @@ struct WhatIf {
                                // Python, the loader, the allocator and blocking calls stay;
                                // kernels start kGraphNodeGapNs after the last on their stream
   double gemm_speedup = 1.0;   // SIMT fp32 GEMM kernels run this much faster
+  bool remove_marked = false;  // the pieces StepGraph::mark_spans marked take no time
+  bool no_late_ranks = false;  // a collective's wait for the ranks that arrive late ("comm sync:
+                               // NAME", split off by the cross-rank match) takes no time
   bool overlap_comm = false;   // each collective starts with its step's first device op (as
                                // soon as its stream allows), beside the compute before its consumer
 };
@@ -51,6 +56,10 @@ class StepGraph {
   // op starting or ending there, else the training thread's position).
   std::vector<int64_t> replay(const std::vector<std::pair<int64_t, int64_t>>& windows,
                               const WhatIf& w) const;
+
+  // Marks the host pieces inside spans named `name` on their own thread (what remove_marked
+  // removes: a straggler's extra work). Returns how many pieces it marked.
+  size_t mark_spans(const Trace& trace, const std::string& name);
 
   size_t pieces() const { return pieces_.size(); }
   size_t ops() const { return ops_.size(); }
@@ -86,6 +95,7 @@ class StepGraph {
     int64_t dep_lag = 0;      // from that op's end to this op's start
     int32_t step_first = -1;  // the first op of its step (by Event::step), -1: unknown
     bool simt_gemm = false;
+    bool rank_wait = false;  // "comm sync: NAME": the part of a collective waiting for late ranks
     bool collective = false;
     bool pageable_upload = false;
   };
@@ -101,10 +111,45 @@ class StepGraph {
   std::vector<std::pair<int64_t, int32_t>> order_;  // processing order: (key, item)
   std::vector<int32_t> main_pieces_;                // the training thread's pieces, by start
   std::vector<int32_t> ops_by_end_;
+  std::vector<uint32_t> tids_;  // each chain's thread
+  uint32_t pid_ = 0;            // the training process
+  std::vector<bool> marked_;    // mark_spans
   int64_t latency_ns_ = 0, launch_cost_ns_ = 0;
   int64_t linked_ns_ = 0;
   double linked_share_ = 0;
   bool simt_gemms_ = false;
+};
+
+// The first steady steps of a trace's training rank, ready to re-run (predict_replay.cpp).
+class StepReplay {
+ public:
+  static constexpr size_t kMaxSteps = 8;          // the first steady steps re-run
+  static constexpr double kMinLinkedShare = 0.5;  // of the busy time, in ops linked to a launch
+
+  // Builds the graph of the first steady steps (and the step before them, whose launches may
+  // feed them). usable() is false, and why() says why, when the training rank has no busy
+  // device, the unchanged graph misses the traced steps by over 1%, or under kMinLinkedShare of
+  // the device's busy time is in ops linked to their launch.
+  StepReplay(const Trace& trace, const std::vector<const StepBreakdown*>& steady);
+
+  bool has_device() const { return has_device_; }
+  bool usable() const { return why_.empty() && has_device_; }
+  const std::string& why() const { return why_; }
+  // What `w` saves per step (ms): the unchanged re-run's mean minus `w`'s, at least 0, at most
+  // the step.
+  double saving_ms(const WhatIf& w) const;
+  double step_ms() const { return step_ms_; }          // the mean steady step, all steady steps
+  double idle_ms() const { return idle_ms_; }          // device idle + exposed copies/collectives
+  const std::string& steps() const { return steps_; }  // "steps 3-5"
+  StepGraph& graph() { return graph_; }
+  const StepGraph& graph() const { return graph_; }
+
+ private:
+  StepGraph graph_;
+  std::vector<std::pair<int64_t, int64_t>> windows_;
+  double base_ms_ = 0, step_ms_ = 0, idle_ms_ = 0;
+  std::string steps_, why_;
+  bool has_device_ = false;
 };
 
 }  // namespace ft::profiler::replay

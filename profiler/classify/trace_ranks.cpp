@@ -14,6 +14,7 @@
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/multi_rank.h"
 #include "rules.h"
+#include "step_replay.h"
 
 namespace ft::profiler {
 namespace {
@@ -27,7 +28,7 @@ std::string meta(const Trace& t, const char* key) {
 // exceeds the other ranks' mean the most (among names within 80% of that excess, the one holding
 // the least time: the most specific). Returns "" when nothing stands out.
 std::string straggler_cause(const std::vector<Trace>& ranks, const std::vector<Diagnosis>& per,
-                            size_t straggler, const std::vector<RunInfo>& runs) {
+                            size_t straggler, const std::vector<RunInfo>& runs, std::string* span) {
   std::vector<std::map<std::string, double>> by_rank;
   for (size_t r = 0; r < ranks.size(); ++r)
     by_rank.push_back(rules::span_ms_by_name(ranks[r], steady_steps(per[r].steps, runs[r]), false));
@@ -54,6 +55,7 @@ std::string straggler_cause(const std::vector<Trace>& ranks, const std::vector<D
     const double ms = by_rank[straggler].at(name);
     if (best.empty() || ms < best_ms) best = name, best_ms = ms;
   }
+  *span = best;
   return fmt::format(
       "'{}' takes {:.2f} ms per step on rank {} against {:.2f} ms on the other "
       "ranks",
@@ -83,6 +85,52 @@ RankBreakdown rank_row(const Trace& t, const Diagnosis& d, const RunInfo& run) {
   row.collective_ms = (wait + transfer) / n;
   row.collective_sync_ms = wait / n;
   return row;
+}
+
+// The straggler's fix re-run on every rank's step graph (GPU ranks): the late rank without its
+// extra work (`span`), every other rank without waiting for late ranks in its collectives; in
+// lockstep the step becomes the slowest of those. Sets the parallel finding's prediction, or
+// leaves the rule's estimate with the reason when a rank's graph cannot be re-run.
+void predict_straggler_fix(const std::vector<Trace>& ranks, const std::vector<Diagnosis>& per,
+                           const std::vector<RunInfo>& runs, size_t late, const std::string& span,
+                           Finding* f) {
+  double slowest = 0;
+  std::string parts;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    replay::StepReplay run(ranks[r], steady_steps(per[r].steps, runs[r]));
+    if (!run.has_device()) return;  // CPU ranks: the rule's estimate, as predict_findings said
+    std::string why = run.why();
+    replay::WhatIf w;
+    if (r == late) {
+      if (span.empty() || run.graph().mark_spans(ranks[r], span) == 0)
+        why = "nothing on the late rank stands out to remove";
+      w.remove_marked = true;
+    } else {
+      w.no_late_ranks = true;
+    }
+    if (!why.empty()) {
+      f->prediction += fmt::format("; rule estimate: rank {}: {}", trace_rank(ranks[r]), why);
+      return;
+    }
+    const double own = run.step_ms() - run.saving_ms(w);
+    slowest = std::max(slowest, own);
+    parts +=
+        fmt::format("{}rank {} {:.2f} ms", parts.empty() ? "" : ", ", trace_rank(ranks[r]), own);
+  }
+  double step = 0;  // the diagnosis's view: the first rank's mean steady step
+  const auto steady = steady_steps(per[0].steps, runs[0]);
+  for (const StepBreakdown* s : steady) step += s->wall_ms;
+  step /= static_cast<double>(std::max<size_t>(1, steady.size()));
+  const std::string rule = f->predicted_step_ms >= 0 ? fmt::format("; the rule estimated {:.2f} ms",
+                                                                   step - f->predicted_step_ms)
+                                                     : "";
+  f->predicted_step_ms = std::min(step, slowest);
+  f->prediction = fmt::format(
+      "step graphs of every rank re-run: rank {} without '{}', the others without waiting for "
+      "late ranks in their collectives ({}); in lockstep the step is the slowest of them (from "
+      "{:.2f} ms on rank {}, saving {:.2f} ms{})",
+      trace_rank(ranks[late]), span, parts, step, trace_rank(ranks[0]), step - f->predicted_step_ms,
+      rule);
 }
 
 }  // namespace
@@ -129,13 +177,15 @@ Diagnosis diagnose_trace_ranks(const std::vector<Trace>& ranks, const ClassifyOp
     for (size_t r = 0; r < ranks.size(); ++r)
       if (r != s) others_wait += d.ranks[r].collective_sync_ms;
     p.straggler_late_ms = others_wait / static_cast<double>(ranks.size() - 1);
-    const std::string cause = straggler_cause(ranks, per, s, runs);
+    std::string span;
+    const std::string cause = straggler_cause(ranks, per, s, runs, &span);
     for (Finding& f : d.findings) {
       if (f.cls != "parallel") continue;
       if (!cause.empty()) {
         f.explanation += " On this run: " + cause + ".";
         f.evidence.examples.insert(f.evidence.examples.begin(), cause);
       }
+      if (f.share > 0) predict_straggler_fix(ranks, per, runs, s, span, &f);
     }
   }
   // A finding that only another rank shows (its own top class) is named too; the straggler's
