@@ -91,12 +91,18 @@ StepReplay::StepReplay(const Trace& trace, const std::vector<const StepBreakdown
     traced += s.wall_ms;
     // What removing waits can save: the device's idle time and its exposed copies and
     // collectives (busy time that moves off the compute's path); not its compute.
-    for (const auto& [k, v] : s.detail)
+    for (const auto& [k, v] : s.detail) {
       if (k.rfind("device.idle.", 0) == 0 || k == "device.busy.pcie" || k == "device.busy.comm")
         idle_ms_ += v;
+      for (int c = 0; c < kNumWaitClasses; ++c)
+        if (k.size() > 12 && k.rfind("device.idle.", 0) == 0 &&
+            k.substr(12) == wait_class_name(static_cast<WaitClass>(c)))
+          instant_idle_[c] += v;
+    }
   }
   const auto n = static_cast<double>(windows_.size());
   traced /= n, idle_ms_ /= n;
+  for (double& v : instant_idle_) v /= n;
   for (const StepBreakdown* s : steady) step_ms_ += s->wall_ms;
   step_ms_ /= static_cast<double>(steady.size());
   const int64_t lo = windows_.front().first - (windows_.front().second - windows_.front().first);
@@ -117,11 +123,32 @@ StepReplay::StepReplay(const Trace& trace, const std::vector<const StepBreakdown
   }
 }
 
+std::array<double, kNumWaitClasses> StepReplay::graph_idle_ms(double* unlinked_ms) const {
+  std::array<double, kNumWaitClasses> out{};
+  if (!has_device_) return out;
+  const auto by = graph_.attribute_idle(windows_);
+  const auto n = static_cast<double>(windows_.size());
+  for (int c = 0; c < kNumWaitClasses; ++c) out[c] = static_cast<double>(by.ns[c]) / 1e6 / n;
+  if (unlinked_ms) *unlinked_ms = static_cast<double>(by.unlinked_ns) / 1e6 / n;
+  return out;
+}
+
 double StepReplay::saving_ms(const WhatIf& w) const {
   return std::clamp(base_ms_ - mean_ms(graph_.replay(windows_, w)), 0.0, step_ms_);
 }
 
 }  // namespace replay
+
+IdleAttribution compare_idle_attribution(const Trace& trace,
+                                         const std::vector<const StepBreakdown*>& steady) {
+  IdleAttribution out;
+  const replay::StepReplay run(trace, steady);
+  if (!run.has_device()) return out;
+  out.computed = true;
+  out.graph_ms = run.graph_idle_ms(&out.unlinked_ms);
+  out.instant_ms = run.instant_idle_ms();
+  return out;
+}
 
 void replay_predictions(const Trace& trace, const std::vector<const StepBreakdown*>& steady,
                         std::vector<Finding>* findings, const FindingRules& rules) {

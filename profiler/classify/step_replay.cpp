@@ -2,6 +2,7 @@
 #include "step_replay.h"
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <map>
 #include <string>
@@ -116,10 +117,11 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
   const int64_t dev_lo = dev.front()->ts_ns, dev_hi = dev[ops_by_end_.back()]->end_ns();
   struct Launch {
     int32_t thread;
-    int64_t ts;
+    int64_t ts, dur;
   };
-  std::unordered_map<uint64_t, Launch> launch_of;       // correlation id -> launch call
-  std::vector<std::pair<size_t, size_t>> thread_range;  // pieces of each thread
+  std::unordered_map<uint64_t, Launch> launch_of;  // correlation id -> launch call
+  std::vector<std::pair<size_t, size_t>>& thread_range = thread_range_;
+  thread_range.clear();
   for (size_t t = 0; t < tids.size(); ++t) {
     std::vector<const Event*>& spans = by_tid[tids[t]];
     int64_t from = t == 0 ? std::min(lo, dev_lo) : std::numeric_limits<int64_t>::max();
@@ -131,7 +133,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       from = std::min(from, e.ts_ns), to = std::max(to, e.end_ns());
       ivs.push_back({e.ts_ns, e.end_ns(), static_cast<int>(k), -e.ts_ns, e.dur_ns, 0});
       if (e.id != 0 && op_of.count(e.id)) {
-        launch_of.emplace(e.id, Launch{static_cast<int32_t>(t), e.ts_ns});
+        launch_of.emplace(e.id, Launch{static_cast<int32_t>(t), e.ts_ns, e.dur_ns});
       }
     }
     const size_t first = pieces_.size();
@@ -216,6 +218,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       if (pos != pieces_.begin() + static_cast<std::ptrdiff_t>(first)) {
         o.anchor = static_cast<int32_t>(pos - pieces_.begin() - 1);
         o.anchor_off = it->second.ts - pieces_[o.anchor].a;
+        o.launch_dur = it->second.dur;
         if (o.prev < 0 || dev[o.prev]->end_ns() <= it->second.ts)
           free_latency.push_back(e.ts_ns - it->second.ts);
       }
@@ -392,6 +395,91 @@ void StepGraph::replay_op(State& s, int32_t i, const WhatIf& w) const {
   double dur = o.simt_gemm && w.gemm_speedup > 1 ? o.dur / w.gemm_speedup : o.dur;
   if (o.rank_wait && w.no_late_ranks) dur = 0;
   s.op_end[i] = start + static_cast<int64_t>(dur);
+}
+
+StepGraph::IdleByCause StepGraph::attribute_idle(
+    const std::vector<std::pair<int64_t, int64_t>>& windows) const {
+  IdleByCause out;
+  auto add = [&](WaitClass c, int64_t ns) {
+    if (ns > 0) out.ns[static_cast<int>(c)] += ns;
+  };
+  // Charges [a, b) by walking the host chain of `thread` backwards from b: each piece its class
+  // (a blocking call its blocking class); another thread's untraced time is its wait for the
+  // training thread, whose chain takes over.
+  auto walk = [&](int32_t thread, int64_t a, int64_t b) {
+    while (a < b) {
+      const auto [first, past] = thread_range_[thread];
+      const auto begin = pieces_.begin() + static_cast<std::ptrdiff_t>(first);
+      const auto end = pieces_.begin() + static_cast<std::ptrdiff_t>(past);
+      auto it =
+          std::upper_bound(begin, end, b - 1, [](int64_t v, const Piece& p) { return v < p.a; });
+      if (it == begin) {  // before the chain's first piece
+        add(WaitClass::kHost, b - a);
+        return;
+      }
+      --it;
+      if (it->b < b) {  // untraced time on another thread: it waited for the training thread
+        if (thread == 0) {
+          add(WaitClass::kHost, b - std::max(a, it->b));
+        } else {
+          thread = 0;
+          continue;
+        }
+        b = it->b;
+        continue;
+      }
+      const int64_t from = std::max(a, it->a);
+      const int c = it->block ? it->block - 1 : it->cls;
+      add(static_cast<WaitClass>(c), b - from);
+      b = from;
+    }
+  };
+  for (const auto& [lo, hi] : windows) {
+    const auto first = std::lower_bound(ops_.begin(), ops_.end(), lo,
+                                        [](const Op& o, int64_t v) { return o.ts < v; });
+    int64_t busy_to = lo;  // the device is busy up to here
+    for (auto it = ops_.begin(); it != first; ++it) busy_to = std::max(busy_to, it->ts + it->dur);
+    for (auto it = first; it != ops_.end() && it->ts < hi; ++it) {
+      const Op& o = *it;
+      if (o.ts > busy_to) {  // an idle stretch [busy_to, o.ts): what held o back
+        const int64_t a = busy_to;
+        int64_t b = o.ts;
+        if (o.anchor < 0 && o.dep < 0) {  // no launch linked to it: the graph cannot say
+          add(WaitClass::kOther, b - a);
+          out.unlinked_ns += b - a;
+          busy_to = std::max(busy_to, o.ts + o.dur);
+          continue;
+        }
+        // Held back after its launch returned, its stream's previous op ended and its cross-
+        // stream wait: a few µs is the device's own gap between ops (launch overhead, the host
+        // finding's); longer, the trace does not say why.
+        int64_t ready = o.prev >= 0 ? ops_[o.prev].ts + ops_[o.prev].dur : a;
+        if (o.anchor >= 0) {
+          const int64_t call = pieces_[o.anchor].a + o.anchor_off;
+          ready = std::max({ready, call + o.delta, call + o.launch_dur});
+        }
+        if (o.dep >= 0) ready = std::max(ready, ops_[o.dep].ts + ops_[o.dep].dur + o.dep_lag);
+        const int64_t late = std::clamp<int64_t>(b - ready, 0, b - a);
+        add(late <= std::max(latency_ns_, kCrossStreamLagNs) ? WaitClass::kHost : WaitClass::kOther,
+            late);
+        b -= late;
+        if (b <= a) {
+        } else if (o.dep >= 0 && ops_[o.dep].ts + ops_[o.dep].dur + o.dep_lag >= b) {
+          add(ops_[o.dep].collective ? WaitClass::kComm : WaitClass::kSync, b - a);
+        } else if (o.anchor >= 0) {
+          const int64_t call = pieces_[o.anchor].a + o.anchor_off;
+          add(WaitClass::kHost, b - std::max(a, call));  // the launch call and its latency
+          walk(pieces_[o.anchor].thread, a, std::min(b, call));
+        } else {
+          add(WaitClass::kOther, b - a);
+          out.unlinked_ns += b - a;
+        }
+      }
+      busy_to = std::max(busy_to, o.ts + o.dur);
+    }
+    if (busy_to < hi) walk(0, busy_to, hi);  // the window's tail: the host had not launched yet
+  }
+  return out;
 }
 
 int64_t StepGraph::map_time(State& s, int64_t t) const {

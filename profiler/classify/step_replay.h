@@ -3,6 +3,7 @@
 // behind each finding's predicted step time (issue 19 item 4). Internal to profiler/classify.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -57,6 +58,17 @@ class StepGraph {
   std::vector<int64_t> replay(const std::vector<std::pair<int64_t, int64_t>>& windows,
                               const WhatIf& w) const;
 
+  // The device's idle time inside `windows` charged by the graph, per WaitClass: each idle
+  // stretch to what held back the op that ends it (the critical path into it). Its launch: the
+  // launch call and the host chain that led to it, piece by piece (a blocking call its blocking
+  // class), down to the stretch's start; a wait on another stream: comm after a collective, else
+  // sync; a delay the trace does not explain: other. Issue 19's check of the instant rule.
+  struct IdleByCause {
+    std::array<int64_t, kNumWaitClasses> ns{};
+    int64_t unlinked_ns = 0;  // of `other`: ended by an op with no launch linked to it
+  };
+  IdleByCause attribute_idle(const std::vector<std::pair<int64_t, int64_t>>& windows) const;
+
   // Marks the host pieces inside spans named `name` on their own thread (what remove_marked
   // removes: a straggler's extra work). Returns how many pieces it marked.
   size_t mark_spans(const Trace& trace, const std::string& name);
@@ -86,6 +98,7 @@ class StepGraph {
   struct Op {
     int64_t ts = 0, dur = 0;
     int64_t anchor_off = 0;   // launch call's start - anchor piece's start
+    int64_t launch_dur = 0;   // the launch call's own length
     int64_t delta = 0;        // launch latency (op start - launch start) it keeps
     int64_t gap = 0;          // delay beyond launch and stream order (cross-stream waits)
     int32_t anchor = -1;      // piece the launch call starts in, -1: none
@@ -111,9 +124,10 @@ class StepGraph {
   std::vector<std::pair<int64_t, int32_t>> order_;  // processing order: (key, item)
   std::vector<int32_t> main_pieces_;                // the training thread's pieces, by start
   std::vector<int32_t> ops_by_end_;
-  std::vector<uint32_t> tids_;  // each chain's thread
-  uint32_t pid_ = 0;            // the training process
-  std::vector<bool> marked_;    // mark_spans
+  std::vector<uint32_t> tids_;                           // each chain's thread
+  std::vector<std::pair<size_t, size_t>> thread_range_;  // each chain's pieces
+  uint32_t pid_ = 0;                                     // the training process
+  std::vector<bool> marked_;                             // mark_spans
   int64_t latency_ns_ = 0, launch_cost_ns_ = 0;
   int64_t linked_ns_ = 0;
   double linked_share_ = 0;
@@ -138,7 +152,11 @@ class StepReplay {
   // What `w` saves per step (ms): the unchanged re-run's mean minus `w`'s, at least 0, at most
   // the step.
   double saving_ms(const WhatIf& w) const;
-  double step_ms() const { return step_ms_; }          // the mean steady step, all steady steps
+  double step_ms() const { return step_ms_; }  // the mean steady step, all steady steps
+  // StepGraph::attribute_idle over the re-run steps, ms per step; and the instant rule's
+  // (the partition's "device.idle.<class>" details) over the same steps.
+  std::array<double, kNumWaitClasses> graph_idle_ms(double* unlinked_ms = nullptr) const;
+  const std::array<double, kNumWaitClasses>& instant_idle_ms() const { return instant_idle_; }
   double idle_ms() const { return idle_ms_; }          // device idle + exposed copies/collectives
   const std::string& steps() const { return steps_; }  // "steps 3-5"
   StepGraph& graph() { return graph_; }
@@ -148,6 +166,7 @@ class StepReplay {
   StepGraph graph_;
   std::vector<std::pair<int64_t, int64_t>> windows_;
   double base_ms_ = 0, step_ms_ = 0, idle_ms_ = 0;
+  std::array<double, kNumWaitClasses> instant_idle_{};
   std::string steps_, why_;
   bool has_device_ = false;
 };

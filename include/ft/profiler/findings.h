@@ -2,6 +2,7 @@
 // trace.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -117,6 +118,20 @@ void predict_findings(const std::vector<const StepBreakdown*>& steady,
 // the device time the re-run fixes leave.
 void replay_predictions(const Trace& trace, const std::vector<const StepBreakdown*>& steady,
                         std::vector<Finding>* findings, const FindingRules& rules);
+
+// The device's idle time per step (ms, by WaitClass) over the first steady steps (at most 8) as
+// the step graph charges it (each idle stretch to what held back the op that ends it: its launch
+// and the host chain before it, a wait on another stream, or a delay the trace does not explain)
+// and as the partition's instant rule does ("device.idle.<class>"). `computed` is false without
+// a device on the training rank. The check behind docs/classification.md, "Attribution and the
+// graph".
+struct IdleAttribution {
+  bool computed = false;
+  std::array<double, kNumWaitClasses> graph_ms{}, instant_ms{};
+  double unlinked_ms = 0;  // of graph_ms's other: idle ended by ops with no launch linked
+};
+IdleAttribution compare_idle_attribution(const Trace& trace,
+                                         const std::vector<const StepBreakdown*>& steady);
 
 // How far the host runs ahead of the device, per steady step: the mean over steps of how long
 // the step's last-ending kernel waited after its launch call returned (0 for a host that launches
