@@ -46,11 +46,8 @@ int main(int argc, char** argv) {
     const std::string key = ft::profiler::hta_entry_key(trace, root);
     doc[key] = ft::profiler::hta_analyses_of(trace);
     cp.instance_last = cp.instance_first;
-    try {
-      doc[key]["critical_path"] = ft::profiler::critical_path_analysis(trace, cp);
-    } catch (const std::exception& e) {  // ft::Error, or a JSON parse error
-      doc[key]["critical_path"] = {{"success", false}, {"error", e.what()}};
-    }
+    const nlohmann::json more = ft::profiler::hta_json_analyses(trace, cp);
+    for (const auto& [k, v] : more.items()) doc[key][k] = v;
     ft::write_file_atomic(out, doc.dump(1) + "\n");
     return 0;
   } catch (const ft::ConfigError& e) {

@@ -144,3 +144,41 @@ TEST(CriticalPath, MissingAnnotationAndInstanceFail) {
 }
 
 }  // namespace
+
+// HTA's get_gpu_user_annotation_breakdown on ns_resolution_trace, with GPU annotations (the
+// default) and with CPU ones (use_gpu_annotation=False): every record (name, sum, max, min, mean,
+// sample std, rank) in HTA's order; ft-hta's one-parse entry point gives the same.
+TEST(AnnotationBreakdownHtaParity, GpuAndCpuAnnotations) {
+  const json& ref = reference().at("gpu_user_annotation_breakdown");
+  const std::string trace = kData + "/hta/ns_resolution_trace";
+  const json both = ft::profiler::hta_json_analyses(trace, CriticalPathOptions{});
+  ASSERT_EQ(both.at("gpu_user_annotation_breakdown").size(), 2u);
+  for (const bool gpu : {true, false}) {
+    SCOPED_TRACE(gpu ? "gpu_user_annotation" : "user_annotation");
+    const json& want =
+        ref.at(gpu ? "ns_resolution_trace" : "ns_resolution_trace_cpu_annotations").at("records");
+    const json got = ft::profiler::gpu_user_annotation_breakdown(trace, gpu);
+    EXPECT_EQ(got.at("args").at("use_gpu_annotation"), gpu);
+    EXPECT_EQ(got, both.at("gpu_user_annotation_breakdown").at(gpu ? 0 : 1));
+    ASSERT_EQ(want.size(), got.at("records").size()) << got.dump().substr(0, 400);
+    for (size_t i = 0; i < want.size(); ++i) {
+      const json& w = want[i];
+      const json& g = got.at("records")[i];
+      EXPECT_EQ(w.at("name"), g.at("name")) << i;
+      EXPECT_EQ(w.at("rank"), g.at("rank")) << i;
+      for (const char* k : {"sum (us)", "max (us)", "min (us)"})
+        EXPECT_EQ(w.at(k).get<int64_t>(), g.at(k).get<int64_t>()) << w.at("name") << " " << k;
+      for (const char* k : {"mean (us)", "stddev"})
+        EXPECT_NEAR(w.at(k).get<double>(), g.at(k).get<double>(),
+                    1e-9 * std::max(1.0, std::fabs(w.at(k).get<double>())))
+            << w.at("name") << " " << k;
+    }
+  }
+}
+
+// A trace without the category: HTA returns None, ft null records.
+TEST(AnnotationBreakdownHtaParity, AbsentCategoryIsNull) {
+  const json got =
+      ft::profiler::gpu_user_annotation_breakdown(kData + "/hta/critical_path/alexnet", true);
+  EXPECT_TRUE(got.at("records").is_null()) << got.dump().substr(0, 300);
+}

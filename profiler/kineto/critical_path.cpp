@@ -243,10 +243,10 @@ std::string read_all(const std::string& path) {
   return text;
 }
 
-// A directory's trace file: the only (or first, by name) *.json / *.json.gz in it.
-std::string trace_file(const std::string& path) {
+// The Kineto files of a path: the file itself, or a directory's *.json / *.json.gz by name.
+std::vector<std::string> trace_files(const std::string& path) {
   namespace fs = std::filesystem;
-  if (!fs::is_directory(path)) return path;
+  if (!fs::is_directory(path)) return {path};
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(path)) {
     const std::string n = e.path().filename().string();
@@ -255,8 +255,11 @@ std::string trace_file(const std::string& path) {
   }
   if (files.empty()) throw IoError("no Kineto trace (*.json, *.json.gz) in " + path);
   std::sort(files.begin(), files.end());
-  return files.front();
+  return files;
 }
+
+// A directory's trace file: the only (or first, by name) *.json / *.json.gz in it.
+std::string trace_file(const std::string& path) { return trace_files(path).front(); }
 
 }  // namespace
 
@@ -273,6 +276,44 @@ CriticalPathResult critical_path(const std::string& trace_path,
 
 json critical_path_analysis(const std::string& trace_path, const CriticalPathOptions& options) {
   return critical_path(trace_path, options).json;
+}
+
+json gpu_user_annotation_breakdown(const std::string& trace_path, bool use_gpu_annotation,
+                                   double duration_ratio, size_t num_kernels) {
+  std::vector<CpTrace> ranks;
+  for (const std::string& f : trace_files(trace_path))
+    ranks.push_back(kineto::load_cp_trace(read_all(f)));
+  std::vector<const CpTrace*> ptrs;
+  for (const CpTrace& t : ranks) ptrs.push_back(&t);
+  return kineto::user_annotation_breakdown(ptrs, use_gpu_annotation, duration_ratio, num_kernels);
+}
+
+json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions& options) {
+  json out;
+  auto failed = [](const std::exception& e) {
+    return json{{"success", false}, {"error", e.what()}};
+  };
+  std::vector<CpTrace> ranks;
+  try {
+    for (const std::string& f : trace_files(trace_path))
+      ranks.push_back(kineto::load_cp_trace(read_all(f)));
+  } catch (const std::exception& e) {  // ft::Error, or a JSON parse error
+    out["critical_path"] = failed(e);
+    out["gpu_user_annotation_breakdown"] = failed(e);
+    return out;
+  }
+  try {
+    out["critical_path"] = analyse(ranks.front(), options).json;
+  } catch (const std::exception& e) {
+    out["critical_path"] = failed(e);
+  }
+  std::vector<const CpTrace*> ptrs;
+  for (const CpTrace& t : ranks) ptrs.push_back(&t);
+  out["gpu_user_annotation_breakdown"] = json::array();
+  for (const bool gpu : {true, false})
+    out["gpu_user_annotation_breakdown"].push_back(
+        kineto::user_annotation_breakdown(ptrs, gpu, 0.8, 1000));
+  return out;
 }
 
 }  // namespace ft::profiler

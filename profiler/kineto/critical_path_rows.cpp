@@ -109,6 +109,10 @@ CpTrace load_cp_trace(const std::string& text) {
     events = &doc.at("traceEvents");
   }
   CpTrace t;
+  if (doc.is_object() && doc.contains("distributedInfo") && doc["distributedInfo"].is_object()) {
+    const json& info = doc["distributedInfo"];
+    if (info.contains("rank") && info["rank"].is_number_integer()) t.rank = info["rank"];
+  }
   std::vector<CpRow> rows;
   int64_t ev_idx = 0;
   for (const json& e : *events) {

@@ -1,7 +1,9 @@
 // critical_path_rows.h: a rank's rows as HTA's critical-path analysis sees them.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -28,7 +30,14 @@ struct CpRow {
 struct CpTrace {
   std::vector<CpRow> rows;  // HTA's dataframe order
   bool has_cuda_sync = false;
+  int64_t rank = 0;  // distributedInfo.rank (0 when absent, as HTA)
 };
+
+// HTA v0.6.1's get_gpu_user_annotation_breakdown over these ranks' rows (annotation_breakdown.cpp):
+// `args` and `records` as in tests/data/hta_critical_path.json.
+nlohmann::json user_annotation_breakdown(const std::vector<const CpTrace*>& ranks,
+                                         bool use_gpu_annotation, double duration_ratio,
+                                         size_t num_kernels);
 
 // Parses Kineto trace JSON text and applies HTA's loading rules (rounding, shift, last-step
 // drop, CPU/GPU correlation).

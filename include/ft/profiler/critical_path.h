@@ -47,4 +47,20 @@ CriticalPathResult critical_path_from_text(const std::string& text,
 nlohmann::json critical_path_analysis(const std::string& trace_path,
                                       const CriticalPathOptions& options);
 
+// HTA v0.6.1's get_gpu_user_annotation_breakdown(use_gpu_annotation, duration_ratio,
+// num_kernels) over every Kineto file of `trace_path` (a file, or a directory of rank files):
+// {"args", "records"} with HTA's column names ("sum (us)", "max (us)", "min (us)", "stddev",
+// "mean (us)", "rank"), sorted by rank and name; records null when no row has the category.
+// Annotations use HTA's loading rules (µs rounding, the last-ProfilerStep drop).
+nlohmann::json gpu_user_annotation_breakdown(const std::string& trace_path,
+                                             bool use_gpu_annotation = true,
+                                             double duration_ratio = 0.8,
+                                             size_t num_kernels = 1000);
+
+// What ft-hta adds to the six core analyses, from one parse of each file: "critical_path" (of the
+// first rank file, as critical_path) and "gpu_user_annotation_breakdown" (a list: the GPU
+// annotations', then the CPU annotations' with use_gpu_annotation = false). A part that fails
+// carries {"success": false, "error"} instead.
+nlohmann::json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions& options);
+
 }  // namespace ft::profiler
