@@ -109,6 +109,14 @@ std::string percent(double share, int decimals) {
   return fixed(share * 100.0, decimals) + "%";
 }
 
+std::string known_percent(double share) {
+  return std::isfinite(share) ? percent(share) : std::string("unknown");
+}
+
+std::string tokens_rate(double per_s) {
+  return std::isfinite(per_s) ? fixed(per_s, 0) + " tokens/s" : std::string("tokens/s unknown");
+}
+
 std::string bytes_h(double bytes) {
   if (!std::isfinite(bytes)) return "n/a";
   const double a = std::fabs(bytes);

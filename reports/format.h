@@ -22,8 +22,11 @@ std::string html_card(const std::string& key, const std::string& value);
 
 std::string fixed(double x, int decimals);            // "12.35"; NaN/inf -> "n/a"
 std::string percent(double share, int decimals = 1);  // 0.1234 -> "12.3%"
-std::string bytes_h(double bytes);                    // "1.50 GiB", "12.0 MiB", "512 B"
-std::string recorded_bytes(double bytes);             // bytes_h, or "not recorded" for NaN
+// Figures a trace may not record (an imported trace has no tokens or peak): NaN -> "unknown".
+std::string known_percent(double share);    // percent, or "unknown"
+std::string tokens_rate(double per_s);      // "1234 tokens/s", or "tokens/s unknown"
+std::string bytes_h(double bytes);          // "1.50 GiB", "12.0 MiB", "512 B"
+std::string recorded_bytes(double bytes);   // bytes_h, or "not recorded" for NaN
 std::string sig(double x, int digits = 4);  // significant digits, e.g. loss "3.142" / lr "0.0006"
 
 // Run-level numbers derived from the steps.

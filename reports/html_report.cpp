@@ -19,6 +19,7 @@ using detail::bytes_h;
 using detail::class_colour;
 using detail::fixed;
 using detail::html_card;
+using detail::known_percent;
 using detail::line_svg;
 using detail::percent;
 using detail::render_json_compact;
@@ -285,8 +286,9 @@ std::string render_html(const Diagnosis& d) {
                            : "<p class=\"source\">Steps: " + h(d.steps_rule) + "</p>");
 
   out += "<section id=\"summary\"><h2>Summary</h2><div class=\"cards\">";
-  out += html_card("tokens/s", fixed(d.tokens_per_s, 0));
-  out += html_card("MFU", percent(d.mfu));
+  out += html_card("tokens/s", std::isfinite(d.tokens_per_s) ? fixed(d.tokens_per_s, 0)
+                                                             : std::string("unknown"));
+  out += html_card("MFU", known_percent(d.mfu));
   out += html_card("step time (mean)", fixed(sum.mean_ms, 2) + " ms");
   out += html_card("steps", std::to_string(sum.steps));
   out += html_card("loss health", d.loss_health.verdict.empty() ? "n/a" : d.loss_health.verdict);

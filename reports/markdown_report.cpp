@@ -14,12 +14,14 @@ namespace {
 using detail::abbreviated_rows;
 using detail::bytes_h;
 using detail::fixed;
+using detail::known_percent;
 using detail::percent;
 using detail::recorded_bytes;
 using detail::RunSummary;
 using detail::slowest_steps;
 using detail::step_ranges;
 using detail::summarize;
+using detail::tokens_rate;
 using profiler::Diagnosis;
 using profiler::kNumWaitClasses;
 using profiler::WaitClass;
@@ -135,10 +137,10 @@ std::string render_markdown(const Diagnosis& d) {
   if (!d.source.empty()) out += fmt::format("Source: {}\n\n", md(d.source));
   if (!d.steps_rule.empty()) out += fmt::format("Steps: {}\n\n", md(d.steps_rule));
   out += fmt::format(
-      "**Summary:** {} tokens/s · MFU {} · step time {} ms mean (median {}, min {}, max {}) over "
+      "**Summary:** {} · MFU {} · step time {} ms mean (median {}, min {}, max {}) over "
       "{} steps · loss {}\n\n",
-      fixed(d.tokens_per_s, 0), percent(d.mfu), fixed(sum.mean_ms, 2), fixed(sum.median_ms, 2),
-      fixed(sum.min_ms, 2), fixed(sum.max_ms, 2), sum.steps,
+      tokens_rate(d.tokens_per_s), known_percent(d.mfu), fixed(sum.mean_ms, 2),
+      fixed(sum.median_ms, 2), fixed(sum.min_ms, 2), fixed(sum.max_ms, 2), sum.steps,
       d.loss_health.verdict.empty() ? "n/a" : md(d.loss_health.verdict));
   if (!d.findings.empty()) {
     const auto& f = d.findings.front();

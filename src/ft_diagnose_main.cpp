@@ -58,8 +58,11 @@ void print_diagnosis(const Diagnosis& d, size_t top) {
                                  ? fmt::format("peak memory {:.1f} MiB (reserved {:.1f} MiB)",
                                                d.memory.peak / 1048576, d.memory.reserved / 1048576)
                                  : std::string("peak memory not recorded");
-  fmt::print("\nMFU {:.2f}%  {:.0f} tokens/s  {}  page faults {}  loss {}\n", 100 * d.mfu,
-             d.tokens_per_s, memory, d.memory.page_faults, d.loss_health.verdict);
+  fmt::print("\nMFU {}  {}  {}  page faults {}  loss {}\n",
+             std::isfinite(d.mfu) ? fmt::format("{:.2f}%", 100 * d.mfu) : "unknown",
+             std::isfinite(d.tokens_per_s) ? fmt::format("{:.0f} tokens/s", d.tokens_per_s)
+                                           : "tokens/s unknown",
+             memory, d.memory.page_faults, d.loss_health.verdict);
   if (!d.ranks.empty()) {
     const auto& p = d.parallel;
     fmt::print(

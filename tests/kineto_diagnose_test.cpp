@@ -5,10 +5,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "ft/core/error.h"
 #include "ft/profiler/classifier.h"
@@ -472,3 +471,18 @@ TEST(KinetoDiagnose, DeviceIdleMatchesHtaTemporalBreakdown) {
 }
 
 }  // namespace
+
+// A PyTorch trace records no tokens and no peak FLOP/s: tokens/s and MFU are unknown, not 0, in
+// every report (null in report.json).
+TEST(KinetoDiagnose, TokensAndMfuOfAnImportAreUnknown) {
+  const ft::profiler::Diagnosis d = ft::profiler::diagnose(load_trace(kRoot / "amd_trace"));
+  EXPECT_TRUE(std::isnan(d.tokens_per_s));
+  EXPECT_TRUE(std::isnan(d.mfu));
+  const std::string md = ft::reports::render_markdown(d);
+  EXPECT_NE(md.find("**Summary:** tokens/s unknown · MFU unknown"), std::string::npos) << md;
+  const nlohmann::json j = nlohmann::json::parse(ft::reports::render_json(d));
+  EXPECT_TRUE(j.at("tokens_per_s").is_null());
+  EXPECT_TRUE(j.at("mfu").is_null());
+  EXPECT_NE(ft::reports::render_html(d).find("unknown"), std::string::npos);
+  EXPECT_TRUE(std::isnan(ft::reports::parse_report_json(ft::reports::render_json(d)).mfu));
+}

@@ -52,8 +52,11 @@ Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options, const Fin
     if (s->tokens_per_s > 0) tps += s->tokens_per_s, ++ntps;
     if (mfu_by_step.count(s->step)) mfu += mfu_by_step[s->step], ++nmfu;
   }
-  d.tokens_per_s = ntps ? tps / ntps : 0;
-  d.mfu = run.mfu >= 0 ? run.mfu : (nmfu ? mfu / nmfu : 0);
+  // Not recorded (an imported trace knows no tokens or peak), not zero: NaN ("unknown" in the
+  // reports, null in report.json).
+  const double unknown = std::numeric_limits<double>::quiet_NaN();
+  d.tokens_per_s = ntps ? tps / ntps : unknown;
+  d.mfu = run.mfu >= 0 ? run.mfu : (nmfu ? mfu / nmfu : unknown);
   RunInfo facts = run;
   if (facts.mfu < 0 && nmfu) facts.mfu = d.mfu;
   double produce = 0;
@@ -91,7 +94,6 @@ Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options, const Fin
   replay_predictions(trace, steady, &d.findings, rules);
   if (!memory_recorded) {
     // Not recorded, not zero: NaN ("not recorded" in the reports, null in report.json).
-    const double unknown = std::numeric_limits<double>::quiet_NaN();
     d.memory.peak = d.memory.reserved = d.memory.fragmentation = unknown;
     d.memory_timeline.clear();
     for (StepBreakdown& s : d.steps) s.mem_allocated = s.mem_reserved = unknown;
