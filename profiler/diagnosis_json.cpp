@@ -260,6 +260,11 @@ Diagnosis diagnosis_from_json(const nlohmann::json& j, const std::string& origin
   Diagnosis d;
   if (const Json* s = r.optional(j, "source")) d.source = r.string(*s, "/source");
   if (const Json* s = r.optional(j, "steps_rule")) d.steps_rule = r.string(*s, "/steps_rule");
+  if (const Json* s = r.optional(j, "warnings")) {
+    r.array(*s, "/warnings");
+    for (size_t k = 0; k < s->size(); ++k)
+      d.warnings.push_back(r.string((*s)[k], fmt::format("/warnings/{}", k)));
+  }
   d.mfu = r.num_field(j, "", "mfu");
   d.tokens_per_s = r.num_field(j, "", "tokens_per_s");
   d.totals = r.classes(r.field(j, "", "totals"), "/totals");

@@ -285,6 +285,11 @@ std::string render_html(const Diagnosis& d) {
       d.steps_rule.empty() ? std::string()
                            : "<p class=\"source\">Steps: " + h(d.steps_rule) + "</p>");
 
+  if (!d.warnings.empty()) {
+    out += "<section id=\"warnings\"><h2>Input warnings</h2><ul>";
+    for (const std::string& w : d.warnings) out += "<li>" + h(w) + "</li>";
+    out += "</ul></section>\n";
+  }
   out += "<section id=\"summary\"><h2>Summary</h2><div class=\"cards\">";
   out += html_card("tokens/s", std::isfinite(d.tokens_per_s) ? fixed(d.tokens_per_s, 0)
                                                              : std::string("unknown"));

@@ -95,6 +95,7 @@ Json build_json(const Diagnosis& d) {
   j["version"] = kReportJsonVersion;
   j["source"] = d.source;
   if (!d.steps_rule.empty()) j["steps_rule"] = d.steps_rule;
+  if (!d.warnings.empty()) j["warnings"] = d.warnings;
   j["mfu"] = sig6(d.mfu);
   j["tokens_per_s"] = sig6(d.tokens_per_s);
   j["totals"] = classes(d.totals, share);

@@ -147,6 +147,11 @@ std::string render_markdown(const Diagnosis& d) {
     out +=
         fmt::format("**Top finding:** {} ({}, {})\n\n", md(f.title), md(f.cls), percent(f.share));
   }
+  if (!d.warnings.empty()) {
+    out += "## Input warnings\n\n";
+    for (const std::string& w : d.warnings) out += "- " + md(w) + "\n";
+    out += "\n";
+  }
 
   out +=
       "## Where the time goes\n\n"

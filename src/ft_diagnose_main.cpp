@@ -81,6 +81,7 @@ void print_diagnosis(const Diagnosis& d, size_t top) {
           r.bubble >= 0 ? fmt::format(", bubble {:.0f}%", 100 * r.bubble) : "");
     }
   }
+  for (const std::string& w : d.warnings) fmt::print("warning: {}\n", w);
   if (d.findings.empty()) {
     fmt::print("no findings\n");
     return;

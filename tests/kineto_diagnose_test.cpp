@@ -1,6 +1,7 @@
 // kineto_diagnose_test.cpp: load_trace + the classifier/findings on Kineto traces (shared HTA
 // traces, synthetic multi-rank, memory and copy traces, legacy autograd JSON).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -485,4 +486,52 @@ TEST(KinetoDiagnose, TokensAndMfuOfAnImportAreUnknown) {
   EXPECT_TRUE(j.at("mfu").is_null());
   EXPECT_NE(ft::reports::render_html(d).find("unknown"), std::string::npos);
   EXPECT_TRUE(std::isnan(ft::reports::parse_report_json(ft::reports::render_json(d)).mfu));
+}
+
+// Malformed events are counted and said, not dropped silently: a span with a negative duration,
+// an event before time 0, a step that starts inside the previous one (left out), a kernel whose
+// correlation id no launch carries; each reaches report.json's warnings and the Markdown.
+TEST(KinetoDiagnose, MalformedEventsAreWarnings) {
+  const fs::path dir = fs::temp_directory_path() / ("ft_malformed_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string ev;
+  auto add = [&](const std::string& e) { ev += (ev.empty() ? "" : ",\n") + e; };
+  auto span = [&](const char* cat, const std::string& name, int64_t ts, int64_t dur,
+                  const std::string& extra = "") {
+    add(R"({"ph":"X","cat":")" + std::string(cat) + R"(","name":")" + name +
+        R"(","pid":1,"tid":1,"ts":)" + std::to_string(ts) + R"(,"dur":)" + std::to_string(dur) +
+        extra + "}");
+  };
+  for (int i = 0; i < 4; ++i) {
+    const int64_t b = 1000 + i * 10000;
+    span("user_annotation", "ProfilerStep#" + std::to_string(i), b, 10000);
+    span("cuda_runtime", "cudaLaunchKernel", b + 10, 5,
+         R"(,"args":{"correlation":)" + std::to_string(100 + i) + "}");
+    add(R"({"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":7,"ts":)" + std::to_string(b + 20) +
+        R"(,"dur":8000,"args":{"device":0,"stream":7,"correlation":)" +
+        std::to_string(i == 2 ? 999 : 100 + i) + "}}");
+  }
+  span("user_annotation", "ProfilerStep#9", 25000, 10000);  // starts inside ProfilerStep#2
+  span("cpu_op", "aten::broken", 3000, -5);
+  span("cpu_op", "aten::early", -20, 10);
+  std::ofstream(dir / "rank0.json") << R"({"schemaVersion":1,"traceEvents":[)" << ev << "]}";
+  const ft::profiler::Diagnosis d = ft::profiler::diagnose(load_trace(dir / "rank0.json"));
+  fs::remove_all(dir);
+  std::string all;
+  for (const std::string& w : d.warnings) all += w + "\n";
+  EXPECT_NE(all.find("1 spans have a negative duration (first: 'aten::broken')"), std::string::npos)
+      << all;
+  EXPECT_NE(all.find("1 events have a negative timestamp (first: 'aten::early')"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("1 step spans start inside an earlier step and are left out (first: "
+                     "'ProfilerStep#9'"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("1 of 4 device ops carry a correlation id that no host call has"),
+            std::string::npos)
+      << all;
+  const ft::profiler::Diagnosis back = ft::reports::parse_report_json(ft::reports::render_json(d));
+  EXPECT_EQ(back.warnings, d.warnings);
+  EXPECT_NE(ft::reports::render_markdown(d).find("## Input warnings"), std::string::npos);
 }

@@ -147,6 +147,11 @@ Diagnosis diagnose_trace_ranks(const std::vector<Trace>& ranks, const ClassifyOp
   }
   Diagnosis d = per[0];
   const Trace& first = ranks[0];
+  for (size_t r = 0; r < ranks.size(); ++r) {  // every rank's input warnings, said per rank
+    if (r == 0) d.warnings.clear();
+    for (const std::string& w : per[r].warnings)
+      d.warnings.push_back(fmt::format("rank {}: {}", trace_rank(ranks[r]), w));
+  }
   const int64_t straggler = rules::meta_int(first, "run.straggler_rank", -1);
   ParallelSummary& p = d.parallel;
   p.ranks = static_cast<int>(ranks.size());

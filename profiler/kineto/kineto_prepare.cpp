@@ -349,6 +349,18 @@ Trace prepare_matched(std::vector<KinetoTrace> ranks, const Waits& waits,
     }
     out.metadata["rank"] = std::to_string(trace_rank(ranks[0]));
   }
+  // Malformed events the reader counted ("input.<what>", and the first one's name), summed.
+  for (const KinetoTrace& t : ranks) {
+    for (const auto& [k, v] : t.metadata) {
+      if (k.rfind("input.", 0) != 0) continue;
+      if (k.ends_with(".first")) {
+        out.metadata.emplace(k, v);
+      } else {
+        const int64_t before = out.metadata.count(k) ? std::stoll(out.metadata[k]) : 0;
+        out.metadata[k] = std::to_string(before + std::stoll(v));
+      }
+    }
+  }
   std::vector<NameFacts> facts;
   std::vector<Copies> copies;
   // Collectives with a synchronizing part become "comm sync: NAME" (the wait for late ranks,

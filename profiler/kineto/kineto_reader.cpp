@@ -405,6 +405,10 @@ class Reader {
     }
     if (!ev_.has_ts) cur_.fail("event without ts");
     if (ev_.has_cat && ev_.cat == "Trace") return;  // the profiler's own span
+    // Malformed but readable: counted for the report's warnings (the classifier leaves negative
+    // durations out; the records keep them, as HTA does).
+    if (ev_.ph == 'X' && ev_.dur_ns < 0) note_malformed("negative_durations");
+    if (ev_.ts_ns < 0) note_malformed("negative_timestamps");
     Event e;
     e.ts_ns = ev_.ts_ns;
     e.dur_ns = ev_.ph == 'X' ? ev_.dur_ns : 0;
@@ -504,7 +508,14 @@ class Reader {
     }
   }
 
+  void note_malformed(const char* what) {
+    const std::string key = std::string("input.") + what;
+    auto& n = malformed_[key];
+    if (n++ == 0) trace_.metadata[key + ".first"] = ev_.name;
+  }
+
   void finish() {
+    for (const auto& [key, n] : malformed_) trace_.metadata[key] = std::to_string(n);
     for (const auto& [track, has_stream] : device_tracks_) {
       trace_.tracks[track] = has_stream ? "stream " + std::to_string(track.tid)
                                         : "device " + std::to_string(track.pid) + " annotations";
@@ -540,6 +551,7 @@ class Reader {
   std::map<uint64_t, std::string> host_thread_names_;
   double last_reserved_ = -1;
   bool bare_array_ = false, saw_events_ = false, saw_2021_ = false, saw_current_ = false;
+  std::map<std::string, uint64_t> malformed_;  // "input.<what>" -> count
 };
 
 }  // namespace

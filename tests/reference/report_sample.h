@@ -14,6 +14,7 @@ inline profiler::Diagnosis sample_diagnosis(int num_steps = 12) {
   using profiler::WaitClass;
   profiler::Diagnosis d;
   d.source = "ft-train run (synthetic sample)";
+  d.warnings = {"2 spans have a negative duration (first: 'aten::mul_')"};
   double t = 0;
   std::array<double, profiler::kNumWaitClasses> class_ms{};
   double total = 0;
@@ -172,6 +173,7 @@ inline profiler::Diagnosis hostile_diagnosis(int num_steps = 6) {
   d.config["--data"] = img;
   d.environment[xss] = img;
   d.loss_health.verdict = "<b>bold</b>";
+  d.warnings = {"1 spans have a negative duration (first: '" + xss + "')"};
   return d;
 }
 

@@ -139,6 +139,10 @@ struct Diagnosis {
   std::vector<RankBreakdown> ranks;
   ParallelSummary parallel;
   CriticalPathSummary critical_path;  // imported traces (add_critical_path)
+  // Malformed or unusable input, counted and said (never dropped silently): spans with a
+  // negative duration or timestamp, overlapping steps, device ops whose correlation id no host
+  // call carries, spans outside every step (docs/classification.md, "Input warnings").
+  std::vector<std::string> warnings;
 };
 
 }  // namespace ft::profiler

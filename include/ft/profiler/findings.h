@@ -138,6 +138,13 @@ IdleAttribution compare_idle_attribution(const Trace& trace,
 // each kernel just in time); -1 when no kernel is linked to its launch.
 double host_lead_ms(const Trace& trace, const std::vector<const StepBreakdown*>& steady);
 
+// What the trace holds that the analysis could not use (Diagnosis::warnings): the reader's counts
+// of spans with a negative duration or timestamp ("input.*" metadata), step spans that start
+// inside an earlier one, device ops whose correlation id no host call carries, and on imported
+// traces the spans outside every step.
+std::vector<std::string> input_warnings(const Trace& trace,
+                                        const std::vector<StepBreakdown>& steps);
+
 // Sorts findings into the ranking order above (stable).
 void rank_findings(std::vector<Finding>* findings);
 

@@ -1,0 +1,108 @@
+// input_warnings.cpp: what a trace holds that the analysis could not use, counted and said
+// (Diagnosis::warnings; docs/classification.md, "Input warnings").
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "ft/profiler/findings.h"
+#include "rules.h"
+
+namespace ft::profiler {
+namespace {
+
+int64_t meta_count(const Trace& t, const std::string& key) {
+  const auto it = t.metadata.find(key);
+  return it == t.metadata.end() ? 0 : std::stoll(it->second);
+}
+
+std::string meta_first(const Trace& t, const std::string& key) {
+  const auto it = t.metadata.find(key + ".first");
+  return it == t.metadata.end() ? std::string() : fmt::format(" (first: '{}')", it->second);
+}
+
+}  // namespace
+
+std::vector<std::string> input_warnings(const Trace& trace,
+                                        const std::vector<StepBreakdown>& steps) {
+  std::vector<std::string> out;
+  if (const int64_t n = meta_count(trace, "input.negative_durations"))
+    out.push_back(
+        fmt::format("{} spans have a negative duration{}; the step partition leaves "
+                    "them out",
+                    n, meta_first(trace, "input.negative_durations")));
+  if (const int64_t n = meta_count(trace, "input.negative_timestamps"))
+    out.push_back(fmt::format("{} events have a negative timestamp{}", n,
+                              meta_first(trace, "input.negative_timestamps")));
+  Track main;
+  if (!find_training_track(trace, &main)) return out;
+  // Step spans that start inside an earlier one: the partition keeps the outermost, in order.
+  std::vector<const Event*> step_spans;
+  std::unordered_set<uint64_t> host_ids;
+  for (const Event& e : trace.events) {
+    if (e.phase != Phase::kSpan) continue;
+    if (!e.track.device && e.id != 0) host_ids.insert(e.id);
+    if (e.track == main && is_step_span(trace, e)) step_spans.push_back(&e);
+  }
+  std::sort(step_spans.begin(), step_spans.end(),
+            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  int64_t end = std::numeric_limits<int64_t>::min(), t0 = std::numeric_limits<int64_t>::max();
+  for (const Event& e : trace.events) t0 = std::min(t0, e.ts_ns);
+  size_t overlapping = 0;
+  const Event* first = nullptr;
+  for (const Event* s : step_spans) {
+    if (s->ts_ns < end) {
+      if (overlapping++ == 0) first = s;
+      continue;
+    }
+    end = s->end_ns();
+  }
+  if (overlapping > 0)
+    out.push_back(fmt::format(
+        "{} step spans start inside an earlier step and are left out "
+        "(first: '{}' at {:.3f} ms)",
+        overlapping, trace.names.at(first->name), static_cast<double>(first->ts_ns - t0) / 1e6));
+  // Device ops that name a launch the trace does not hold.
+  size_t unmatched = 0, linked = 0;
+  for (const Event& e : trace.events) {
+    if (!e.track.device || e.phase != Phase::kSpan || e.id == 0 || (e.flags & kNoStream)) continue;
+    ++linked;
+    if (!host_ids.count(e.id)) ++unmatched;
+  }
+  if (unmatched > 0)
+    out.push_back(
+        fmt::format("{} of {} device ops carry a correlation id that no host call has "
+                    "(their launches are missing: the step graph cannot move them)",
+                    unmatched, linked));
+  // Imported traces: spans of the training thread and the devices outside every step window.
+  if (rules::is_pytorch(trace) && !steps.empty()) {
+    std::vector<std::pair<int64_t, int64_t>> windows;
+    for (const StepBreakdown& s : steps) {
+      const int64_t lo = t0 + std::llround(s.start_ms * 1e6);
+      windows.emplace_back(lo, lo + std::llround(s.wall_ms * 1e6));
+    }
+    std::sort(windows.begin(), windows.end());
+    size_t host = 0, device = 0;
+    for (const Event& e : trace.events) {
+      if (e.phase != Phase::kSpan || is_step_span(trace, e)) continue;
+      if (!e.track.device && !(e.track == main)) continue;
+      const auto it =
+          std::upper_bound(windows.begin(), windows.end(),
+                           std::make_pair(e.end_ns(), std::numeric_limits<int64_t>::min()));
+      // The window starting last before the span ends: does it reach the span?
+      const bool inside = it != windows.begin() && std::prev(it)->second > e.ts_ns;
+      if (!inside) ++(e.track.device ? device : host);
+    }
+    if (host + device > 0)
+      out.push_back(
+          fmt::format("{} spans lie outside every step ({} on the training thread, {} on "
+                      "devices) and are not classified",
+                      host + device, host, device));
+  }
+  return out;
+}
+
+}  // namespace ft::profiler
