@@ -1,6 +1,7 @@
 // hta_parity_test.cpp: ft's HTA-compatible analyses against HTA v0.6.1's own outputs on every
 // trace in tests/data/hta (copied from ../shared/traces/hta) that has an entry in hta_outputs.json.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -140,4 +141,57 @@ TEST(HtaParity, EveryTraceWithAnHtaOutput) {
     ++compared;
   }
   EXPECT_EQ(compared, 8u);
+}
+
+// Launches through the driver (cuLaunchKernel, cuLaunchKernelEx: Triton, compiled code) count for
+// the queue length as HTA's get_runtime_launch_events_mask counts them: two launched kernels
+// queue up to 2 and drain back to 0 on their stream.
+TEST(HtaParity, DriverLaunchesQueueUp) {
+  const fs::path dir = fs::temp_directory_path() / ("ft_culaunch_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string ev;
+  int corr = 10;
+  for (const char* call : {"cuLaunchKernel", "cuLaunchKernelEx"}) {
+    ++corr;
+    const int64_t ts = 100 + 10 * corr;
+    ev += std::string(ev.empty() ? "" : ",") + R"({"ph":"X","cat":"cuda_driver","name":")" + call +
+          R"(","pid":1,"tid":1,"ts":)" + std::to_string(ts) + R"(,"dur":5,"args":{"correlation":)" +
+          std::to_string(corr) + "}}";
+    ev += R"(,{"ph":"X","cat":"kernel","name":"triton_poi_fused_add_0","pid":0,"tid":7,"ts":)" +
+          std::to_string(ts + 100) + R"(,"dur":50,"args":{"device":0,"stream":7,"correlation":)" +
+          std::to_string(corr) + "}}";
+  }
+  ft::write_file_atomic(dir / "t.json", R"({"schemaVersion":1,"traceEvents":[)" + ev + "]}");
+  const json got = ft::profiler::hta_analyses_of((dir / "t.json").string());
+  fs::remove_all(dir);
+  ASSERT_TRUE(got["queue_length_summary"].contains("rank0_stream7")) << got.dump();
+  const json& q = got["queue_length_summary"]["rank0_stream7"];
+  EXPECT_EQ(q["count"].get<double>(), 4.0);
+  EXPECT_EQ(q["max"].get<double>(), 2.0);
+  EXPECT_EQ(q["min"].get<double>(), 0.0);
+}
+
+// HTA's kernel types from the name's start: MTIA's job, packet, PE and subgraph executions and
+// anything with "dma" in it are not compute; a kernel with "nccl" inside its name (not at the
+// start, not ncclKernel) is.
+TEST(HtaParity, KernelTypesFollowHtasPatterns) {
+  const fs::path dir = fs::temp_directory_path() / ("ft_ktypes_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::string ev;
+  int64_t ts = 100;
+  for (const char* name : {"pe_exe_0", "job_exe_1", "packet_2", "cpum_exe_subgraph_3",
+                           "collective_subgraph_execution_4", "my_dma_copy", "fused_nccl_like"}) {
+    ev += std::string(ev.empty() ? "" : ",") +
+          R"({"ph":"X","cat":"kernel","pid":0,"tid":7,"name":")" + name + R"(","ts":)" +
+          std::to_string(ts) + R"(,"dur":10,"args":{"device":0,"stream":7}})";
+    ts += 20;
+  }
+  ft::write_file_atomic(dir / "t.json", R"({"schemaVersion":1,"traceEvents":[)" + ev + "]}");
+  const json got = ft::profiler::hta_analyses_of((dir / "t.json").string());
+  fs::remove_all(dir);
+  std::map<std::string, int64_t> sums;
+  for (const json& r : got["kernel_type_breakdown"]) sums[r["kernel_type"]] = r["sum"];
+  // Only fused_nccl_like is compute; the others are OTHER, which the breakdown leaves out.
+  EXPECT_EQ(sums["COMPUTATION"], 10) << got["kernel_type_breakdown"].dump();
+  EXPECT_EQ(sums.size(), 1u) << got["kernel_type_breakdown"].dump();
 }

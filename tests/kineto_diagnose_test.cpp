@@ -10,11 +10,14 @@
 #include <numeric>
 #include <string>
 
+#include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
 #include "ft/profiler/classifier.h"
+#include "ft/profiler/critical_path.h"
 #include "ft/profiler/findings.h"
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/load_trace.h"
+#include "ft/profiler/multi_rank.h"
 #include "ft/profiler/trace_writer.h"
 #include "ft/reports/report.h"
 
@@ -534,4 +537,36 @@ TEST(KinetoDiagnose, MalformedEventsAreWarnings) {
   const ft::profiler::Diagnosis back = ft::reports::parse_report_json(ft::reports::render_json(d));
   EXPECT_EQ(back.warnings, d.warnings);
   EXPECT_NE(ft::reports::render_markdown(d).find("## Input warnings"), std::string::npos);
+}
+
+// A folder holding PyTorch's execution trace (no traceEvents) beside the Kineto trace: the
+// execution trace is skipped and said, the trace analysed (ft-diagnose and HTA's critical path);
+// a folder with only the execution trace is an error naming the file.
+TEST(KinetoDiagnose, AnExecutionTraceBesideTheTraceIsSkipped) {
+  const fs::path dir = fs::temp_directory_path() / ("ft_et_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string et =
+      R"({"schema": "1.0.2-chakra.0.0.4", "pid": 1, "nodes": [{"name": "[pytorch|profiler|)"
+      R"(execution_trace|thread]", "id": 1, "ctrl_deps": 1, "attrs": []}], "finish_ts": 2})";
+  ft::write_file_atomic(dir / "a_pytorch_et.json", et);
+  try {
+    load_kineto_ranks(dir);
+    ADD_FAILURE() << "a folder with only an execution trace was accepted";
+  } catch (const ft::FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("a_pytorch_et.json"), std::string::npos) << e.what();
+  }
+  fs::copy_file(fs::path(FT_SOURCE_DIR) / "tests/data/kineto/scenarios/data_starvation/rank0.json",
+                dir / "rank0.json");
+  const ft::profiler::Diagnosis d = ft::profiler::diagnose_trace_ranks(load_kineto_ranks(dir));
+  ASSERT_FALSE(d.warnings.empty());
+  EXPECT_NE(d.warnings.front().find("1 files in the folder hold no traceEvents (first: "
+                                    "'a_pytorch_et.json')"),
+            std::string::npos)
+      << d.warnings.front();
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings.front().cls, "data");
+  ft::profiler::CriticalPathOptions cp;
+  cp.instance_first = cp.instance_last = 1;
+  EXPECT_TRUE(ft::profiler::critical_path(dir.string(), cp).success);
+  fs::remove_all(dir);
 }

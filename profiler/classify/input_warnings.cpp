@@ -37,6 +37,11 @@ std::vector<std::string> input_warnings(const Trace& trace,
   if (const int64_t n = meta_count(trace, "input.negative_timestamps"))
     out.push_back(fmt::format("{} events have a negative timestamp{}", n,
                               meta_first(trace, "input.negative_timestamps")));
+  if (const int64_t n = meta_count(trace, "input.skipped_files"))
+    out.push_back(
+        fmt::format("{} files in the folder hold no traceEvents{} (e.g. PyTorch's "
+                    "execution trace) and were skipped",
+                    n, meta_first(trace, "input.skipped_files")));
   Track main;
   if (!find_training_track(trace, &main)) return out;
   // Step spans that start inside an earlier one: the partition keeps the outermost, in order.

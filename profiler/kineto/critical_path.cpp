@@ -258,9 +258,6 @@ std::vector<std::string> trace_files(const std::string& path) {
   return files;
 }
 
-// A directory's trace file: the only (or first, by name) *.json / *.json.gz in it.
-std::string trace_file(const std::string& path) { return trace_files(path).front(); }
-
 }  // namespace
 
 CriticalPathResult critical_path_from_text(const std::string& text,
@@ -269,9 +266,29 @@ CriticalPathResult critical_path_from_text(const std::string& text,
   return analyse(t, options);
 }
 
+namespace {
+
+// The path's rank files as HTA loads them; a file without traceEvents beside traces (PyTorch's
+// execution trace) is skipped, as the Kineto reader skips it.
+std::vector<CpTrace> load_cp_traces(const std::string& trace_path) {
+  std::vector<CpTrace> out;
+  const std::vector<std::string> files = trace_files(trace_path);
+  for (const std::string& f : files) {
+    try {
+      out.push_back(kineto::load_cp_trace(read_all(f)));
+    } catch (const FormatError& e) {
+      if (files.size() == 1 || std::string(e.what()) != "trace has no traceEvents") throw;
+    }
+  }
+  if (out.empty()) throw FormatError("no Kineto trace (traceEvents) in " + trace_path);
+  return out;
+}
+
+}  // namespace
+
 CriticalPathResult critical_path(const std::string& trace_path,
                                  const CriticalPathOptions& options) {
-  return critical_path_from_text(read_all(trace_file(trace_path)), options);
+  return analyse(load_cp_traces(trace_path).front(), options);
 }
 
 json critical_path_analysis(const std::string& trace_path, const CriticalPathOptions& options) {
@@ -280,9 +297,7 @@ json critical_path_analysis(const std::string& trace_path, const CriticalPathOpt
 
 json gpu_user_annotation_breakdown(const std::string& trace_path, bool use_gpu_annotation,
                                    double duration_ratio, size_t num_kernels) {
-  std::vector<CpTrace> ranks;
-  for (const std::string& f : trace_files(trace_path))
-    ranks.push_back(kineto::load_cp_trace(read_all(f)));
+  const std::vector<CpTrace> ranks = load_cp_traces(trace_path);
   std::vector<const CpTrace*> ptrs;
   for (const CpTrace& t : ranks) ptrs.push_back(&t);
   return kineto::user_annotation_breakdown(ptrs, use_gpu_annotation, duration_ratio, num_kernels);
@@ -295,8 +310,7 @@ json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions&
   };
   std::vector<CpTrace> ranks;
   try {
-    for (const std::string& f : trace_files(trace_path))
-      ranks.push_back(kineto::load_cp_trace(read_all(f)));
+    ranks = load_cp_traces(trace_path);
   } catch (const std::exception& e) {  // ft::Error, or a JSON parse error
     out["critical_path"] = failed(e);
     out["gpu_user_annotation_breakdown"] = failed(e);

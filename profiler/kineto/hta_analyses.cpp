@@ -222,10 +222,13 @@ bool is_stats_launch(const std::string& n) {
          n == "cudaMemsetAsync" || n.rfind("runFunction", 0) == 0;
 }
 
+// HTA's get_runtime_launch_events_mask: the runtime's launches and the driver's (cuLaunchKernel,
+// cuLaunchKernelEx: Triton and CUDA-graph-free compiled code launch through the driver).
 bool is_queue_launch(const std::string& n) {
-  return is_stats_launch(n) || n == "hipLaunchKernel" || n == "hipExtModuleLaunchKernel" ||
-         n == "hipMemcpyWithStream" || n == "hipMemcpyAsync" || n == "hipMemsetAsync" ||
-         n == "hipExtLaunchKernel" || n == "hipModuleLaunchKernel";
+  return is_stats_launch(n) || n == "cuLaunchKernel" || n == "cuLaunchKernelEx" ||
+         n == "hipLaunchKernel" || n == "hipExtModuleLaunchKernel" || n == "hipMemcpyWithStream" ||
+         n == "hipMemcpyAsync" || n == "hipMemsetAsync" || n == "hipExtLaunchKernel" ||
+         n == "hipModuleLaunchKernel";
 }
 
 // Per name id: bit 0 = launch call for the queue length, bit 1 = for launch statistics.

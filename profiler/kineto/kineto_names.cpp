@@ -137,9 +137,13 @@ HtaKernelType hta_kernel_type(std::string_view n) {
   if (starts(n, "Memcpy") || starts(n, "Memset") || starts(n, "hipMemcpy") ||
       starts(n, "hipMemset") || starts(n, "dma"))
     return HtaKernelType::kMemory;
-  if (has(n, "nccl") || has(n, "Memcpy") || has(n, "Memset") || has(n, "Sync") ||
-      has(n, "Stream Wait Event") || has(n, "runFunction") ||
-      (starts(n, "cuda") && has(n, "LaunchKernel")))
+  // Not compute (HTA's ComputeKernelGroupingPattern, matched from the name's start): runtime
+  // calls, syncs, copies, DMA, and MTIA's job, packet, PE and subgraph executions.
+  if (has(n, "Memcpy") || has(n, "Memset") || has(n, "dma") || has(n, "Sync") ||
+      starts(n, "Stream Wait Event") || starts(n, "runFunction") ||
+      (starts(n, "cuda") && has(n, "LaunchKernel")) || starts(n, "job_exe") ||
+      starts(n, "packet") || starts(n, "pe_exe") || starts(n, "cpum_exe_subgraph") ||
+      starts(n, "collective_subgraph_execution"))
     return HtaKernelType::kOther;
   return HtaKernelType::kComputation;
 }

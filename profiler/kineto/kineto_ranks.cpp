@@ -124,8 +124,19 @@ std::vector<KinetoTrace> read_kineto_rank_records(const std::string& path,
   std::map<std::string, std::vector<Window>> by_rank;
   std::vector<std::string> order;  // keys in file-name order
   bool any_worker_key = false;
+  // A file without traceEvents beside the traces (PyTorch's execution trace, "nodes") is not a
+  // rank: it is skipped and said (input warnings), unless no file is a trace.
+  std::vector<std::string> skipped;
   for (const auto& f : files) {
-    Window w{read_kineto_records(f, options), -1, 0, {}};
+    KinetoTrace read;
+    try {
+      read = read_kineto_records(f, options);
+    } catch (const FormatError& e) {
+      if (std::string(e.what()).find("no traceEvents array") == std::string::npos) throw;
+      skipped.push_back(fs::path(f).filename().string());
+      continue;
+    }
+    Window w{std::move(read), -1, 0, {}};
     std::string key, worker;
     const std::string name = fs::path(f).filename().string();
     if (w.t.metadata.at("has_rank") == "1") {
@@ -140,6 +151,10 @@ std::vector<KinetoTrace> read_kineto_rank_records(const std::string& path,
     w.first_step = w.steps.empty() ? -1 : *w.steps.begin();
     if (!by_rank.count(key)) order.push_back(key);
     by_rank[key].push_back(std::move(w));
+  }
+  if (order.empty()) {
+    throw FormatError(path + ": no Kineto trace in the directory (no traceEvents in " +
+                      skipped.front() + (skipped.size() > 1 ? " and the others)" : ")"));
   }
   std::vector<KinetoTrace> ranks;
   for (const std::string& key : order) {
@@ -201,6 +216,10 @@ std::vector<KinetoTrace> read_kineto_rank_records(const std::string& path,
                         " (" + ranks[i - 1].metadata["path"] + ", " + ranks[i].metadata["path"] +
                         ")");
     }
+  }
+  if (!skipped.empty()) {  // said by the first rank
+    ranks.front().metadata["input.skipped_files"] = std::to_string(skipped.size());
+    ranks.front().metadata["input.skipped_files.first"] = skipped.front();
   }
   return ranks;
 }
