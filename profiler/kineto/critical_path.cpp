@@ -266,29 +266,10 @@ CriticalPathResult critical_path_from_text(const std::string& text,
   return analyse(t, options);
 }
 
-namespace {
-
-// The path's rank files as HTA loads them; a file without traceEvents beside traces (PyTorch's
-// execution trace) is skipped, as the Kineto reader skips it.
-std::vector<CpTrace> load_cp_traces(const std::string& trace_path) {
-  std::vector<CpTrace> out;
-  const std::vector<std::string> files = trace_files(trace_path);
-  for (const std::string& f : files) {
-    try {
-      out.push_back(kineto::load_cp_trace(read_all(f)));
-    } catch (const FormatError& e) {
-      if (files.size() == 1 || std::string(e.what()) != "trace has no traceEvents") throw;
-    }
-  }
-  if (out.empty()) throw FormatError("no Kineto trace (traceEvents) in " + trace_path);
-  return out;
-}
-
-}  // namespace
 
 CriticalPathResult critical_path(const std::string& trace_path,
                                  const CriticalPathOptions& options) {
-  return analyse(load_cp_traces(trace_path).front(), options);
+  return analyse(kineto::load_cp_traces(trace_path, true).front(), options);
 }
 
 json critical_path_analysis(const std::string& trace_path, const CriticalPathOptions& options) {
@@ -297,7 +278,7 @@ json critical_path_analysis(const std::string& trace_path, const CriticalPathOpt
 
 json gpu_user_annotation_breakdown(const std::string& trace_path, bool use_gpu_annotation,
                                    double duration_ratio, size_t num_kernels) {
-  const std::vector<CpTrace> ranks = load_cp_traces(trace_path);
+  const std::vector<CpTrace> ranks = kineto::load_cp_traces(trace_path, true);
   std::vector<const CpTrace*> ptrs;
   for (const CpTrace& t : ranks) ptrs.push_back(&t);
   return kineto::user_annotation_breakdown(ptrs, use_gpu_annotation, duration_ratio, num_kernels);
@@ -310,7 +291,7 @@ json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions&
   };
   std::vector<CpTrace> ranks;
   try {
-    ranks = load_cp_traces(trace_path);
+    ranks = kineto::load_cp_traces(trace_path, true);
   } catch (const std::exception& e) {  // ft::Error, or a JSON parse error
     out["critical_path"] = failed(e);
     out["gpu_user_annotation_breakdown"] = failed(e);
@@ -403,6 +384,22 @@ std::vector<int> CpGraph::longest_path() {
   }
   std::reverse(path.begin(), path.end());
   return path;
+}
+
+// The path's rank files as HTA loads them; a file without traceEvents beside traces (PyTorch's
+// execution trace) is skipped, as the Kineto reader skips it.
+std::vector<CpTrace> load_cp_traces(const std::string& trace_path, bool align_and_cut) {
+  std::vector<CpTrace> out;
+  const std::vector<std::string> files = trace_files(trace_path);
+  for (const std::string& f : files) {
+    try {
+      out.push_back(load_cp_trace(read_all(f), align_and_cut));
+    } catch (const FormatError& e) {
+      if (files.size() == 1 || std::string(e.what()) != "trace has no traceEvents") throw;
+    }
+  }
+  if (out.empty()) throw FormatError("no Kineto trace (traceEvents) in " + trace_path);
+  return out;
 }
 
 }  // namespace ft::profiler::kineto

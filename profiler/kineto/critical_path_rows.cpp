@@ -101,7 +101,7 @@ void link_partners(std::vector<CpRow>* rows) {
 
 }  // namespace
 
-CpTrace load_cp_trace(const std::string& text) {
+CpTrace load_cp_trace(const std::string& text, bool align_and_cut) {
   const json doc = json::parse(text);
   const json* events = &doc;
   if (doc.is_object()) {
@@ -122,10 +122,13 @@ CpTrace load_cp_trace(const std::string& text) {
     rows.push_back(make_row(e, idx));
     if (rows.back().cat == "cuda_sync") t.has_cuda_sync = true;
   }
-  int64_t min_ts = INT64_MAX;
-  for (const CpRow& r : rows) min_ts = std::min(min_ts, r.ts);
-  for (CpRow& r : rows) r.ts -= min_ts;
-  t.rows = drop_last_step(std::move(rows));
+  if (align_and_cut) {
+    int64_t min_ts = INT64_MAX;
+    for (const CpRow& r : rows) min_ts = std::min(min_ts, r.ts);
+    for (CpRow& r : rows) r.ts -= min_ts;
+    rows = drop_last_step(std::move(rows));
+  }
+  t.rows = std::move(rows);
   link_partners(&t.rows);
   return t;
 }

@@ -33,6 +33,10 @@ struct CpTrace {
   int64_t rank = 0;  // distributedInfo.rank (0 when absent, as HTA)
 };
 
+// Every rank file of `trace_path` (a file, or a directory's *.json / *.json.gz by name) loaded by
+// load_cp_trace; a file without traceEvents beside traces (PyTorch's execution trace) is skipped.
+std::vector<CpTrace> load_cp_traces(const std::string& trace_path, bool align_and_cut);
+
 // HTA v0.6.1's get_gpu_user_annotation_breakdown over these ranks' rows (annotation_breakdown.cpp):
 // `args` and `records` as in tests/data/hta_critical_path.json.
 nlohmann::json user_annotation_breakdown(const std::vector<const CpTrace*>& ranks,
@@ -40,7 +44,8 @@ nlohmann::json user_annotation_breakdown(const std::vector<const CpTrace*>& rank
                                          size_t num_kernels);
 
 // Parses Kineto trace JSON text and applies HTA's loading rules (rounding, shift, last-step
-// drop, CPU/GPU correlation).
-CpTrace load_cp_trace(const std::string& text);
+// drop, CPU/GPU correlation); without `align_and_cut`, as HTA's TraceDiff loads a trace: no
+// shift, every step kept.
+CpTrace load_cp_trace(const std::string& text, bool align_and_cut = true);
 
 }  // namespace ft::profiler::kineto
