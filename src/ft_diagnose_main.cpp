@@ -18,6 +18,7 @@
 #include "ft/profiler/trace_reader.h"
 #include "ft/profiler/trace_writer.h"
 #include "ft/reports/report.h"
+#include "ft_diagnose/diff_cmd.h"
 #include "ft_diagnose/run_cmd.h"
 
 namespace {
@@ -40,6 +41,11 @@ constexpr const char* kUsage = R"(usage:
       PyTorch profiler (Kineto) traces too, a file (.json / .json.gz) or a directory of ranks;
       --hta-json FILE also writes HTA's analyses; --critical-path adds HTA's critical path of the
       first steady step to the reports (it holds the whole JSON in memory: ~8x its size)
+  ft-diagnose diff A B [--out DIR] [--fail-if-slower PCT]
+      compare two runs or traces (as above): median step with a 95% bootstrap interval on B/A,
+      step time by class, knobs and findings that differ, and for PyTorch traces HTA's TraceDiff
+      of their first steps; --out writes DIR/diff.{md,html,json}; exit status 4 when B is slower
+      than A by more than PCT% beyond the interval
   CLASS: compute data pcie comm memory host sync other (share of step time) or
          precision batch loss environment parallel (findings). Exit status 4 when a gate trips.
   ft-train options: see `ft-train --help` (`ft-diagnose run --help`).
@@ -115,6 +121,9 @@ int run(int argc, char** argv) {
     fmt::print("{}", kUsage);
     return args.empty() ? 2 : 0;
   }
+  if (args[0] == "diff")
+    return ft::diagnose::run_diff(std::vector<std::string>(args.begin() + 1, args.end()),
+                                  kGateExit);
   const bool run_mode = args[0] == "run";
   std::string out, profile, input, hta_json;
   bool critical_path = false;

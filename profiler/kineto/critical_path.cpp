@@ -266,7 +266,6 @@ CriticalPathResult critical_path_from_text(const std::string& text,
   return analyse(t, options);
 }
 
-
 CriticalPathResult critical_path(const std::string& trace_path,
                                  const CriticalPathOptions& options) {
   return analyse(kineto::load_cp_traces(trace_path, true).front(), options);

@@ -23,9 +23,7 @@ struct Tally {
   int64_t counts = 0, duration = 0;
 };
 
-int64_t step_number(const std::string& name) {
-  return kineto::profiler_step_number(name);
-}
+int64_t step_number(const std::string& name) { return kineto::profiler_step_number(name); }
 
 // One side's counts and total durations by name (or short name): the rows of the chosen rank and
 // iteration on the chosen device. A CPU row belongs to the ProfilerStep containing its start, a
@@ -48,7 +46,8 @@ std::map<std::string, Tally> summary(const std::string& path, int64_t rank, int6
   std::sort(steps.begin(), steps.end());
   std::set<int64_t> numbers;
   for (const auto& [ts, r] : steps) numbers.insert(step_number(r->name));
-  if (numbers.empty()) throw ConfigError(fmt::format("trace {} ({}) has no iteration", label, path));
+  if (numbers.empty())
+    throw ConfigError(fmt::format("trace {} ({}) has no iteration", label, path));
   if (iteration < 0) iteration = *numbers.begin();
   if (!numbers.count(iteration))
     throw ConfigError(fmt::format("trace {} ({}) has no iteration {}", label, path, iteration));
