@@ -260,6 +260,36 @@ Diagnosis diagnosis_from_json(const nlohmann::json& j, const std::string& origin
   Diagnosis d;
   if (const Json* s = r.optional(j, "source")) d.source = r.string(*s, "/source");
   if (const Json* s = r.optional(j, "steps_rule")) d.steps_rule = r.string(*s, "/steps_rule");
+  if (const Json* t = r.optional(j, "trace_summary")) {
+    TraceSummary& ts = d.trace_summary;
+    ts.computed = true;
+    ts.device_busy_share = r.num_field(*t, "/trace_summary", "device_busy_share");
+    auto ops = [&](const char* key, std::vector<OpTime>* out) {
+      const std::string p = std::string("/trace_summary/") + key;
+      const Json& a = r.field(*t, "/trace_summary", key);
+      r.array(a, p);
+      for (size_t k = 0; k < a.size(); ++k) {
+        const std::string pk = fmt::format("{}/{}", p, k);
+        out->push_back({r.str_field(a[k], pk, "name"), r.num_field(a[k], pk, "count"),
+                        r.num_field(a[k], pk, "total_ms"), r.num_field(a[k], pk, "self_ms")});
+      }
+    };
+    ops("kernels", &ts.kernels);
+    ops("cpu_ops", &ts.cpu_ops);
+    const Json& st = r.field(*t, "/trace_summary", "streams");
+    r.array(st, "/trace_summary/streams");
+    for (size_t k = 0; k < st.size(); ++k) {
+      const std::string pk = fmt::format("/trace_summary/streams/{}", k);
+      ts.streams.emplace_back(r.str_field(st[k], pk, "stream"), r.num_field(st[k], pk, "busy_ms"));
+    }
+    const Json& tr = r.field(*t, "/trace_summary", "transfers");
+    r.array(tr, "/trace_summary/transfers");
+    for (size_t k = 0; k < tr.size(); ++k) {
+      const std::string pk = fmt::format("/trace_summary/transfers/{}", k);
+      ts.transfers.push_back({r.str_field(tr[k], pk, "kind"), r.num_field(tr[k], pk, "count"),
+                              r.num_field(tr[k], pk, "ms"), r.num_field(tr[k], pk, "bytes")});
+    }
+  }
   if (const Json* s = r.optional(j, "warnings")) {
     r.array(*s, "/warnings");
     for (size_t k = 0; k < s->size(); ++k)

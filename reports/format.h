@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,12 @@ std::string render_json_compact(const profiler::Diagnosis& d);
 // escaped title, the shared CSS and then `extra_style`.
 std::string html_head(const std::string& title, const std::string& script_nonce,
                       const std::string& extra_style = "");
+// The "What ran" section (Diagnosis::trace_summary), empty when not computed
+// (trace_summary_report.cpp).
+void add_trace_summary_json(nlohmann::ordered_json& j, const profiler::Diagnosis& d);
+std::string trace_summary_markdown(const profiler::Diagnosis& d);
+std::string trace_summary_html(const profiler::Diagnosis& d);
+
 // A summary card: the key above its value, both escaped.
 std::string html_card(const std::string& key, const std::string& value);
 

@@ -197,6 +197,7 @@ std::string render_markdown(const Diagnosis& d) {
   }
 
   ranks_section(out, d);
+  out += detail::trace_summary_markdown(d);
   critical_path_section(out, d);
   out += d.ranks.empty() ? "## Steps\n\n" : "## Steps (rank 0)\n\n";
   if (d.steps.empty()) {

@@ -570,3 +570,35 @@ TEST(KinetoDiagnose, AnExecutionTraceBesideTheTraceIsSkipped) {
   EXPECT_TRUE(ft::profiler::critical_path(dir.string(), cp).success);
   fs::remove_all(dir);
 }
+
+// What ran, per steady step (trace_diff/control, a DDP rank on a GPU): the busiest kernel is the
+// NCCL send/recv, the CPU operators carry total and self time (self <= total), every stream's
+// busy time, and copies with their achieved bandwidth; report.json keeps it all.
+TEST(KinetoDiagnose, WhatRanPerStep) {
+  const ft::profiler::Diagnosis d =
+      ft::profiler::diagnose_trace_ranks(load_kineto_ranks(kRoot / "trace_diff" / "control"));
+  const ft::profiler::TraceSummary& s = d.trace_summary;
+  ASSERT_TRUE(s.computed);
+  ASSERT_FALSE(s.kernels.empty());
+  EXPECT_EQ(s.kernels.front().name.rfind("ncclKernel_SendRecv", 0), 0u) << s.kernels.front().name;
+  ASSERT_FALSE(s.cpu_ops.empty());
+  for (const auto& o : s.cpu_ops) EXPECT_LE(o.self_ms, o.total_ms + 1e-9) << o.name;
+  EXPECT_EQ(s.streams.size(), 4u);
+  double busy = 0;
+  for (const auto& [name, ms] : s.streams) busy += ms;
+  EXPECT_GT(busy, 0);
+  bool h2d = false;
+  for (const auto& t : s.transfers) h2d |= t.kind == "Memcpy HtoD" && t.bytes > 0 && t.ms > 0;
+  EXPECT_TRUE(h2d);
+  EXPECT_GT(s.device_busy_share, 0.5);
+  const ft::profiler::Diagnosis back = ft::reports::parse_report_json(ft::reports::render_json(d));
+  ASSERT_TRUE(back.trace_summary.computed);
+  EXPECT_EQ(back.trace_summary.kernels.front().name, s.kernels.front().name);
+  EXPECT_EQ(back.trace_summary.streams.size(), s.streams.size());
+  EXPECT_NE(ft::reports::render_markdown(d).find("## What ran (per steady step)"),
+            std::string::npos);
+  const std::string html = ft::reports::render_html(d);
+  EXPECT_NE(html.find("id=\"what-ran\""), std::string::npos);
+  EXPECT_EQ(html.find("CatArrayBatchedCopy<float"), std::string::npos) << "names escaped";
+  EXPECT_EQ(html.find("CatArrayBatchedCopy&lt;float"), std::string::npos) << "and shortened";
+}

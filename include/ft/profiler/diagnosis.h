@@ -121,6 +121,25 @@ struct CriticalPathSummary {
   std::map<std::string, int64_t> by_bound_us;  // breakdown_by_bound_by: duration_sum
 };
 
+// What ran where, per steady step, on a trace with a busy device (imports and ft's CUDA runs):
+// the device's busiest kernels, the training thread's CPU operators (total and self time),
+// each stream's busy time, and copies and collectives with the bytes they moved.
+struct OpTime {
+  std::string name;
+  double count = 0, total_ms = 0, self_ms = 0;  // per step
+};
+struct TransferTime {
+  std::string kind;  // "Memcpy HtoD", "Memcpy DtoH", "Memcpy DtoD", "Memset", "collective"
+  double count = 0, ms = 0, bytes = 0;  // per step; GB/s = bytes / ms / 1e6
+};
+struct TraceSummary {
+  bool computed = false;
+  double device_busy_share = 0;                         // of the steady steps' wall time
+  std::vector<OpTime> kernels, cpu_ops;                 // the top ten each, by time
+  std::vector<std::pair<std::string, double>> streams;  // "stream 7" -> busy ms per step
+  std::vector<TransferTime> transfers;
+};
+
 struct Diagnosis {
   std::string source;  // "ft-train run", "trace.json", ...
   // How the steps were found in an imported trace (ProfilerStep spans, a repeating span, or the
@@ -143,6 +162,7 @@ struct Diagnosis {
   // negative duration or timestamp, overlapping steps, device ops whose correlation id no host
   // call carries, spans outside every step (docs/classification.md, "Input warnings").
   std::vector<std::string> warnings;
+  TraceSummary trace_summary;
 };
 
 }  // namespace ft::profiler

@@ -145,6 +145,10 @@ double host_lead_ms(const Trace& trace, const std::vector<const StepBreakdown*>&
 std::vector<std::string> input_warnings(const Trace& trace,
                                         const std::vector<StepBreakdown>& steps);
 
+// Diagnosis::trace_summary over the steady steps (computed only with a busy device on the
+// training rank).
+TraceSummary summarize_trace(const Trace& trace, const std::vector<const StepBreakdown*>& steady);
+
 // Sorts findings into the ranking order above (stable).
 void rank_findings(std::vector<Finding>* findings);
 
