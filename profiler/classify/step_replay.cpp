@@ -265,13 +265,13 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
   // Processing order: pieces at their end, ops at their start (a piece first on a tie: an op
   // may be launched from the piece that starts there).
   order_.reserve(pieces_.size() + ops_.size());
-  for (size_t i = 0; i < pieces_.size(); ++i)
-    order_.emplace_back(pieces_[i].b, static_cast<int32_t>(i));
-  for (size_t i = 0; i < ops_.size(); ++i)
-    order_.emplace_back(ops_[i].ts, -1 - static_cast<int32_t>(i));
-  std::stable_sort(order_.begin(), order_.end(), [](const auto& x, const auto& y) {
-    if (x.first != y.first) return x.first < y.first;
-    return (x.second < 0) < (y.second < 0);
+  for (size_t i = 0; i < pieces_.size(); ++i) order_.push_back(static_cast<int32_t>(i));
+  for (size_t i = 0; i < ops_.size(); ++i) order_.push_back(-1 - static_cast<int32_t>(i));
+  auto key = [&](int32_t item) { return item >= 0 ? pieces_[item].b : ops_[-1 - item].ts; };
+  std::stable_sort(order_.begin(), order_.end(), [&](int32_t x, int32_t y) {
+    const int64_t kx = key(x), ky = key(y);
+    if (kx != ky) return kx < ky;
+    return (x < 0) < (y < 0);
   });
   return true;
 }
@@ -500,7 +500,7 @@ std::vector<int64_t> StepGraph::replay(const std::vector<std::pair<int64_t, int6
   s.end.assign(pieces_.size(), kUnset);
   s.op_start.assign(ops_.size(), kUnset);
   s.op_end.assign(ops_.size(), kUnset);
-  for (const auto& [key, item] : order_) {
+  for (const int32_t item : order_) {
     if (item >= 0) {
       replay_piece(s, item, w);
     } else {

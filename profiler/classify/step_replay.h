@@ -119,10 +119,11 @@ class StepGraph {
   void replay_op(State& s, int32_t i, const WhatIf& w) const;
   int64_t map_time(State& s, int64_t t) const;
 
-  std::vector<Piece> pieces_;  // by thread, then time; each thread's pieces contiguous
-  std::vector<Op> ops_;        // by start
-  std::vector<std::pair<int64_t, int32_t>> order_;  // processing order: (key, item)
-  std::vector<int32_t> main_pieces_;                // the training thread's pieces, by start
+  std::vector<Piece> pieces_;   // by thread, then time; each thread's pieces contiguous
+  std::vector<Op> ops_;         // by start
+  std::vector<int32_t> order_;  // processing order: a piece i >= 0 at its end, an op -1 - i at
+                                // its start (a piece first on a tie)
+  std::vector<int32_t> main_pieces_;  // the training thread's pieces, by start
   std::vector<int32_t> ops_by_end_;
   std::vector<uint32_t> tids_;                           // each chain's thread
   std::vector<std::pair<size_t, size_t>> thread_range_;  // each chain's pieces
