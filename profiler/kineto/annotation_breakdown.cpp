@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "critical_path_rows.h"
+#include "hta_frame.h"
 
 namespace ft::profiler::kineto {
 namespace {
@@ -38,15 +39,6 @@ Stats stats_of(const std::string& name, const std::vector<int64_t>& v) {
   return s;
 }
 
-// pandas' Series.quantile(q) (linear interpolation) of sorted values.
-double quantile(const std::vector<int64_t>& sorted, double q) {
-  const double pos = q * static_cast<double>(sorted.size() - 1);
-  const auto lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return static_cast<double>(sorted[lo]) +
-         (pos - static_cast<double>(lo)) * static_cast<double>(sorted[hi] - sorted[lo]);
-}
-
 // _aggr_gpu_kernel_time: per-name statistics, sorted by sum (descending); past `num_kernels`
 // names, those past the `duration_ratio` quantile of the running sum or at position >=
 // num_kernels become "others", and the statistics are taken again over the per-name sums.
@@ -64,7 +56,7 @@ std::vector<Stats> aggregate(const std::vector<const CpRow*>& rows, double durat
   for (size_t i = 0; i < out.size(); ++i) cumsum[i] = run += out[i].sum;
   std::vector<int64_t> sorted = cumsum;  // (descending sums of -1 µs rows can make it fall)
   std::sort(sorted.begin(), sorted.end());
-  const double q = quantile(sorted, duration_ratio);
+  const double q = pandas_quantile(sorted, duration_ratio);
   std::map<std::string, std::vector<int64_t>> regrouped;
   for (size_t i = 0; i < out.size(); ++i) {
     const bool other = static_cast<double>(cumsum[i]) > q || i >= num_kernels;

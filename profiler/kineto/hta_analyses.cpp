@@ -278,11 +278,7 @@ json launch_stats(const HtaFrame& f, const std::vector<uint8_t>& kinds, const Ht
 }
 
 double quantile(const std::vector<int64_t>& sorted, double p) {
-  const double pos = p * static_cast<double>(sorted.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, sorted.size() - 1);
-  return static_cast<double>(sorted[lo]) +
-         static_cast<double>(sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+  return kineto::pandas_quantile(sorted, p);
 }
 
 // numpy 1.24's argsort(kind="quicksort") (introsort: median-of-3 quicksort, insertion sort
@@ -541,3 +537,15 @@ std::string hta_entry_key(const std::string& trace_path, const std::string& trac
 }
 
 }  // namespace ft::profiler
+
+namespace ft::profiler::kineto {
+
+double pandas_quantile(const std::vector<int64_t>& sorted, double q) {
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const auto lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return static_cast<double>(sorted[lo]) +
+         static_cast<double>(sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+}
+
+}  // namespace ft::profiler::kineto

@@ -49,6 +49,9 @@ class CorrIndex {
   std::vector<Entry> entries_;
 };
 
+// pandas' Series.quantile(q) (linear interpolation) of sorted values (hta_analyses.cpp).
+double pandas_quantile(const std::vector<int64_t>& sorted, double q);
+
 // Applies HTA's loading rules: spans with a source category, integer-µs rounding, and the
 // last-ProfilerStep cut (see docs/hta_parity.md). With `consume` (== &trace), the records are
 // freed as the last pass walks past them.
