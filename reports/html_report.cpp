@@ -172,7 +172,8 @@ std::string steps_table(const Diagnosis& d) {
       out += fmt::format("<td class=\"n\">{}</td>", fixed(s.ms[c], 2));
     out +=
         fmt::format("<td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>\n",
-                    std::isnan(s.loss) ? "n/a" : fixed(s.loss, 4), fixed(s.tokens_per_s, 0),
+                    std::isnan(s.loss) ? "n/a" : fixed(s.loss, 4),
+                    s.tokens_per_s > 0 ? fixed(s.tokens_per_s, 0) : std::string("n/a"),
                     bytes_h(s.mem_allocated));
   }
   return out + "</table>\n";

@@ -44,8 +44,9 @@ std::string yes_no(bool b) { return b ? "yes" : "no"; }
 void step_row(std::string& out, const profiler::StepBreakdown& s) {
   out += fmt::format("| {} | {} |", s.step, fixed(s.wall_ms, 2));
   for (int c = 0; c < kNumWaitClasses; ++c) out += fmt::format(" {} |", fixed(s.ms[c], 2));
+  // No tokens recorded (an imported trace): n/a, not 0.
   out += fmt::format(" {} | {} |\n", std::isnan(s.loss) ? "n/a" : fixed(s.loss, 4),
-                     fixed(s.tokens_per_s, 0));
+                     s.tokens_per_s > 0 ? fixed(s.tokens_per_s, 0) : std::string("n/a"));
 }
 
 void map_table(std::string& out, const std::map<std::string, std::string>& m, const char* key) {
