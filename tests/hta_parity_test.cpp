@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "ft/core/atomic_file.h"
@@ -194,4 +195,34 @@ TEST(HtaParity, KernelTypesFollowHtasPatterns) {
   // Only fused_nccl_like is compute; the others are OTHER, which the breakdown leaves out.
   EXPECT_EQ(sums["COMPUTATION"], 10) << got["kernel_type_breakdown"].dump();
   EXPECT_EQ(sums.size(), 1u) << got["kernel_type_breakdown"].dump();
+}
+
+// HTA's get_idle_time_breakdown(show_idle_interval_stats=True): per stream and idle category, the
+// count, mean, std, min, quartiles and max of the idle intervals, rounded as HTA rounds them, on
+// four traces (tests/data/hta_idle_interval_stats.json, from bench/hta_idle_stats.py running HTA).
+TEST(HtaParity, IdleIntervalStats) {
+  std::ifstream in(fs::path(FT_SOURCE_DIR) / "tests/data/hta_idle_interval_stats.json");
+  ASSERT_TRUE(in.good());
+  const json want_all = json::parse(in);
+  ASSERT_EQ(want_all.size(), 4u);
+  for (const auto& [key, want] : want_all.items()) {
+    SCOPED_TRACE(key);
+    const json got = ft::profiler::hta_analyses_of((kRoot / key).string())["idle_interval_stats"];
+    ASSERT_EQ(got.size(), want.size()) << got.dump();
+    std::map<std::pair<int64_t, std::string>, const json*> by;
+    for (const json& r : got) by[{r["stream"].get<int64_t>(), r["idle_category"]}] = &r;
+    for (const json& w : want) {
+      const auto it = by.find({w["stream"].get<int64_t>(), w["idle_category"]});
+      ASSERT_NE(it, by.end()) << w.dump();
+      for (const char* k : {"count", "mean", "std", "min", "25%", "50%", "75%", "max"}) {
+        if (w[k].is_null()) {
+          EXPECT_TRUE((*it->second)[k].is_null()) << w.dump() << " " << k;
+        } else {
+          EXPECT_NEAR(w[k].get<double>(), (*it->second)[k].get<double>(),
+                      1e-9 * std::max(1.0, std::fabs(w[k].get<double>())))
+              << w.dump() << " " << k;
+        }
+      }
+    }
+  }
 }

@@ -169,7 +169,35 @@ size_t kernel_breakdown_rows(const HtaFrame& f, HtaKernelType type, const HtaOpt
   return kept + (kept < cum.size() ? 1 : 0);
 }
 
-json idle_breakdown(const HtaFrame& f, const HtaOptions& o) {
+// pandas' describe() of one idle category's intervals, rounded to 2 decimals as HTA rounds the
+// table: count, mean, std (sample), min, quartiles, max; null statistics for no interval (the
+// first kernel's, which has none).
+json describe(std::vector<int64_t> v) {
+  json d;
+  d["count"] = static_cast<double>(v.size());
+  if (v.empty()) {
+    for (const char* k : {"mean", "std", "min", "25%", "50%", "75%", "max"}) d[k] = nullptr;
+    return d;
+  }
+  std::sort(v.begin(), v.end());
+  double mean = 0;
+  for (const int64_t x : v) mean += static_cast<double>(x);
+  mean /= static_cast<double>(v.size());
+  double ss = 0;
+  for (const int64_t x : v) ss += (static_cast<double>(x) - mean) * (static_cast<double>(x) - mean);
+  d["mean"] = round_to(mean, 2);
+  d["std"] = v.size() > 1 ? json(round_to(std::sqrt(ss / static_cast<double>(v.size() - 1)), 2))
+                          : json(nullptr);
+  d["min"] = static_cast<double>(v.front());
+  d["25%"] = round_to(kineto::pandas_quantile(v, 0.25), 2);
+  d["50%"] = round_to(kineto::pandas_quantile(v, 0.5), 2);
+  d["75%"] = round_to(kineto::pandas_quantile(v, 0.75), 2);
+  d["max"] = static_cast<double>(v.back());
+  return d;
+}
+
+// HTA's get_idle_time_breakdown per stream; with `stats`, its show_idle_interval_stats table.
+json idle_breakdown(const HtaFrame& f, const HtaOptions& o, json* stats = nullptr) {
   const kineto::CorrIndex runtime(f.rows, /*gpu=*/false);  // correlation -> launch call
   std::vector<int64_t> streams;
   std::unordered_set<int64_t> seen;
@@ -187,6 +215,7 @@ json idle_breakdown(const HtaFrame& f, const HtaOptions& o) {
                      [](const HtaRow* a, const HtaRow* b) { return a->ts < b->ts; });
     int64_t sum[3] = {0, 0, 0};
     bool present[3] = {false, false, true};  // the first kernel (no gap) falls in "other"
+    std::vector<int64_t> gaps[3];
     for (size_t i = 1; i < ks.size(); ++i) {
       const int64_t prev_end = ks[i - 1]->end();
       const int64_t gap = ks[i]->ts - prev_end;
@@ -201,6 +230,7 @@ json idle_breakdown(const HtaFrame& f, const HtaOptions& o) {
       }
       sum[c] += gap;
       present[c] = true;
+      gaps[c].push_back(gap);
     }
     const double total = static_cast<double>(sum[0] + sum[1] + sum[2]);
     for (int c = 0; c < 3; ++c) {
@@ -212,6 +242,13 @@ json idle_breakdown(const HtaFrame& f, const HtaOptions& o) {
       row["idle_time"] = static_cast<double>(sum[c]);
       row["idle_time_ratio"] = num_or_null(round_to(static_cast<double>(sum[c]) / total, 2));
       out.push_back(row);
+      if (stats) {  // sorted by category name, as pandas' groupby
+        json st = describe(gaps[c]);
+        st["rank"] = f.rank;
+        st["stream"] = s;
+        st["idle_category"] = kNames[c];
+        stats->push_back(std::move(st));
+      }
     }
   }
   return out;
@@ -451,6 +488,7 @@ json analyses(const std::vector<KinetoTrace>& ranks, const HtaOptions& options,
   out["events_after_load_filter"] = json::object();
   out["temporal_breakdown"] = json::array();
   out["idle_time_breakdown"] = json::array();
+  out["idle_interval_stats"] = json::array();
   out["comm_comp_overlap"] = json::array();
   out["queue_length_summary"] = json::object();
   out["cuda_kernel_launch_stats"] = json::object();
@@ -463,7 +501,8 @@ json analyses(const std::vector<KinetoTrace>& ranks, const HtaOptions& options,
     out["ranks"].push_back(f.rank);
     out["events_after_load_filter"][std::to_string(f.rank)] = f.events_after_load_filter();
     out["temporal_breakdown"].push_back(temporal(f));
-    for (auto& row : idle_breakdown(f, options)) out["idle_time_breakdown"].push_back(row);
+    for (auto& row : idle_breakdown(f, options, &out["idle_interval_stats"]))
+      out["idle_time_breakdown"].push_back(row);
     out["comm_comp_overlap"].push_back(overlap(f));
     kernel_type_time(f, &type_sums);
     for (HtaKernelType k :
