@@ -228,12 +228,12 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
   // their launch (the median would count the ops that wait for another stream).
   latency_ns_ = quantile(free_latency, kLatencyQuantile, kDefaultLaunchNs);
   int64_t busy = 0;
-  linked_ns_ = 0;
+  int64_t linked = 0;
   for (const Op& o : ops_) {
     busy += o.dur;
-    if (o.anchor >= 0) linked_ns_ += o.dur;
+    if (o.anchor >= 0) linked += o.dur;
   }
-  linked_share_ = busy > 0 ? static_cast<double>(linked_ns_) / static_cast<double>(busy) : 0;
+  linked_share_ = busy > 0 ? static_cast<double>(linked) / static_cast<double>(busy) : 0;
   for (size_t i = 0; i < ops_.size(); ++i) {
     Op& o = ops_[i];
     const int64_t p_end = o.prev >= 0 ? dev[o.prev]->end_ns() : kUnset;

@@ -75,8 +75,6 @@ class StepGraph {
 
   size_t pieces() const { return pieces_.size(); }
   size_t ops() const { return ops_.size(); }
-  int64_t launch_latency_ns() const { return latency_ns_; }
-  int64_t launch_cost_ns() const { return launch_cost_ns_; }
   bool has_simt_gemms() const { return simt_gemms_; }
   // The share of the device's busy time in ops linked to their launch call (correlation id): an
   // op without one keeps its place after the op before it, so host-side changes cannot move it.
@@ -130,7 +128,6 @@ class StepGraph {
   uint32_t pid_ = 0;                                     // the training process
   std::vector<bool> marked_;                             // mark_spans
   int64_t latency_ns_ = 0, launch_cost_ns_ = 0;
-  int64_t linked_ns_ = 0;
   double linked_share_ = 0;
   bool simt_gemms_ = false;
 };
