@@ -6,7 +6,9 @@ The slow dataset does real Python work per sample in __getitem__ (an LCG hash lo
 sample's index), so the data loader dominates each step; the fast one returns precomputed
 batches (the whole batch is one tensor slice, so the DataLoader does no per-sample collation:
 its share of the step is well under 1% by construction, not a timing accident; per-sample
-collation of 32 rows took 6% of a 6 ms step on a loaded 2-core host). num_workers=0, so loading happens on the training thread inside the DataLoader's
+collation of 32 rows took 6% of a 6 ms step on a loaded 2-core host, and even without collation
+the DataLoader's own Python took 0.4 ms of a 6 ms batch-32 step under a parallel ctest, so the
+test runs it with --batch 256). num_workers=0, so loading happens on the training thread inside the DataLoader's
 `enumerate(DataLoader)#...__next__` span. Each step is a `ProfilerStep#N` record_function
 (PyTorch builds without Kineto, like Debian's 1.13, have no torch.profiler.schedule steps).
 """
