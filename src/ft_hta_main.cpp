@@ -16,11 +16,15 @@ int main(int argc, char** argv) {
     po::options_description opts("ft-hta TRACE_FILE|TRACE_DIR --hta-json FILE [options]");
     std::string trace, out, root;
     ft::profiler::CriticalPathOptions cp;
+    ft::profiler::HtaOptions hta;
     opts.add_options()("help,h", "show this help")(
         "trace", po::value<std::string>(&trace), "Kineto trace file (.json/.json.gz) or rank dir")(
         "hta-json", po::value<std::string>(&out), "write the HTA-compatible analyses here")(
         "traces-root", po::value<std::string>(&root),
         "key the entry by the trace's directory relative to this root (e.g. trace_diff/control)")(
+        "max-queue-length", po::value<int64_t>(&hta.max_queue_length)->default_value(1024),
+        "time blocked on a full launch queue: the queue's length (CUDA's per stream: 1024)")(
+        "no-time-series", "leave out the queue-length and memory-bandwidth time series")(
         "cp-annotation", po::value<std::string>(&cp.annotation)->default_value("ProfilerStep"),
         "critical path: window annotation (\"\" = whole rank)")(
         "cp-instance", po::value<int64_t>(&cp.instance_first)->default_value(0),
@@ -44,11 +48,14 @@ int main(int argc, char** argv) {
     if (out.empty()) throw ft::ConfigError("ft-hta: missing --hta-json FILE");
     nlohmann::json doc;
     const std::string key = ft::profiler::hta_entry_key(trace, root);
-    doc[key] = ft::profiler::hta_analyses_of(trace);
+    hta.time_series = vm.count("no-time-series") == 0;
+    if (hta.max_queue_length < 1) throw ft::ConfigError("ft-hta: --max-queue-length must be >= 1");
+    doc[key] = ft::profiler::hta_analyses_of(trace, hta);
     cp.instance_last = cp.instance_first;
     const nlohmann::json more = ft::profiler::hta_json_analyses(trace, cp);
     for (const auto& [k, v] : more.items()) doc[key][k] = v;
-    ft::write_file_atomic(out, doc.dump(1) + "\n");
+    ft::write_file_atomic(out,
+                          doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     return 0;
   } catch (const ft::ConfigError& e) {
     std::fprintf(stderr, "%s\n", e.what());

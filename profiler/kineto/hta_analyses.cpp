@@ -1,13 +1,16 @@
-// hta_analyses.cpp: HTA's temporal, idle, overlap, kernel-type, launch and queue analyses.
+// hta_analyses.cpp: HTA's temporal, idle, overlap, kernel-type and launch analyses, per rank.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "ft/profiler/hta.h"
 #include "ft/profiler/kineto_reader.h"
+#include "hta_counters.h"
 #include "hta_frame.h"
 
 namespace ft::profiler {
@@ -142,31 +145,6 @@ void kernel_type_time(const HtaFrame& f, std::map<std::string, int64_t>* sums) {
     }
     (*sums)[name] += ev[i + 1].first - ev[i].first;
   }
-}
-
-// Rows HTA's _aggr_gpu_kernel_time produces for one rank and kernel type.
-size_t kernel_breakdown_rows(const HtaFrame& f, HtaKernelType type, const HtaOptions& o) {
-  std::unordered_map<uint32_t, int64_t> by_name;
-  for (const HtaRow& r : f.rows) {
-    if (r.gpu() && r.type == type) by_name[r.name] += r.dur;
-  }
-  if (by_name.size() <= o.num_kernels) return by_name.size();
-  std::vector<int64_t> sums;
-  for (const auto& [n, s] : by_name) sums.push_back(s);
-  std::sort(sums.rbegin(), sums.rend());
-  std::vector<double> cum(sums.size());
-  double c = 0;
-  for (size_t i = 0; i < sums.size(); ++i) cum[i] = c += static_cast<double>(sums[i]);
-  // pandas quantile, linear interpolation (cum is non-decreasing, so it is already sorted).
-  const double pos = o.duration_ratio * static_cast<double>(cum.size() - 1);
-  const size_t lo = static_cast<size_t>(std::floor(pos));
-  const size_t hi = std::min(lo + 1, cum.size() - 1);
-  const double q = cum[lo] + (cum[hi] - cum[lo]) * (pos - static_cast<double>(lo));
-  size_t kept = 0;
-  for (size_t i = 0; i < cum.size() && i < o.num_kernels; ++i) {
-    if (!(cum[i] > q)) ++kept;
-  }
-  return kept + (kept < cum.size() ? 1 : 0);
 }
 
 // pandas' describe() of one idle category's intervals, rounded to 2 decimals as HTA rounds the
@@ -314,168 +292,6 @@ json launch_stats(const HtaFrame& f, const std::vector<uint8_t>& kinds, const Ht
   return s;
 }
 
-double quantile(const std::vector<int64_t>& sorted, double p) {
-  return kineto::pandas_quantile(sorted, p);
-}
-
-// numpy 1.24's argsort(kind="quicksort") (introsort: median-of-3 quicksort, insertion sort
-// below 16 elements, heapsort past 2*log2(n) depth). pandas' sort_values uses it, and HTA's
-// queue length depends on the order it leaves equal timestamps in, so it is reproduced here.
-void numpy_aheapsort(const std::vector<int64_t>& v, int64_t* tosort, int64_t n) {
-  int64_t* a = tosort - 1;  // 1-based indexing, as in numpy
-  for (int64_t l = n >> 1; l > 0; --l) {
-    const int64_t tmp = a[l];
-    int64_t i = l, j = l << 1;
-    while (j <= n) {
-      if (j < n && v[a[j]] < v[a[j + 1]]) j += 1;
-      if (v[tmp] < v[a[j]]) {
-        a[i] = a[j];
-        i = j;
-        j += j;
-      } else {
-        break;
-      }
-    }
-    a[i] = tmp;
-  }
-  for (; n > 1;) {
-    const int64_t tmp = a[n];
-    a[n] = a[1];
-    n -= 1;
-    int64_t i = 1, j = 2;
-    while (j <= n) {
-      if (j < n && v[a[j]] < v[a[j + 1]]) j++;
-      if (v[tmp] < v[a[j]]) {
-        a[i] = a[j];
-        i = j;
-        j += j;
-      } else {
-        break;
-      }
-    }
-    a[i] = tmp;
-  }
-}
-
-std::vector<int64_t> numpy_argsort_quicksort(const std::vector<int64_t>& v) {
-  const int64_t num = static_cast<int64_t>(v.size());
-  std::vector<int64_t> idx(v.size());
-  for (int64_t i = 0; i < num; ++i) idx[static_cast<size_t>(i)] = i;
-  if (num < 2) return idx;
-  constexpr int64_t kSmall = 15;
-  int64_t* pl = idx.data();
-  int64_t* pr = idx.data() + num - 1;
-  std::vector<int64_t*> stack;
-  std::vector<int> depth_stack;
-  int cdepth = 0;
-  for (uint64_t u = static_cast<uint64_t>(num); u >>= 1;) ++cdepth;
-  cdepth *= 2;
-  for (;;) {
-    if (cdepth < 0) {
-      numpy_aheapsort(v, pl, pr - pl + 1);
-    } else {
-      while ((pr - pl) > kSmall) {
-        int64_t* pm = pl + ((pr - pl) >> 1);
-        if (v[*pm] < v[*pl]) std::swap(*pm, *pl);
-        if (v[*pr] < v[*pm]) std::swap(*pr, *pm);
-        if (v[*pm] < v[*pl]) std::swap(*pm, *pl);
-        const int64_t vp = v[*pm];
-        int64_t* pi = pl;
-        int64_t* pj = pr - 1;
-        std::swap(*pm, *pj);
-        for (;;) {
-          do ++pi;
-          while (v[*pi] < vp);
-          do --pj;
-          while (vp < v[*pj]);
-          if (pi >= pj) break;
-          std::swap(*pi, *pj);
-        }
-        int64_t* pk = pr - 1;
-        std::swap(*pi, *pk);
-        if (pi - pl < pr - pi) {
-          stack.push_back(pi + 1);
-          stack.push_back(pr);
-          pr = pi - 1;
-        } else {
-          stack.push_back(pl);
-          stack.push_back(pi - 1);
-          pl = pi + 1;
-        }
-        depth_stack.push_back(--cdepth);
-      }
-      for (int64_t* pi = pl + 1; pi <= pr; ++pi) {
-        const int64_t vi = *pi;
-        const int64_t vp = v[vi];
-        int64_t* pj = pi;
-        int64_t* pk = pi - 1;
-        while (pj > pl && vp < v[*pk]) *pj-- = *pk--;
-        *pj = vi;
-      }
-    }
-    if (stack.empty()) break;
-    pr = stack.back();
-    stack.pop_back();
-    pl = stack.back();
-    stack.pop_back();
-    cdepth = depth_stack.back();
-    depth_stack.pop_back();
-  }
-  return idx;
-}
-
-void queue_summary(const HtaFrame& f, const std::vector<uint8_t>& kinds, json* out) {
-  const kineto::CorrIndex gpu(f.rows, /*gpu=*/true);
-  // HTA concatenates the launch calls that have a GPU partner (taking the partner's stream)
-  // and the GPU events launched by them, sorts by ts, groups by stream and takes a cumsum.
-  std::vector<int64_t> ts, stream;
-  std::vector<int> delta;
-  std::vector<uint64_t> launched;
-  for (const HtaRow& r : f.rows) {
-    if (r.gpu() || r.corr == 0 || !(kinds[r.name] & 1)) continue;
-    const auto it = gpu.find(r.corr);
-    if (it.first == it.second) continue;
-    ts.push_back(r.ts);
-    stream.push_back(f.rows[it.first->row].stream);
-    delta.push_back(1);
-    launched.push_back(r.corr);
-  }
-  std::sort(launched.begin(), launched.end());
-  for (const HtaRow& r : f.rows) {
-    if (r.gpu() && r.corr != 0 && std::binary_search(launched.begin(), launched.end(), r.corr)) {
-      ts.push_back(r.ts);
-      stream.push_back(r.stream);
-      delta.push_back(-1);
-    }
-  }
-  std::map<int64_t, std::vector<int64_t>> by_stream;
-  std::map<int64_t, int64_t> run;
-  for (const int64_t i : numpy_argsort_quicksort(ts)) {
-    const auto k = static_cast<size_t>(i);
-    by_stream[stream[k]].push_back(run[stream[k]] += delta[k]);
-  }
-  for (auto& [s, q] : by_stream) {
-    double mean = 0;
-    for (int64_t v : q) mean += static_cast<double>(v);
-    mean /= static_cast<double>(q.size());
-    double var = 0;
-    for (int64_t v : q) var += (static_cast<double>(v) - mean) * (static_cast<double>(v) - mean);
-    std::vector<int64_t> sorted = q;
-    std::sort(sorted.begin(), sorted.end());
-    json st;
-    st["count"] = static_cast<double>(q.size());
-    st["mean"] = mean;
-    st["std"] =
-        q.size() > 1 ? json(std::sqrt(var / static_cast<double>(q.size() - 1))) : json(nullptr);
-    st["min"] = static_cast<double>(sorted.front());
-    st["25%"] = quantile(sorted, 0.25);
-    st["50%"] = quantile(sorted, 0.5);
-    st["75%"] = quantile(sorted, 0.75);
-    st["max"] = static_cast<double>(sorted.back());
-    (*out)["rank" + std::to_string(f.rank) + "_stream" + std::to_string(s)] = st;
-  }
-}
-
 }  // namespace
 
 namespace {
@@ -491,14 +307,20 @@ json analyses(const std::vector<KinetoTrace>& ranks, const HtaOptions& options,
   out["idle_interval_stats"] = json::array();
   out["comm_comp_overlap"] = json::array();
   out["queue_length_summary"] = json::object();
+  out["queue_length_time_series"] = json::object();
+  out["time_blocked_on_full_queue"] = json::array();
+  out["memory_bw_time_series"] = json::object();
+  out["memory_bw_summary"] = json::array();
   out["cuda_kernel_launch_stats"] = json::object();
   std::map<std::string, int64_t> type_sums;
-  size_t breakdown_rows = 0;
+  std::vector<json> kernels;
+  int64_t min_ts = INT64_MAX;  // HTA aligns every rank's ts to the run's first event
   for (size_t ri = 0; ri < ranks.size(); ++ri) {
     const KinetoTrace& t = ranks[ri];
     const HtaFrame f = kineto::make_hta_frame(t, release ? &release[ri] : nullptr);
     const std::vector<uint8_t> kinds = launch_kinds(t.names);
     out["ranks"].push_back(f.rank);
+    if (!f.rows.empty() || f.uncorrelated_cpu_rows > 0) min_ts = std::min(min_ts, f.ts_min);
     out["events_after_load_filter"][std::to_string(f.rank)] = f.events_after_load_filter();
     out["temporal_breakdown"].push_back(temporal(f));
     for (auto& row : idle_breakdown(f, options, &out["idle_interval_stats"]))
@@ -507,9 +329,15 @@ json analyses(const std::vector<KinetoTrace>& ranks, const HtaOptions& options,
     kernel_type_time(f, &type_sums);
     for (HtaKernelType k :
          {HtaKernelType::kComputation, HtaKernelType::kCommunication, HtaKernelType::kMemory}) {
-      breakdown_rows += kernel_breakdown_rows(f, k, options);
+      for (json& row : kineto::kernel_breakdown_rows(f, t.names, k, options))
+        kernels.push_back(std::move(row));
     }
-    queue_summary(f, kinds, &out["queue_length_summary"]);
+    kineto::queue_length_analyses(f, kinds, options.max_queue_length, &out["queue_length_summary"],
+                                  options.time_series ? &out["queue_length_time_series"] : nullptr,
+                                  &out["time_blocked_on_full_queue"]);
+    kineto::memory_bw_analyses(f, t.names,
+                               options.time_series ? &out["memory_bw_time_series"] : nullptr,
+                               &out["memory_bw_summary"]);
     out["cuda_kernel_launch_stats"][std::to_string(f.rank)] = launch_stats(f, kinds, options);
   }
   std::vector<std::pair<std::string, int64_t>> types(type_sums.begin(), type_sums.end());
@@ -526,7 +354,22 @@ json analyses(const std::vector<KinetoTrace>& ranks, const HtaOptions& options,
         num_or_null(round_to(100.0 * static_cast<double>(s) / static_cast<double>(total), 1));
     out["kernel_type_breakdown"].push_back(row);
   }
-  out["kernel_breakdown_rows"] = breakdown_rows;
+  for (const char* k : {"queue_length_time_series", "memory_bw_time_series"}) {
+    for (auto& [rank, cols] : out[k].items()) {
+      for (auto& ts : cols["ts"]) ts = ts.get<int64_t>() - min_ts;
+    }
+  }
+  // HTA sorts the kernel table by kernel type, name and rank.
+  std::stable_sort(kernels.begin(), kernels.end(), [](const json& a, const json& b) {
+    const auto ka = std::tie(a["kernel_type"].get_ref<const std::string&>(),
+                             a["name"].get_ref<const std::string&>());
+    const auto kb = std::tie(b["kernel_type"].get_ref<const std::string&>(),
+                             b["name"].get_ref<const std::string&>());
+    if (ka != kb) return ka < kb;
+    return a["rank"].get<int>() < b["rank"].get<int>();
+  });
+  out["kernel_breakdown_rows"] = kernels.size();
+  out["kernel_breakdown"] = std::move(kernels);
   return out;
 }
 

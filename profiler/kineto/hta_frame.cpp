@@ -52,6 +52,21 @@ HtaFrame make_hta_frame(const KinetoTrace& trace, KinetoTrace* consume) {
     r.type = static_cast<HtaKernelType>(type_of[e.name]);
     return r;
   };
+  bool any_row = false;
+  auto seen = [&](const HtaRow& r) {
+    f.ts_min = any_row ? std::min(f.ts_min, r.ts) : r.ts;
+    f.ts_max = any_row ? std::max(f.ts_max, r.ts) : r.ts;
+    any_row = true;
+  };
+  // Appends a row; copies and memsets keep their bandwidth (kineto_reader: Event::value of an
+  // imported device span).
+  auto push = [&](const HtaRow& r, const Event& e) {
+    seen(r);
+    if (r.gpu() && r.type == HtaKernelType::kMemory) {
+      f.mem_bw.emplace_back(static_cast<uint32_t>(f.rows.size()), e.value);
+    }
+    f.rows.push_back(r);
+  };
   // Frees the records a pass has walked past (its last pass only).
   auto walked = [&](size_t i) {
     if (consume && ((i + 1) & KinetoTrace::kBlockMask) == 0) consume->release_until(i + 1);
@@ -85,8 +100,9 @@ HtaFrame make_hta_frame(const KinetoTrace& trace, KinetoTrace* consume) {
       if (!kept(e)) continue;
       const HtaRow r = make_row(e);
       if (r.gpu() || r.corr != 0) {
-        f.rows.push_back(r);
+        push(r, e);
       } else {
+        seen(r);
         ++f.uncorrelated_cpu_rows;
       }
     }
@@ -104,9 +120,10 @@ HtaFrame make_hta_frame(const KinetoTrace& trace, KinetoTrace* consume) {
     const HtaRow r = make_row(e);
     if (r.gpu() || r.ts >= last_step) continue;
     if (r.corr == 0) {
+      seen(r);
       ++f.uncorrelated_cpu_rows;
     } else {
-      f.rows.push_back(r);
+      push(r, e);
       kept_corr.push_back(r.corr);
     }
   }
@@ -115,7 +132,7 @@ HtaFrame make_hta_frame(const KinetoTrace& trace, KinetoTrace* consume) {
     const Event e = trace.event(i);
     walked(i);
     if (!kept(e) || !e.track.device || (e.flags & kNoStream) || e.id == 0) continue;
-    if (std::binary_search(kept_corr.begin(), kept_corr.end(), e.id)) f.rows.push_back(make_row(e));
+    if (std::binary_search(kept_corr.begin(), kept_corr.end(), e.id)) push(make_row(e), e);
   }
   if (consume) consume->release_all();
   return f;

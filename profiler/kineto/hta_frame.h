@@ -27,6 +27,10 @@ struct HtaFrame {
   int rank = 0;
   std::vector<HtaRow> rows;          // file order; CPU rows only when they carry a correlation id
   size_t uncorrelated_cpu_rows = 0;  // kept by HTA's load rules but used by no analysis
+  // ts range of every kept row, uncorrelated CPU rows included (HTA's get_trace_duration).
+  int64_t ts_min = 0, ts_max = 0;
+  // Copy and memset rows: (row, the trace's "memory bandwidth (GB/s)"; 0 where it has none).
+  std::vector<std::pair<uint32_t, double>> mem_bw;
   size_t events_after_load_filter() const { return rows.size() + uncorrelated_cpu_rows; }
 };
 

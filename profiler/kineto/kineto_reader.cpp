@@ -66,6 +66,8 @@ struct RawEvent {
   std::string dtype, arg_name, direction;
   double counter_value = 0;
   bool has_counter_value = false;
+  double mem_bw = 0;  // "memory bandwidth (GB/s)"
+  bool has_mem_bw = false;
   void reset() {
     ph = 0;
     has_ts = has_dur = has_cat = has_flow_id = false;
@@ -90,6 +92,8 @@ struct RawEvent {
     direction.clear();
     counter_value = 0;
     has_counter_value = false;
+    mem_bw = 0;
+    has_mem_bw = false;
   }
 };
 
@@ -323,6 +327,9 @@ class Reader {
         ev_.has_device = numeric;
       } else if (k == "bytes") {
         ev_.bytes = read_int_or(-1);
+      } else if (k == "memory bandwidth (GB/s)" && cur_.peek() == JsonType::kNumber) {
+        ev_.mem_bw = cur_.read_number().value;
+        ev_.has_mem_bw = true;
       } else if (k == "Bytes") {
         ev_.mem_bytes = read_int_or(0);
         ev_.has_mem = true;
@@ -443,6 +450,9 @@ class Reader {
       if (ev_.direction == "HOST_TO_DEVICE") e.category = Category::kH2D;
       if (ev_.direction == "DEVICE_TO_HOST") e.category = Category::kD2H;
     }
+    // A device span's value is its "memory bandwidth (GB/s)" (HTA's memory_bw_gbps, 0 when
+    // absent as in HTA).
+    if (device && ev_.has_mem_bw) e.value = ev_.mem_bw;
     if (device) device_tracks_.emplace(e.track, has_stream);
     trace_.append(e);
   }

@@ -87,7 +87,8 @@ std::vector<Trace> load_kineto_ranks(const fs::path& path) {
 void write_hta_json(const fs::path& trace_path, const fs::path& out) {
   nlohmann::json doc = nlohmann::json::object();
   doc[hta_entry_key(trace_path.string())] = hta_analyses_of(trace_path.string());
-  write_file_atomic(out, doc.dump(1) + "\n");
+  // Kernel names are the trace's bytes: invalid UTF-8 is written as U+FFFD, never thrown on.
+  write_file_atomic(out, doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
 }  // namespace ft::profiler

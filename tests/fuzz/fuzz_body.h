@@ -95,8 +95,8 @@ inline void fuzz_kineto(const std::string& text, size_t size) {
   } catch (const FormatError&) {
     return;
   }
-  // ft-hta and ft-diagnose --hta-json write the analyses as doc.dump(1).
-  (void)profiler::hta_analyses(ranks).dump(1);
+  // ft-hta and ft-diagnose --hta-json write the analyses so (invalid UTF-8 as U+FFFD).
+  (void)profiler::hta_analyses(ranks).dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
   profiler::Trace t;
   try {
     t = profiler::prepare_kineto_trace(std::move(ranks));

@@ -17,12 +17,16 @@ struct HtaOptions {
   int64_t launch_delay_cutoff_us = 100;      // launch statistics: launch-delay outliers
   size_t num_kernels = 10;                   // kernel breakdown: top kernels per type
   double duration_ratio = 0.8;               // kernel breakdown: cumulative share kept
+  int64_t max_queue_length = 1024;  // time blocked on a full launch queue (CUDA's per stream)
+  bool time_series = true;          // write the queue-length and memory-bandwidth series
 };
 
 // All analyses for one run (one trace per rank, as read by read_kineto_rank_records), as one entry
 // of hta_outputs.json: ranks, events_after_load_filter, temporal_breakdown, idle_time_breakdown,
 // comm_comp_overlap, kernel_type_breakdown, kernel_breakdown_rows, queue_length_summary,
-// cuda_kernel_launch_stats. Times are integer µs after HTA's rounding. Traces without a
+// cuda_kernel_launch_stats; and HTA's analyses hta_outputs.json lacks: idle_interval_stats,
+// kernel_breakdown (the table), queue_length_time_series, time_blocked_on_full_queue,
+// memory_bw_time_series, memory_bw_summary (series are columns per rank: {"ts": [...], ...}). Times are integer µs after HTA's rounding. Traces without a
 // source category (legacy autograd JSON) have no rows HTA would keep; their entry has zero
 // events and empty analyses.
 nlohmann::json hta_analyses(const std::vector<KinetoTrace>& ranks, const HtaOptions& options = {});
