@@ -244,6 +244,50 @@ void read_steps(const Reader& r, const Json& j, Diagnosis* d) {
   }
 }
 
+// report.json's "timeline": lanes, names, and spans [lane, row, class, name, start_ms, dur_ms]
+// whose indices must point inside them.
+void read_timeline(const Reader& r, const Json& t, Timeline* out) {
+  const std::string p = "/timeline";
+  const Json& steps = r.array(r.field(t, p, "steps"), p + "/steps");
+  for (size_t k = 0; k < steps.size(); ++k)
+    out->steps.push_back(r.integer(steps[k], fmt::format("{}/steps/{}", p, k)));
+  out->start_ms = r.num_field(t, p, "start_ms");
+  out->end_ms = r.num_field(t, p, "end_ms");
+  for (const char* key : {"lanes", "names"}) {
+    const Json& a = r.array(r.field(t, p, key), p + "/" + key);
+    auto& v = std::string(key) == "lanes" ? out->lanes : out->names;
+    for (size_t k = 0; k < a.size(); ++k)
+      v.push_back(r.string(a[k], fmt::format("{}/{}/{}", p, key, k)));
+  }
+  const Json& spans = r.array(r.field(t, p, "spans"), p + "/spans");
+  for (size_t k = 0; k < spans.size(); ++k) {
+    const std::string pk = fmt::format("{}/spans/{}", p, k);
+    const Json& a = r.array(spans[k], pk);
+    if (a.size() != 6) r.fail(pk, "expected [lane, row, class, name, start_ms, dur_ms]");
+    const int64_t lane = r.integer(a[0], pk + "/0"), row = r.integer(a[1], pk + "/1");
+    const int64_t name = r.integer(a[3], pk + "/3");
+    if (lane < 0 || static_cast<size_t>(lane) >= out->lanes.size()) r.fail(pk, "lane out of range");
+    if (row != 0 && row != 1) r.fail(pk, "row must be 0 or 1");
+    if (name < 0 || static_cast<size_t>(name) >= out->names.size()) r.fail(pk, "name out of range");
+    const std::string cls = r.string(a[2], pk + "/2");
+    int c = 0;
+    while (c < kNumWaitClasses && cls != wait_class_name(WaitClass(c))) ++c;
+    if (c == kNumWaitClasses) r.fail(pk + "/2", fmt::format("unknown class \"{}\"", cls));
+    TimelineSpan s;
+    s.lane = static_cast<uint16_t>(lane);
+    s.row = static_cast<uint8_t>(row);
+    s.cls = static_cast<uint8_t>(c);
+    s.name = static_cast<uint32_t>(name);
+    s.start_ms = r.number(a[4], pk + "/4");
+    s.dur_ms = r.number(a[5], pk + "/5");
+    if (!(s.dur_ms >= 0) || !(s.start_ms >= 0)) r.fail(pk, "start_ms and dur_ms must be >= 0");
+    out->spans.push_back(s);
+  }
+  out->hidden = r.int_field(t, p, "hidden");
+  if (out->steps.empty()) r.fail(p + "/steps", "a timeline shows at least one step");
+  if (out->lanes.size() > 65535) r.fail(p + "/lanes", "more than 65535 lanes");
+}
+
 }  // namespace
 
 Diagnosis diagnosis_from_json(const nlohmann::json& j, const std::string& origin) {
@@ -290,6 +334,7 @@ Diagnosis diagnosis_from_json(const nlohmann::json& j, const std::string& origin
                               r.num_field(tr[k], pk, "ms"), r.num_field(tr[k], pk, "bytes")});
     }
   }
+  if (const Json* t = r.optional(j, "timeline")) read_timeline(r, *t, &d.timeline);
   if (const Json* s = r.optional(j, "warnings")) {
     r.array(*s, "/warnings");
     for (size_t k = 0; k < s->size(); ++k)

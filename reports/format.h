@@ -23,6 +23,10 @@ std::string html_head(const std::string& title, const std::string& script_nonce,
 void add_trace_summary_json(nlohmann::ordered_json& j, const profiler::Diagnosis& d);
 std::string trace_summary_markdown(const profiler::Diagnosis& d);
 std::string trace_summary_html(const profiler::Diagnosis& d);
+// The timeline of steady steps (Diagnosis::timeline), empty when there is none
+// (timeline_report.cpp).
+void add_timeline_json(nlohmann::ordered_json& j, const profiler::Diagnosis& d);
+std::string timeline_html(const profiler::Diagnosis& d);
 
 // A summary card: the key above its value, both escaped.
 std::string html_card(const std::string& key, const std::string& value);

@@ -331,6 +331,7 @@ std::string render_html(const Diagnosis& d) {
       "<section id=\"findings\"><h2>Findings (ranked)</h2>\n" + findings_html(d) + "</section>\n";
   out += ranks_html(d);
   out += detail::trace_summary_html(d);
+  out += detail::timeline_html(d);
   out += critical_path_html(d);
 
   std::vector<Series> loss(1), mem;

@@ -125,6 +125,7 @@ Json build_json(const Diagnosis& d) {
   j["findings"] = std::move(findings);
   add_ranks(j, d);
   detail::add_trace_summary_json(j, d);
+  detail::add_timeline_json(j, d);
   if (d.critical_path.computed) {
     const profiler::CriticalPathSummary& cp = d.critical_path;
     Json c;

@@ -1,6 +1,7 @@
 // trace_summary_report.cpp: the "What ran" section of the reports (Diagnosis::trace_summary).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -14,6 +15,24 @@ namespace {
 double gbps(const profiler::TransferTime& t) { return t.ms > 0 ? t.bytes / t.ms / 1e6 : 0; }
 
 double r6(double x) { return std::round(x * 1e6) / 1e6; }
+
+// Rows under HTA's short names, rows that share one summed (template instances of one kernel:
+// "vectorized_elementwise_kernel<4, ...>" and "<2, ...>"), by self time (a kernel's is its total).
+std::vector<profiler::OpTime> by_short_name(const std::vector<profiler::OpTime>& v) {
+  std::vector<profiler::OpTime> out;
+  for (const auto& t : v) {
+    const std::string n = profiler::hta_short_name(t.name);
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& o) { return o.name == n; });
+    if (it == out.end()) {
+      out.push_back({n, 0, 0, 0});
+      it = out.end() - 1;
+    }
+    it->count += t.count, it->total_ms += t.total_ms, it->self_ms += t.self_ms;
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.self_ms > b.self_ms; });
+  return out;
+}
 
 }  // namespace
 
@@ -51,16 +70,16 @@ std::string trace_summary_markdown(const profiler::Diagnosis& d) {
   if (!s.computed) return "";
   std::string out = fmt::format(
       "## What ran (per steady step)\n\nThe device is busy {} of the steady steps. Names are "
-      "HTA's short names (report.json keeps them whole).\n\n",
+      "HTA's short names, rows of one short name summed (report.json keeps them whole).\n\n",
       percent(s.device_busy_share));
   auto table = [&](const char* title, const std::vector<profiler::OpTime>& v, bool self) {
     if (v.empty()) return;
     out += fmt::format("| {} | count | total ms |{}\n|---|---:|---:|{}\n", title,
                        self ? " self ms |" : "", self ? "---:|" : "");
-    for (const auto& t : v) {
+    for (const auto& t : by_short_name(v)) {
       const std::string self_ms = self ? fmt::format(" {} |", fixed(t.self_ms, 3)) : std::string();
-      out += fmt::format("| {} | {} | {} |{}\n", markdown_escape(profiler::hta_short_name(t.name)),
-                         fixed(t.count, 1), fixed(t.total_ms, 3), self_ms);
+      out += fmt::format("| {} | {} | {} |{}\n", markdown_escape(t.name), fixed(t.count, 1),
+                         fixed(t.total_ms, 3), self_ms);
     }
     out += "\n";
   };
@@ -95,16 +114,23 @@ std::string trace_summary_html(const profiler::Diagnosis& d) {
     out += fmt::format(
         "<table><tr><th>{}</th><th class=\"n\">count</th><th class=\"n\">total ms</th>{}</tr>",
         title, self ? "<th class=\"n\">self ms</th>" : "");
-    for (const auto& t : v) {
+    for (const auto& t : by_short_name(v)) {
       out += fmt::format(
           "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td>{}</tr>",
-          html_escape(profiler::hta_short_name(t.name)), fixed(t.count, 1), fixed(t.total_ms, 3),
+          html_escape(t.name), fixed(t.count, 1), fixed(t.total_ms, 3),
           self ? fmt::format("<td class=\"n\">{}</td>", fixed(t.self_ms, 3)) : std::string());
     }
     out += "</table>\n";
   };
   table("kernel", s.kernels, false);
   table("CPU operator (training thread)", s.cpu_ops, true);
+  if (!s.streams.empty()) {
+    out += "<table><tr><th>stream</th><th class=\"n\">busy ms</th></tr>";
+    for (const auto& [name, ms] : s.streams)
+      out += fmt::format("<tr><td>{}</td><td class=\"n\">{}</td></tr>", html_escape(name),
+                         fixed(ms, 3));
+    out += "</table>\n";
+  }
   if (!s.transfers.empty()) {
     out +=
         "<table><tr><th>copies and collectives</th><th class=\"n\">count</th><th "

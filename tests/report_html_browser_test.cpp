@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "ft/core/atomic_file.h"
+#include "ft/profiler/load_trace.h"
+#include "ft/profiler/multi_rank.h"
 #include "ft/reports/report.h"
 #include "reference/report_sample.h"
 
@@ -233,8 +235,55 @@ TEST(ReportHtmlBrowser, ScriptsRunCleanAndHostileNamesStayText) {
   EXPECT_EQ(r.out.find("<b>bold</b>"), std::string::npos);
   EXPECT_NE(r.out.find("span &lt;script&gt;alert(1)&lt;/script&gt;"), std::string::npos);
   EXPECT_NE(r.out.find("\"&gt;&lt;img src=x onerror=alert(1)&gt;"), std::string::npos);
+  // The timeline's hostile lane and span names are text too (SVG <text> and <title>).
+  EXPECT_NE(r.out.find("id=\"ft-timeline\""), std::string::npos);
+  EXPECT_NE(r.out.find("<title>training thread: &lt;script&gt;alert(1)&lt;/script&gt;</title>"),
+            std::string::npos);
   // The hover read-out was filled by the script (slowest step 7).
   EXPECT_NE(r.out.find("slowest step 7: 161.00 ms"), std::string::npos);
+}
+
+// The import report of a real GPU trace (an A100 PyTorch trace from HTA's tests, not written
+// here): the page runs clean, the timeline draws every span the report holds, and its pixels
+// show the device's compute and the host's launches in their class colours.
+TEST(ReportHtmlBrowser, RealGpuTraceImportShowsTheTimeline) {
+  REQUIRE_CHROMIUM();
+  TempDir tmp;
+  const fs::path trace = fs::path(FT_SOURCE_DIR) / "tests/data/hta/ns_resolution_trace";
+  const profiler::Diagnosis d = profiler::diagnose_trace_ranks(profiler::load_kineto_ranks(trace));
+  ASSERT_FALSE(d.timeline.steps.empty());
+  ASSERT_GT(d.timeline.spans.size(), 500u);
+  write_reports(d, tmp.path / "run");
+  const RunResult dom = run_chromium(tmp, tmp.path / "run/report.html", "--dump-dom");
+  ASSERT_EQ(dom.status, 0) << dom.err;
+  EXPECT_TRUE(console_lines(dom.err).empty()) << console_lines(dom.err)[0];
+  EXPECT_NE(dom.out.find("data-ft-ready=\""), std::string::npos);
+  EXPECT_EQ(dom.out.find("data-ft-error=\""), std::string::npos);
+  size_t rects = 0;
+  for (size_t at = dom.out.find("<rect class=\"span\""); at != std::string::npos;
+       at = dom.out.find("<rect class=\"span\"", at + 1))
+    ++rects;
+  EXPECT_EQ(rects, d.timeline.spans.size());
+  // Only the timeline shown (the page's own CSP allows inline styles), then a screenshot.
+  std::string html = read_file(tmp.path / "run/report.html");
+  const size_t style_end = html.find("</style>");
+  ASSERT_NE(style_end, std::string::npos);
+  html.insert(style_end, "header,main>*:not(#timeline){display:none}");
+  write_file_atomic(tmp.path / "timeline.html", html);
+  const fs::path shot = tmp.path / "timeline.png";
+  const RunResult r = run_chromium(
+      tmp, tmp.path / "timeline.html",
+      "--hide-scrollbars --window-size=1280,400 --screenshot=" + shell_quote(shot.string()));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const Image img = decode_png(read_file(shot));
+  size_t compute = 0, host = 0;
+  for (uint32_t c : img.rgb) {
+    compute += c == 0x4e79a7;  // kernels on the stream
+    host += c == 0xedc948;     // CPU operators and launches on the training thread
+  }
+  std::cout << "timeline screenshot: compute px " << compute << ", host px " << host << "\n";
+  EXPECT_GT(compute, 2000u);
+  EXPECT_GT(host, 2000u);
 }
 
 // Negative control: a page whose script fails must be caught by the same checks.

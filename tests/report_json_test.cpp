@@ -213,6 +213,39 @@ TEST(ReportJson, InvalidUtf8FromATraceIsReplacedNotThrown) {
   EXPECT_EQ(back.findings[0].evidence.examples[0], "span \xEF\xBF\xBD\xEF\xBF\xBD name");
 }
 
+// The timeline (lanes, names, spans) reads back as written, and a span pointing outside the
+// lanes or names, or with an unknown class, is a FormatError naming it.
+TEST(ReportJson, TimelineRoundTripsAndBadSpansAreNamed) {
+  const Diagnosis d = testing::hostile_diagnosis(6);
+  const std::string text = render_json(d);
+  const Diagnosis back = parse_report_json(text);
+  EXPECT_EQ(render_json(back), text);
+  EXPECT_EQ(back.timeline.steps, d.timeline.steps);
+  EXPECT_EQ(back.timeline.lanes, d.timeline.lanes);
+  EXPECT_EQ(back.timeline.names, d.timeline.names);
+  ASSERT_EQ(back.timeline.spans.size(), 3u);
+  EXPECT_EQ(back.timeline.spans[1].row, 1);
+  EXPECT_EQ(back.timeline.spans[1].cls, 6);  // sync
+  EXPECT_DOUBLE_EQ(back.timeline.spans[2].dur_ms, 20.0);
+  const auto j = nlohmann::json::parse(text);
+  auto broken = j;
+  broken["timeline"]["spans"][2][0] = 2;
+  EXPECT_NE(error_of(broken.dump()).find("/timeline/spans/2: lane out of range"), std::string::npos)
+      << error_of(broken.dump());
+  broken = j;
+  broken["timeline"]["spans"][0][2] = "gpu";
+  EXPECT_NE(error_of(broken.dump()).find("/timeline/spans/0/2: unknown class \"gpu\""),
+            std::string::npos)
+      << error_of(broken.dump());
+  broken = j;
+  broken["timeline"]["spans"][1][3] = 7;
+  EXPECT_NE(error_of(broken.dump()).find("name out of range"), std::string::npos);
+  broken = j;
+  broken["timeline"]["spans"][1] = nlohmann::json::array({0, 0});
+  EXPECT_NE(error_of(broken.dump()).find("expected [lane, row, class, name, start_ms, dur_ms]"),
+            std::string::npos);
+}
+
 TEST(ReportJson, MalformedInputGivesAClearFormatError) {
   EXPECT_NE(error_of("{\"format\": \"ft-report\", ").find("bad.json: byte"), std::string::npos)
       << error_of("{\"format\": \"ft-report\", ");

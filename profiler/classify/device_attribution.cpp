@@ -33,7 +33,9 @@ int blocking_class(const Trace& trace, const Event& e) {
   const std::string& n = trace.names.at(e.name);
   switch (e.category) {
     case Category::kSync:
-      return has(n, "StreamWaitEvent") ? -1 : static_cast<int>(WaitClass::kSync);
+      // A stream's wait on an event and an event query (a poll) return at once.
+      return has(n, "StreamWaitEvent") || has(n, "EventQuery") ? -1
+                                                               : static_cast<int>(WaitClass::kSync);
     case Category::kD2H:
       return (e.flags & (kPageable | kSynchronous)) || has(n, "cudaMemcpy")
                  ? static_cast<int>(WaitClass::kSync)

@@ -91,6 +91,7 @@ Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options, const Fin
   }
   d.warnings = input_warnings(trace, d.steps);
   d.trace_summary = summarize_trace(trace, steady);
+  d.timeline = build_timeline(trace, steady);
   d.findings = find_issues(trace, d.steps, facts, d.loss_health, rules);
   predict_findings(steady, &d.findings, host_lead_ms(trace, steady));
   replay_predictions(trace, steady, &d.findings, rules);

@@ -78,8 +78,14 @@ std::vector<Trace> load_kineto_ranks(const fs::path& path) {
   std::vector<Trace> out = prepare_kineto_ranks(read_kineto_rank_records(path.string()));
   for (Trace& t : out) {
     t.metadata["path"] = path.string();
-    t.source = fmt::format("{} ({} trace, rank {} of {})", path.string(),
-                           t.metadata["source_format"], t.metadata["rank"], out.size());
+    // "rank 3 of a world of 8, 1 rank traced" (the world size when the trace records it).
+    std::string world;
+    for (const auto& [k, v] : t.metadata)
+      if (std::string_view(k).ends_with("distributed.world_size")) world = v;
+    t.source = fmt::format("{} ({} trace, rank {}{}, {} rank{} traced)", path.string(),
+                           t.metadata["source_format"], t.metadata["rank"],
+                           world.empty() ? "" : " of a world of " + world, out.size(),
+                           out.size() == 1 ? "" : "s");
   }
   return out;
 }

@@ -174,6 +174,13 @@ inline profiler::Diagnosis hostile_diagnosis(int num_steps = 6) {
   d.environment[xss] = img;
   d.loss_health.verdict = "<b>bold</b>";
   d.warnings = {"1 spans have a negative duration (first: '" + xss + "')"};
+  // A timeline whose lane and span names are hostile too.
+  d.timeline.steps = {2, 3};
+  d.timeline.start_ms = d.steps[2].start_ms;
+  d.timeline.end_ms = d.steps[3].start_ms + d.steps[3].wall_ms;
+  d.timeline.lanes = {"training thread: " + xss, img};
+  d.timeline.names = {xss, img};
+  d.timeline.spans = {{0, 0, 0, 0, 0.0, 10.0}, {0, 1, 6, 1, 2.0, 3.0}, {1, 0, 0, 1, 5.0, 20.0}};
   return d;
 }
 

@@ -140,6 +140,24 @@ struct TraceSummary {
   std::vector<TransferTime> transfers;
 };
 
+// A window of steady steps as spans per thread and stream (report.html's timeline view).
+struct TimelineSpan {
+  uint16_t lane = 0;    // index into Timeline::lanes
+  uint8_t row = 0;      // 0: outermost spans (a stream's kernels); 1: host runtime calls and waits
+  uint8_t cls = 0;      // WaitClass it is drawn as
+  uint32_t name = 0;    // index into Timeline::names
+  double start_ms = 0;  // from Timeline::start_ms
+  double dur_ms = 0;
+};
+struct Timeline {
+  std::vector<int64_t> steps;       // the steps shown (consecutive); empty: no timeline
+  double start_ms = 0, end_ms = 0;  // the window, from the trace start (as StepBreakdown)
+  std::vector<std::string> lanes;   // host threads first (the training thread first), streams
+  std::vector<std::string> names;   // span names (shortened)
+  std::vector<TimelineSpan> spans;  // by lane, row, start
+  int64_t hidden = 0;               // spans in the window too short to draw, or past the cap
+};
+
 struct Diagnosis {
   std::string source;  // "ft-train run", "trace.json", ...
   // How the steps were found in an imported trace (ProfilerStep spans, a repeating span, or the
@@ -163,6 +181,7 @@ struct Diagnosis {
   // call carries, spans outside every step (docs/classification.md, "Input warnings").
   std::vector<std::string> warnings;
   TraceSummary trace_summary;
+  Timeline timeline;  // the median steady step and the next (build_timeline)
 };
 
 }  // namespace ft::profiler

@@ -149,6 +149,16 @@ std::vector<std::string> input_warnings(const Trace& trace,
 // training rank).
 TraceSummary summarize_trace(const Trace& trace, const std::vector<const StepBreakdown*>& steady);
 
+// Diagnosis::timeline: the steady step of median wall time and the steady step after it: every
+// span on the training thread and up to kTimelineLanes - 1 other lanes (the busiest host threads
+// and the device's streams), classed as the classifier classes them (device: compute / comm /
+// pcie; host: the blocking class of a runtime call, else data / memory / host, and compute on a
+// trace with no device). Spans too short to see are drawn as runs ("N short spans"); at most
+// kTimelineSpans are kept, the shortest counted as hidden.
+constexpr size_t kTimelineLanes = 16;
+constexpr size_t kTimelineSpans = 4000;
+Timeline build_timeline(const Trace& trace, const std::vector<const StepBreakdown*>& steady);
+
 // Sorts findings into the ranking order above (stable).
 void rank_findings(std::vector<Finding>* findings);
 
