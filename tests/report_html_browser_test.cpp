@@ -243,7 +243,7 @@ TEST(ReportHtmlBrowser, ScriptsRunCleanAndHostileNamesStayText) {
   EXPECT_NE(r.out.find("slowest step 7: 161.00 ms"), std::string::npos);
 }
 
-// The import report of a real GPU trace (an A100 PyTorch trace from HTA's tests, not written
+// The import report of a real GPU trace (a V100 PyTorch trace from HTA's tests, not written
 // here): the page runs clean, the timeline draws every span the report holds, and its pixels
 // show the device's compute and the host's launches in their class colours.
 TEST(ReportHtmlBrowser, RealGpuTraceImportShowsTheTimeline) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ft/core/error.h"
+#include "ft/core/parallel.h"
 #include "ft/profiler/classifier.h"
 #include "ft/profiler/findings.h"
 #include "ft/profiler/kineto_reader.h"
@@ -139,12 +140,11 @@ Diagnosis diagnose_trace_ranks(const std::vector<Trace>& ranks, const ClassifyOp
                                const FindingRules& rules) {
   if (ranks.empty()) throw FormatError("no ranks to diagnose");
   if (ranks.size() == 1) return diagnose(ranks[0], options, rules);
-  std::vector<Diagnosis> per;
+  // Each rank's diagnosis is its own: they run on the machine's cores.
+  std::vector<Diagnosis> per(ranks.size());
+  parallel_for(ranks.size(), [&](size_t r) { per[r] = diagnose(ranks[r], options, rules); });
   std::vector<RunInfo> runs;
-  for (const Trace& t : ranks) {
-    per.push_back(diagnose(t, options, rules));
-    runs.push_back(RunInfo::from_metadata(t.metadata));
-  }
+  for (const Trace& t : ranks) runs.push_back(RunInfo::from_metadata(t.metadata));
   Diagnosis d = per[0];
   const Trace& first = ranks[0];
   for (size_t r = 0; r < ranks.size(); ++r) {  // every rank's input warnings, said per rank
