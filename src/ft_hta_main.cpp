@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
     std::string trace, out, root;
     ft::profiler::CriticalPathOptions cp;
     ft::profiler::HtaOptions hta;
+    ft::profiler::KernelSequenceOptions seq;
     opts.add_options()("help,h", "show this help")(
         "trace", po::value<std::string>(&trace), "Kineto trace file (.json/.json.gz) or rank dir")(
         "hta-json", po::value<std::string>(&out), "write the HTA-compatible analyses here")(
@@ -25,6 +26,11 @@ int main(int argc, char** argv) {
         "max-queue-length", po::value<int64_t>(&hta.max_queue_length)->default_value(1024),
         "time blocked on a full launch queue: the queue's length (CUDA's per stream: 1024)")(
         "no-time-series", "leave out the queue-length and memory-bandwidth time series")(
+        "sequence-operator",
+        po::value<std::string>(&seq.operator_name)->default_value(seq.operator_name),
+        "frequent CUDA kernel sequences: root CPU ops are those whose name holds this")(
+        "sequence-min-length", po::value<size_t>(&seq.min_pattern_len)->default_value(3),
+        "frequent CUDA kernel sequences: the fewest kernels a root op launches")(
         "cp-annotation", po::value<std::string>(&cp.annotation)->default_value("ProfilerStep"),
         "critical path: window annotation (\"\" = whole rank)")(
         "cp-instance", po::value<int64_t>(&cp.instance_first)->default_value(0),
@@ -49,10 +55,12 @@ int main(int argc, char** argv) {
     nlohmann::json doc;
     const std::string key = ft::profiler::hta_entry_key(trace, root);
     hta.time_series = vm.count("no-time-series") == 0;
+    if (seq.operator_name.empty())
+      throw ft::ConfigError("ft-hta: --sequence-operator must not be empty");
     if (hta.max_queue_length < 1) throw ft::ConfigError("ft-hta: --max-queue-length must be >= 1");
     doc[key] = ft::profiler::hta_analyses_of(trace, hta);
     cp.instance_last = cp.instance_first;
-    const nlohmann::json more = ft::profiler::hta_json_analyses(trace, cp);
+    const nlohmann::json more = ft::profiler::hta_json_analyses(trace, cp, seq);
     for (const auto& [k, v] : more.items()) doc[key][k] = v;
     ft::write_file_atomic(out,
                           doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");

@@ -3,8 +3,10 @@
 #include "ft/profiler/critical_path.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -181,4 +183,74 @@ TEST(AnnotationBreakdownHtaParity, AbsentCategoryIsNull) {
   const json got =
       ft::profiler::gpu_user_annotation_breakdown(kData + "/hta/critical_path/alexnet", true);
   EXPECT_TRUE(got.at("records").is_null()) << got.dump().substr(0, 300);
+}
+
+// HTA's get_frequent_cuda_kernel_sequences(operator_name='aten::linear', rank=3) on
+// trace_diff/control: the one pattern (aten::linear, then its three kernels by start), its count
+// and its summed GPU kernel and CPU op durations, exactly.
+TEST(KernelSequencesHtaParity, TraceDiffControl) {
+  const json& want =
+      reference().at("frequent_cuda_kernel_sequences").at("trace_diff/control").at("records");
+  const json got =
+      ft::profiler::hta_json_analyses(kData + "/hta/trace_diff/control", CriticalPathOptions{})
+          .at("frequent_cuda_kernel_sequences");
+  ASSERT_EQ(got.at("ranks").size(), 1u);
+  const json& rank3 = got.at("ranks").at("3");
+  ASSERT_EQ(want.size(), rank3.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    for (const char* k : {"pattern", "count", "GPU kernel duration (us)", "CPU op duration (us)"})
+      EXPECT_EQ(want[i].at(k), rank3[i].at(k)) << k;
+  }
+}
+
+// A trace built so the answer is known, with a sub-µs span HTA's call stack raises on
+// ("Unexpected case"; it does so on ns_resolution_trace and nccl_parser_config): the span is an
+// instant. Three "blk" ops, two launching k1, k2, k3 and one launching k1, k3, k3, nested under
+// a "model" span; a zero-length and a sub-µs span at one instant beside them.
+TEST(KernelSequences, ByConstructionWithASubMicrosecondSpan) {
+  std::string ev;
+  int corr = 0;
+  auto add = [&](const std::string& e) { ev += (ev.empty() ? "" : ",") + e; };
+  auto span = [&](const std::string& cat, const std::string& name, int tid, double ts, double dur,
+                  const std::string& args) {
+    add("{\"ph\":\"X\",\"cat\":\"" + cat + "\",\"name\":\"" + name +
+        "\",\"pid\":1,\"tid\":" + std::to_string(tid) + ",\"ts\":" + std::to_string(ts) +
+        ",\"dur\":" + std::to_string(dur) + ",\"args\":" + args + "}");
+  };
+  span("cpu_op", "model", 1, 0, 1000, "{}");
+  const std::vector<std::vector<std::string>> blocks = {
+      {"k1", "k2", "k3"}, {"k1", "k2", "k3"}, {"k1", "k3", "k3"}};
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const double t0 = 10 + 300.0 * b;
+    span("cpu_op", "blk", 1, t0, 100, "{}");
+    for (size_t k = 0; k < 3; ++k) {
+      const std::string c = "{\"correlation\":" + std::to_string(++corr) + "}";
+      span("cuda_runtime", "cudaLaunchKernel", 1, t0 + 10 + 20 * k, 5, c);
+      span("kernel", blocks[b][k], 7, t0 + 200 + 20 * k, 10,
+           "{\"stream\":7,\"correlation\":" + std::to_string(corr) + "}");
+    }
+  }
+  span("cpu_op", "zero", 1, 950.0, 0, "{}");
+  span("cpu_op", "sub_us", 1, 950.2, 0.5, "{}");  // ceil(950.2) = 951 > floor(950.7): dur -1
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("ft_seq_" + std::to_string(::getpid()) + ".json"))
+          .string();
+  std::ofstream(path) << "{\"traceEvents\":[" + ev + "]}";
+  auto sequences = [&](size_t min_len) {
+    return ft::profiler::hta_json_analyses(path, CriticalPathOptions{}, {"blk", min_len})
+        .at("frequent_cuda_kernel_sequences")
+        .at("ranks")
+        .at("0");
+  };
+  const json got = sequences(3);
+  const json none = sequences(4);
+  std::filesystem::remove(path);
+  ASSERT_EQ(got.size(), 2u) << got.dump();
+  EXPECT_EQ(got[0].at("pattern"), "blk|k1|k2|k3");
+  EXPECT_EQ(got[0].at("count"), 2);
+  EXPECT_EQ(got[0].at("GPU kernel duration (us)"), 60);
+  EXPECT_EQ(got[0].at("CPU op duration (us)"), 200);
+  EXPECT_EQ(got[1].at("pattern"), "blk|k1|k3|k3");
+  EXPECT_EQ(got[1].at("count"), 1);
+  EXPECT_TRUE(none.empty()) << none.dump();  // no "blk" launches four kernels
 }

@@ -283,7 +283,8 @@ json gpu_user_annotation_breakdown(const std::string& trace_path, bool use_gpu_a
   return kineto::user_annotation_breakdown(ptrs, use_gpu_annotation, duration_ratio, num_kernels);
 }
 
-json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions& options) {
+json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions& options,
+                       const KernelSequenceOptions& sequences) {
   json out;
   auto failed = [](const std::exception& e) {
     return json{{"success", false}, {"error", e.what()}};
@@ -294,6 +295,7 @@ json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions&
   } catch (const std::exception& e) {  // ft::Error, or a JSON parse error
     out["critical_path"] = failed(e);
     out["gpu_user_annotation_breakdown"] = failed(e);
+    out["frequent_cuda_kernel_sequences"] = failed(e);
     return out;
   }
   try {
@@ -307,6 +309,14 @@ json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions&
   for (const bool gpu : {true, false})
     out["gpu_user_annotation_breakdown"].push_back(
         kineto::user_annotation_breakdown(ptrs, gpu, 0.8, 1000));
+  json& seq = out["frequent_cuda_kernel_sequences"];
+  seq["args"] = {{"operator_name", sequences.operator_name},
+                 {"min_pattern_len", sequences.min_pattern_len}};
+  seq["ranks"] = json::object();
+  for (const CpTrace& t : ranks) {
+    seq["ranks"][std::to_string(t.rank)] =
+        kineto::frequent_kernel_sequences(t, sequences.operator_name, sequences.min_pattern_len);
+  }
   return out;
 }
 

@@ -43,6 +43,12 @@ nlohmann::json user_annotation_breakdown(const std::vector<const CpTrace*>& rank
                                          bool use_gpu_annotation, double duration_ratio,
                                          size_t num_kernels);
 
+// HTA v0.6.1's get_frequent_cuda_kernel_sequences on one rank (kernel_sequences.cpp): every
+// pattern (the root op's name, then its subtree's kernels in start order, joined by "|"), most
+// frequent first, with its count and summed GPU kernel and CPU op durations.
+nlohmann::json frequent_kernel_sequences(const CpTrace& t, const std::string& operator_name,
+                                         size_t min_pattern_len);
+
 // Parses Kineto trace JSON text and applies HTA's loading rules (rounding, shift, last-step
 // drop, CPU/GPU correlation); without `align_and_cut`, as HTA's TraceDiff loads a trace: no
 // shift, every step kept.

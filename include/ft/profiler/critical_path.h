@@ -57,10 +57,19 @@ nlohmann::json gpu_user_annotation_breakdown(const std::string& trace_path,
                                              double duration_ratio = 0.8,
                                              size_t num_kernels = 1000);
 
+// HTA's get_frequent_cuda_kernel_sequences arguments.
+struct KernelSequenceOptions {
+  std::string operator_name = "aten::linear";  // CPU ops whose name holds this are the roots
+  size_t min_pattern_len = 3;                  // roots with fewer kernels are left out
+};
+
 // What ft-hta adds to the six core analyses, from one parse of each file: "critical_path" (of the
-// first rank file, as critical_path) and "gpu_user_annotation_breakdown" (a list: the GPU
-// annotations', then the CPU annotations' with use_gpu_annotation = false). A part that fails
-// carries {"success": false, "error"} instead.
-nlohmann::json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions& options);
+// first rank file, as critical_path), "gpu_user_annotation_breakdown" (a list: the GPU
+// annotations', then the CPU annotations' with use_gpu_annotation = false) and
+// "frequent_cuda_kernel_sequences" ({"args", "ranks": {"<rank>": [pattern, count, "GPU kernel
+// duration (us)", "CPU op duration (us)"], every pattern by count}}). A part that fails carries
+// {"success": false, "error"} instead.
+nlohmann::json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions& options,
+                                 const KernelSequenceOptions& sequences = {});
 
 }  // namespace ft::profiler
