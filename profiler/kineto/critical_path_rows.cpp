@@ -1,11 +1,14 @@
 // critical_path_rows.cpp: Kineto JSON -> the rows HTA's critical-path analysis works on.
 #include "critical_path_rows.h"
 
+#include <fmt/format.h>
+#include <simdjson.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <functional>
-#include <nlohmann/json.hpp>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -15,41 +18,89 @@ namespace ft::profiler::kineto {
 
 namespace {
 
-using nlohmann::json;
+namespace od = simdjson::ondemand;
+
+// A JSON number as an integer the way nlohmann's get<int64_t> gives it (a float truncated).
+int64_t int_of(od::value v) {
+  od::number n = v.get_number();
+  switch (n.get_number_type()) {
+    case od::number_type::signed_integer:
+      return n.get_int64();
+    case od::number_type::unsigned_integer:
+      return static_cast<int64_t>(n.get_uint64());
+    default:
+      return static_cast<int64_t>(n.get_double());
+  }
+}
 
 // A pid/tid as an integer; names (e.g. "Spans") are hashed to a stable negative id.
-int64_t id_of(const json& v) {
-  if (v.is_number()) return v.get<int64_t>();
-  if (v.is_string()) {
-    return -static_cast<int64_t>(std::hash<std::string>{}(v.get<std::string>()) >> 2) - 2;
+int64_t id_of(od::value v) {
+  switch (v.type()) {
+    case od::json_type::number:
+      return int_of(v);
+    case od::json_type::string: {
+      const std::string_view s = v.get_string();
+      return -static_cast<int64_t>(std::hash<std::string_view>{}(s) >> 2) - 2;
+    }
+    default:
+      return 0;
   }
-  return 0;
 }
 
-int64_t arg_int(const json& args, const char* key) {
-  if (!args.is_object()) return -1;
-  const auto it = args.find(key);
-  if (it == args.end() || !it->is_number()) return -1;
-  return it->get<int64_t>();
-}
+int64_t arg_int(od::value v) { return v.type() == od::json_type::number ? int_of(v) : -1; }
 
-CpRow make_row(const json& e, int64_t ev_idx) {
+// One traceEvents element as a row, or false when HTA's loader drops it (no ts, dur or cat, a
+// cat that is not a string or is "Trace", a dur that is not a number).
+bool read_row(od::value ev, int64_t ev_idx, CpRow* out) {
+  if (ev.type() != od::json_type::object) return false;
   CpRow r;
   r.ev_idx = ev_idx;
-  r.name = e.value("name", std::string());
-  r.cat = e.at("cat").get<std::string>();
-  r.pid = id_of(e.value("pid", json()));
-  r.tid = id_of(e.value("tid", json()));
-  const double ts = e.at("ts").get<double>();
-  const double dur = e.at("dur").get<double>();
+  bool has_ts = false, has_dur = false, has_cat = false, cat_string = false, dur_number = false;
+  bool ts_number = false;
+  double ts = 0, dur = 0;
+  for (auto field : ev.get_object()) {
+    const std::string_view key = field.unescaped_key();
+    od::value v = field.value();
+    if (key == "name") {
+      r.name = v.type() == od::json_type::string ? std::string(std::string_view(v.get_string()))
+                                                 : std::string();
+    } else if (key == "cat") {
+      has_cat = true;
+      cat_string = v.type() == od::json_type::string;
+      if (cat_string) r.cat = std::string(std::string_view(v.get_string()));
+    } else if (key == "pid") {
+      r.pid = id_of(v);
+    } else if (key == "tid") {
+      r.tid = id_of(v);
+    } else if (key == "ts") {
+      has_ts = true;
+      ts_number = v.type() == od::json_type::number;
+      if (ts_number) ts = v.get_double();
+    } else if (key == "dur") {
+      has_dur = true;
+      dur_number = v.type() == od::json_type::number;
+      if (dur_number) dur = v.get_double();
+    } else if (key == "args" && v.type() == od::json_type::object) {
+      for (auto a : v.get_object()) {
+        const std::string_view k = a.unescaped_key();
+        if (k == "stream")
+          r.stream = arg_int(a.value());
+        else if (k == "correlation")
+          r.corr = arg_int(a.value());
+        else if (k == "wait_on_stream")
+          r.wait_stream = arg_int(a.value());
+        else if (k == "wait_on_cuda_event_record_corr_id")
+          r.wait_corr = arg_int(a.value());
+      }
+    }
+  }
+  if (!has_ts || !has_dur || !has_cat || !cat_string || r.cat == "Trace" || !dur_number)
+    return false;
+  if (!ts_number) throw FormatError(fmt::format("traceEvents[{}]: ts is not a number", ev_idx));
   r.ts = static_cast<int64_t>(std::ceil(ts));
   r.dur = static_cast<int64_t>(std::floor(ts + dur)) - r.ts;
-  const json& args = e.contains("args") ? e.at("args") : json();
-  r.stream = arg_int(args, "stream");
-  r.corr = arg_int(args, "correlation");
-  r.wait_stream = arg_int(args, "wait_on_stream");
-  r.wait_corr = arg_int(args, "wait_on_cuda_event_record_corr_id");
-  return r;
+  *out = std::move(r);
+  return true;
 }
 
 // HTA's last-step drop: with two or more ProfilerSteps, CPU rows from the last step's start on
@@ -101,27 +152,54 @@ void link_partners(std::vector<CpRow>* rows) {
 
 }  // namespace
 
-CpTrace load_cp_trace(const std::string& text, bool align_and_cut) {
-  const json doc = json::parse(text);
-  const json* events = &doc;
-  if (doc.is_object()) {
-    if (!doc.contains("traceEvents")) throw FormatError("trace has no traceEvents");
-    events = &doc.at("traceEvents");
-  }
+CpTrace load_cp_trace(std::string text, bool align_and_cut) {
+  // simdjson's On-Demand parser reads the text in place (it needs SIMDJSON_PADDING spare bytes):
+  // no DOM of the whole trace is built.
+  text.reserve(text.size() + simdjson::SIMDJSON_PADDING);
   CpTrace t;
-  if (doc.is_object() && doc.contains("distributedInfo") && doc["distributedInfo"].is_object()) {
-    const json& info = doc["distributedInfo"];
-    if (info.contains("rank") && info["rank"].is_number_integer()) t.rank = info["rank"];
-  }
   std::vector<CpRow> rows;
-  int64_t ev_idx = 0;
-  for (const json& e : *events) {
-    const int64_t idx = ev_idx++;
-    if (!e.is_object() || !e.contains("dur") || !e.contains("cat") || !e.contains("ts")) continue;
-    if (!e.at("cat").is_string() || e.at("cat") == "Trace" || !e.at("dur").is_number()) continue;
-    rows.push_back(make_row(e, idx));
-    if (rows.back().cat == "cuda_sync") t.has_cuda_sync = true;
+  bool has_events = false;
+  try {
+    od::parser parser;
+    od::document doc =
+        parser.iterate(simdjson::padded_string_view(text.data(), text.size(), text.capacity()));
+    int64_t ev_idx = 0;
+    auto read_events = [&](od::array events) {
+      has_events = true;
+      for (auto e : events) {
+        CpRow r;
+        if (read_row(e.value(), ev_idx++, &r)) {
+          if (r.cat == "cuda_sync") t.has_cuda_sync = true;
+          rows.push_back(std::move(r));
+        }
+      }
+    };
+    if (doc.type() == od::json_type::array) {
+      read_events(doc.get_array());
+    } else {
+      for (auto field : doc.get_object()) {
+        const std::string_view key = field.unescaped_key();
+        od::value v = field.value();
+        if (key == "traceEvents" && v.type() == od::json_type::array) {
+          rows.clear();  // a repeated key: the last one counts, as in a DOM
+          ev_idx = 0;
+          read_events(v.get_array());
+        } else if (key == "distributedInfo" && v.type() == od::json_type::object) {
+          for (auto f : v.get_object()) {
+            if (f.unescaped_key() == std::string_view("rank")) {
+              od::value rank = f.value();
+              if (rank.type() == od::json_type::number &&
+                  rank.get_number_type() != od::number_type::floating_point_number)
+                t.rank = int_of(rank);
+            }
+          }
+        }
+      }
+    }
+  } catch (const simdjson::simdjson_error& e) {
+    throw FormatError(std::string("invalid JSON: ") + e.what());
   }
+  if (!has_events) throw FormatError("trace has no traceEvents");
   if (align_and_cut) {
     int64_t min_ts = INT64_MAX;
     for (const CpRow& r : rows) min_ts = std::min(min_ts, r.ts);

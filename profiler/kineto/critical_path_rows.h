@@ -52,6 +52,6 @@ nlohmann::json frequent_kernel_sequences(const CpTrace& t, const std::string& op
 // Parses Kineto trace JSON text and applies HTA's loading rules (rounding, shift, last-step
 // drop, CPU/GPU correlation); without `align_and_cut`, as HTA's TraceDiff loads a trace: no
 // shift, every step kept.
-CpTrace load_cp_trace(const std::string& text, bool align_and_cut = true);
+CpTrace load_cp_trace(std::string text, bool align_and_cut = true);
 
 }  // namespace ft::profiler::kineto

@@ -29,6 +29,7 @@
 #include "ft/profiler/diagnosis.h"
 #include "ft/profiler/event.h"
 #include "ft/profiler/findings.h"
+#include "ft/profiler/critical_path.h"
 #include "ft/profiler/hta.h"
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/kineto_trace.h"
@@ -97,6 +98,16 @@ inline void fuzz_kineto(const std::string& text, size_t size) {
   }
   // ft-hta and ft-diagnose --hta-json write the analyses so (invalid UTF-8 as U+FFFD).
   (void)profiler::hta_analyses(ranks).dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // HTA's row loader (simdjson On-Demand) and critical path over the whole text: a bad input is
+  // an ft::Error, never a crash.
+  if ((size & 256) != 0) {
+    try {
+      profiler::CriticalPathOptions cp;
+      cp.annotation = (size & 512) != 0 ? "" : "ProfilerStep";
+      (void)profiler::critical_path_from_text(text, cp);
+    } catch (const Error&) {
+    }
+  }
   profiler::Trace t;
   try {
     t = profiler::prepare_kineto_trace(std::move(ranks));
