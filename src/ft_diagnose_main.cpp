@@ -39,8 +39,8 @@ constexpr const char* kUsage = R"(usage:
                         [--critical-path]
       re-analyse DIR/trace.json, or DIR's per-rank traces (NAME.rankR.json), or a trace file;
       PyTorch profiler (Kineto) traces too, a file (.json / .json.gz) or a directory of ranks;
-      --hta-json FILE also writes HTA's analyses; --critical-path adds HTA's critical path of the
-      first steady step to the reports (it holds the whole JSON in memory: ~8x its size)
+      --hta-json FILE also writes HTA's analyses (all of ft-hta's, with its defaults);
+      --critical-path adds HTA's critical path of the first steady step to the reports
   ft-diagnose diff A B [--out DIR] [--fail-if-slower PCT]
       compare two runs or traces (as above): median step with a 95% bootstrap interval on B/A,
       step time by class, knobs and findings that differ, and for PyTorch traces HTA's TraceDiff

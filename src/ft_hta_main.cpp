@@ -14,7 +14,7 @@ namespace po = boost::program_options;
 int main(int argc, char** argv) {
   try {
     po::options_description opts("ft-hta TRACE_FILE|TRACE_DIR --hta-json FILE [options]");
-    std::string trace, out, root;
+    std::string trace, out, root, memory;
     ft::profiler::CriticalPathOptions cp;
     ft::profiler::HtaOptions hta;
     ft::profiler::KernelSequenceOptions seq;
@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
         "max-queue-length", po::value<int64_t>(&hta.max_queue_length)->default_value(1024),
         "time blocked on a full launch queue: the queue's length (CUDA's per stream: 1024)")(
         "no-time-series", "leave out the queue-length and memory-bandwidth time series")(
+        "memory-timeline", po::value<std::string>(&memory),
+        "also HTA's MemoryAnalysis of this PyTorch memory timeline export (raw .json[.gz])")(
         "sequence-operator",
         po::value<std::string>(&seq.operator_name)->default_value(seq.operator_name),
         "frequent CUDA kernel sequences: root CPU ops are those whose name holds this")(
@@ -62,6 +64,7 @@ int main(int argc, char** argv) {
     cp.instance_last = cp.instance_first;
     const nlohmann::json more = ft::profiler::hta_json_analyses(trace, cp, seq);
     for (const auto& [k, v] : more.items()) doc[key][k] = v;
+    if (!memory.empty()) doc[key]["memory_timeline"] = ft::profiler::hta_memory_timeline(memory);
     ft::write_file_atomic(out,
                           doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     return 0;

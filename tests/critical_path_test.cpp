@@ -254,3 +254,50 @@ TEST(KernelSequences, ByConstructionWithASubMicrosecondSpan) {
   EXPECT_EQ(got[1].at("count"), 1);
   EXPECT_TRUE(none.empty()) << none.dump();  // no "blk" launches four kernels
 }
+
+// HTA's get_cupti_counter_data_with_operators on a range-profiler trace (tests/data/kineto/
+// cupti_counters.json; HTA's rows from bench/hta_cupti_counters.py): each kernel's name, ts, dur,
+// operator stack, top and bottom operator and every counter, equal. Without range-profiler
+// kernels there is nothing; a launch without its kernel is an error, not a wrong pairing.
+TEST(CuptiCountersHtaParity, OperatorStacksAndCounters) {
+  std::ifstream in(kData + "/hta_cupti_counters.json");
+  const json want = json::parse(in);
+  const json all =
+      ft::profiler::hta_json_analyses(kData + "/kineto/cupti_counters.json", CriticalPathOptions{});
+  const json& got = all.at("cupti_counter_data_with_operators").at("ranks").at("0");
+  ASSERT_EQ(want.size(), 4u);
+  ASSERT_EQ(got.size(), want.size()) << got.dump();
+  for (size_t i = 0; i < want.size(); ++i) {
+    for (const auto& [k, v] : want[i].items()) {
+      ASSERT_TRUE(got[i].contains(k)) << i << " " << k;
+      if (v.is_number()) {
+        EXPECT_DOUBLE_EQ(v.get<double>(), got[i].at(k).get<double>()) << i << " " << k;
+      } else {
+        EXPECT_EQ(v, got[i].at(k)) << i << " " << k;
+      }
+    }
+  }
+  EXPECT_TRUE(
+      ft::profiler::hta_json_analyses(kData + "/hta/critical_path/alexnet", CriticalPathOptions{})
+          .at("cupti_counter_data_with_operators")
+          .at("ranks")
+          .empty());
+  std::ifstream src(kData + "/kineto/cupti_counters.json");
+  json trace = json::parse(src);
+  json launch = trace["traceEvents"][0];
+  launch["cat"] = "cuda_runtime";
+  launch["name"] = "cudaLaunchKernel";
+  trace["traceEvents"].push_back(launch);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("ft_cupti_" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  std::ofstream(path) << trace.dump();
+  const json bad = ft::profiler::hta_json_analyses(path, CriticalPathOptions{})
+                       .at("cupti_counter_data_with_operators")
+                       .at("ranks")
+                       .at("0");
+  std::filesystem::remove(path);
+  EXPECT_EQ(bad.at("success"), false);
+  EXPECT_NE(bad.at("error").get<std::string>().find("5 kernel launches and 4"), std::string::npos)
+      << bad.dump();
+}

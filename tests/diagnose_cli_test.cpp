@@ -243,4 +243,30 @@ TEST(DiagnoseCli, CriticalPathIsOptIn) {
   fs::remove_all(d);
 }
 
+// `--hta-json FILE` writes every HTA analysis ft-hta writes, keyed by the trace: the HTA-frame
+// ones and those over HTA's rows (critical path, annotation breakdown, kernel sequences, CUPTI
+// counters), the same as ft-hta's output for them.
+TEST(DiagnoseCli, HtaJsonHoldsEveryAnalysis) {
+  const fs::path trace = fs::path(FT_SOURCE_DIR) / "tests/data/hta/critical_path/alexnet";
+  const fs::path d = temp_dir("hta_json");
+  const Result r = diagnose(trace.string() + " --out " + (d / "out").string() + " --hta-json " +
+                            (d / "hta.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json doc = json::parse(ft::read_file(d / "hta.json"));
+  ASSERT_EQ(doc.size(), 1u);
+  const json& e = doc.begin().value();
+  for (const char* k : {"temporal_breakdown", "idle_time_breakdown", "idle_interval_stats",
+                        "kernel_breakdown", "queue_length_time_series", "memory_bw_summary",
+                        "critical_path", "gpu_user_annotation_breakdown",
+                        "frequent_cuda_kernel_sequences", "cupti_counter_data_with_operators"})
+    EXPECT_TRUE(e.contains(k)) << k;
+  const Result h = ft::testing::run_cli(
+      "ft-hta", trace.string() + " --hta-json " + (d / "ft_hta.json").string());
+  ASSERT_EQ(h.status, 0) << h.out;
+  const json ft_hta = json::parse(ft::read_file(d / "ft_hta.json"));
+  const json& f = ft_hta.begin().value();
+  for (const char* k : {"critical_path", "frequent_cuda_kernel_sequences", "kernel_breakdown"})
+    EXPECT_EQ(e.at(k), f.at(k)) << k;
+}
+
 }  // namespace

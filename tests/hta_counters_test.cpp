@@ -1,14 +1,18 @@
-// hta_counters_test.cpp: HTA's kernel table, queue-length and memory-bandwidth analyses, against
-// HTA run on the real traces (tests/data/hta_counters.json, bench/hta_counters.py) and on a
-// trace whose answers are known by construction.
+// hta_counters_test.cpp: HTA's kernel table, queue-length, memory-bandwidth and memory-timeline
+// analyses, against HTA run on the real traces (tests/data/hta_counters.json,
+// bench/hta_counters.py), on built inputs and on a trace whose answers are known by construction.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "ft/core/error.h"
 #include "ft/profiler/hta.h"
 #include "ft/profiler/kineto_reader.h"
 
@@ -179,4 +183,42 @@ TEST(HtaCounters, ByConstruction) {
   EXPECT_EQ(k[0]["kernel_type"], "COMPUTATION");
   EXPECT_EQ(k[0]["sum (us)"], 50.0);
   EXPECT_EQ(k[0]["stddev"], 0.0);
+}
+
+// HTA's MemoryAnalysis on a raw PyTorch memory timeline built here (tests/data/kineto/
+// memory_timeline.raw.json.gz; HTA's result from bench/hta_memory_timeline.py): every time and
+// every category's bytes equal, allocations from before profiling at the first time; the peak is
+// the largest total. A malformed file is a FormatError that names the entry.
+TEST(HtaMemoryTimeline, MatchesHtaAndRejectsMalformedFiles) {
+  const fs::path data = fs::path(FT_SOURCE_DIR) / "tests/data";
+  std::ifstream in(data / "hta_memory_timeline.json");
+  const json want = json::parse(in);
+  const json got =
+      ft::profiler::hta_memory_timeline((data / "kineto/memory_timeline.raw.json.gz").string());
+  EXPECT_EQ(got["times"], want["times"]);
+  EXPECT_EQ(got["sizes"], want["sizes"]);
+  ASSERT_EQ(got["categories"].size(), 8u);
+  EXPECT_EQ(got["categories"][1], "Optimizer state");
+  int64_t peak = 0;
+  for (const json& s : want["sizes"]) {
+    int64_t total = 0;
+    for (const json& b : s) total += b.get<int64_t>();
+    peak = std::max(peak, total);
+  }
+  EXPECT_EQ(got["peak"]["bytes"], peak);
+  const fs::path bad = fs::temp_directory_path() / ("ft_memtl_" + std::to_string(::getpid()));
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"[[1, 0, 10, 0], [2, 0, 10, 9]]", "entry 1: category 9 is not 0..7"},
+           {"[[1, 0, 10]]", "entry 0: expected [time, action, bytes, category]"},
+           {"[[1, 0, 1.5, 0]]", "entry 0: expected an integer"},
+           {"{\"traceEvents\": []}", "not a memory timeline"}}) {
+    std::ofstream(bad) << text;
+    try {
+      (void)ft::profiler::hta_memory_timeline(bad.string());
+      ADD_FAILURE() << "no error for " << text;
+    } catch (const ft::FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+  fs::remove(bad);
 }

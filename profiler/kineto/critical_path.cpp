@@ -296,6 +296,7 @@ json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions&
     out["critical_path"] = failed(e);
     out["gpu_user_annotation_breakdown"] = failed(e);
     out["frequent_cuda_kernel_sequences"] = failed(e);
+    out["cupti_counter_data_with_operators"] = failed(e);
     return out;
   }
   try {
@@ -316,6 +317,12 @@ json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions&
   for (const CpTrace& t : ranks) {
     seq["ranks"][std::to_string(t.rank)] =
         kineto::frequent_kernel_sequences(t, sequences.operator_name, sequences.min_pattern_len);
+  }
+  json& counters = out["cupti_counter_data_with_operators"];
+  counters = {{"ranks", json::object()}};
+  for (const CpTrace& t : ranks) {
+    json rows = kineto::cupti_counter_data_with_operators(t);
+    if (!rows.is_null()) counters["ranks"][std::to_string(t.rank)] = std::move(rows);
   }
   return out;
 }

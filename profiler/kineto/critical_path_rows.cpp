@@ -81,16 +81,23 @@ bool read_row(od::value ev, int64_t ev_idx, CpRow* out) {
       dur_number = v.type() == od::json_type::number;
       if (dur_number) dur = v.get_double();
     } else if (key == "args" && v.type() == od::json_type::object) {
+      // A range-profiler kernel's numeric args are its counters (its category comes first in
+      // Kineto's output; one written after args would lose them).
+      const bool counters = r.cat == "cuda_profiler_range";
       for (auto a : v.get_object()) {
         const std::string_view k = a.unescaped_key();
-        if (k == "stream")
-          r.stream = arg_int(a.value());
-        else if (k == "correlation")
-          r.corr = arg_int(a.value());
-        else if (k == "wait_on_stream")
-          r.wait_stream = arg_int(a.value());
-        else if (k == "wait_on_cuda_event_record_corr_id")
-          r.wait_corr = arg_int(a.value());
+        od::value av = a.value();
+        if (k == "stream") {
+          r.stream = arg_int(av);
+        } else if (k == "correlation") {
+          r.corr = arg_int(av);
+        } else if (k == "wait_on_stream") {
+          r.wait_stream = arg_int(av);
+        } else if (k == "wait_on_cuda_event_record_corr_id") {
+          r.wait_corr = arg_int(av);
+        } else if (counters && av.type() == od::json_type::number) {
+          r.counters.emplace_back(std::string(k), av.get_double());
+        }
       }
     }
   }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ft::profiler::kineto {
@@ -23,6 +24,8 @@ struct CpRow {
   int64_t wait_corr = -1;
   int64_t partner = -1;      // row position of the CPU/GPU partner, -1 = none
   bool linked_corr = false;  // HTA's index_correlation >= 0 (a correlation, partner or not)
+  // cuda_profiler_range rows (CUPTI range-profiler mode): the performance counters in args.
+  std::vector<std::pair<std::string, double>> counters;
   int64_t end() const { return ts + dur; }
   bool gpu() const { return stream != -1; }
 };
@@ -48,6 +51,13 @@ nlohmann::json user_annotation_breakdown(const std::vector<const CpTrace*>& rank
 // frequent first, with its count and summed GPU kernel and CPU op durations.
 nlohmann::json frequent_kernel_sequences(const CpTrace& t, const std::string& operator_name,
                                          size_t min_pattern_len);
+
+// HTA v0.6.1's get_cupti_counter_data_with_operators on one rank (cupti_counters.cpp): per
+// cuda_profiler_range kernel (matched to the cudaLaunchKernel calls in time order), its name, ts,
+// dur, op_stack (the launch's enclosing cpu_ops, outermost first), top_level_op,
+// bottom_level_op and every counter. Null when the rank has no such kernel; {"success": false,
+// "error"} when launches and kernels do not pair up (HTA drops the rank).
+nlohmann::json cupti_counter_data_with_operators(const CpTrace& t);
 
 // Parses Kineto trace JSON text and applies HTA's loading rules (rounding, shift, last-step
 // drop, CPU/GPU correlation); without `align_and_cut`, as HTA's TraceDiff loads a trace: no

@@ -67,8 +67,10 @@ struct KernelSequenceOptions {
 // first rank file, as critical_path), "gpu_user_annotation_breakdown" (a list: the GPU
 // annotations', then the CPU annotations' with use_gpu_annotation = false) and
 // "frequent_cuda_kernel_sequences" ({"args", "ranks": {"<rank>": [pattern, count, "GPU kernel
-// duration (us)", "CPU op duration (us)"], every pattern by count}}). A part that fails carries
-// {"success": false, "error"} instead.
+// duration (us)", "CPU op duration (us)"], every pattern by count}}) and
+// "cupti_counter_data_with_operators" ({"ranks": {"<rank>": [name, ts, dur, op_stack,
+// top_level_op, bottom_level_op, each counter]}}, ranks with CUPTI range-profiler kernels only).
+// A part that fails carries {"success": false, "error"} instead.
 nlohmann::json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions& options,
                                  const KernelSequenceOptions& sequences = {});
 
