@@ -269,7 +269,7 @@ void predict_findings(const std::vector<const StepBreakdown*>& steady,
     for (const auto& [k, v] : s->detail) device_view |= k.rfind("device.busy.", 0) == 0;
   const double compute = cls_ms(WaitClass::kCompute);
   for (Finding& f : *findings) {
-    if (f.share <= 0) continue;
+    if (f.share <= 0 || !f.predictable) continue;
     double saving = -1;
     std::string assumes;
     // The finding's own recoverable time (a comm finding beside a straggler keeps only its

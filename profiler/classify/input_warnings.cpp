@@ -65,6 +65,30 @@ std::vector<std::string> input_warnings(const Trace& trace,
     }
     end = s->end_ns();
   }
+  // Step spans that outlive everything else in the trace by more than a tenth of themselves:
+  // that time holds nothing traced.
+  int64_t last_end = std::numeric_limits<int64_t>::min();
+  for (const Event& e : trace.events)
+    if (e.phase == Phase::kSpan && !is_step_span(trace, e))
+      last_end = std::max(last_end, e.end_ns());
+  const Event* longest = nullptr;
+  size_t outliving = 0;
+  for (const Event* s : step_spans) {
+    // A step's own closing work may end it a little after its last op: a tenth of it is not.
+    if (last_end == std::numeric_limits<int64_t>::min() ||
+        10 * (s->end_ns() - last_end) <= s->dur_ns)
+      continue;
+    ++outliving;
+    if (!longest || s->end_ns() - last_end > longest->end_ns() - last_end) longest = s;
+  }
+  if (outliving > 0)
+    out.push_back(fmt::format(
+        "{} step spans end well after the last other event of the trace (most: '{}', {:.3f} ms of "
+        "its {:.3f} ms after it): that time holds nothing traced (a step span from another "
+        "process, or one that outlives the recording)",
+        outliving, trace.names.at(longest->name),
+        static_cast<double>(longest->end_ns() - last_end) / 1e6,
+        static_cast<double>(longest->dur_ns) / 1e6));
   if (overlapping > 0)
     out.push_back(fmt::format(
         "{} step spans start inside an earlier step and are left out "
@@ -79,8 +103,9 @@ std::vector<std::string> input_warnings(const Trace& trace,
   }
   if (unmatched > 0)
     out.push_back(
-        fmt::format("{} of {} device ops carry a correlation id that no host call has "
-                    "(their launches are missing: the step graph cannot move them)",
+        fmt::format("{} of {} device ops carry a correlation id that no host call read has "
+                    "(their launches are missing, or on a thread the import leaves out: the step "
+                    "graph cannot move them)",
                     unmatched, linked));
   // Imported traces: spans of the training thread and the devices outside every step window.
   if (rules::is_pytorch(trace) && !steps.empty()) {

@@ -173,7 +173,7 @@ void replay_predictions(const Trace& trace, const std::vector<const StepBreakdow
     const Fix* fix = nullptr;
     for (const Fix& x : all)
       if (f.share > 0 && f.cls == x.cls) fix = &x;
-    if (!fix || (f.cls == "precision" && !graph.has_simt_gemms())) continue;
+    if (!fix || !f.predictable || (f.cls == "precision" && !graph.has_simt_gemms())) continue;
     const double saving = run.saving_ms(fix->what);
     merge(&together, fix->what);
     const double in_all = run.saving_ms(together);

@@ -246,6 +246,10 @@ void sync_rule(const RuleContext& ctx, std::vector<Finding>* out) {
                                ctx.ms_per_step(WaitClass::kSync), by, by_ms / ctx.n));
 }
 
+// Below this share of the host-class time in traced CPU operators and runtime calls, the host
+// time is taken as untraced.
+constexpr double kTracedHostFloor = 0.1;
+
 void host_rule(const RuleContext& ctx, std::vector<Finding>* out) {
   std::vector<std::string> knobs = {
       fmt::format("--micro-batch {}", std::max(2, 2 * ctx.run.micro_batch))};
@@ -257,6 +261,35 @@ void host_rule(const RuleContext& ctx, std::vector<Finding>* out) {
   // Python) or the launch calls themselves.
   const double ops_ms = ctx.detail("host.compute") / ctx.n;
   const double calls_ms = ctx.detail("host.host") / ctx.n;
+  const double host_ms = ctx.ms_per_step(WaitClass::kHost);
+  if (ctx.detail("device.idle.host") > 0 && ops_ms + calls_ms < kTracedHostFloor * host_ms) {
+    // The device idles while the training thread runs (almost) no traced span: the trace does
+    // not show the host's work (Python outside operators, compilation, another process), so no
+    // launch remedy is evidenced and no fix can be modelled.
+    std::vector<std::string> untraced = {
+        "annotate the host's work between kernels (NVTX ranges, record_function) to see it"};
+    if (is_pytorch(ctx.trace)) {
+      untraced = {
+          "torch.profiler.schedule(wait=1, warmup=1, active=N): profile steady steps, after "
+          "warm-up and compilation",
+          "torch.profiler.record_function(...) around the step's phases, or with_stack=True, "
+          "to see the host's work"};
+    }
+    const size_t before = out->size();
+    add_time_finding(
+        ctx, out, WaitClass::kHost, ctx.r.host_share,
+        "The device waits on host time the trace does not show",
+        "The device idles while the training thread runs no traced operator or runtime call: "
+        "Python outside operators, compilation (torch.compile, Triton), data handling, or a "
+        "wait on another process. The trace cannot tell which, so this is not evidence of "
+        "launch overhead, and no step time is predicted.",
+        untraced,
+        fmt::format("host {:.2f} ms/step of device idle; the host's own view: CPU operators "
+                    "{:.2f} ms/step, runtime calls {:.2f} ms/step, untraced the rest",
+                    host_ms, ops_ms, calls_ms));
+    if (out->size() > before) out->back().predictable = false;
+    return;
+  }
   if (ops_ms + calls_ms > 0) {
     const size_t before = out->size();
     add_time_finding(

@@ -53,6 +53,9 @@ struct Finding {
   // `prediction` states (predict_findings in findings.h); -1 when there is no prediction.
   double predicted_step_ms = -1;
   std::string prediction;
+  // False when the trace does not show what the time is spent on (host time with no traced
+  // span): no fix can be modelled, so no step time is predicted. Not written to report.json.
+  bool predictable = true;
 };
 
 struct LossHealth {
