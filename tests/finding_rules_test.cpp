@@ -167,14 +167,23 @@ TEST(Rule, Copies) {
   e.dur_ns = 1000;
   e.bytes = 4096;
   e.flags = kSynchronous | kPinned;  // small synchronous H2D: fine (Nsight)
+  e.step = 1;
   t.events.push_back(e);
   const auto s = steps_of({100, 0, 0, 0, 0, 0, 0, 0});
   EXPECT_TRUE(run_rule("copies", s, quiet_run(), t).empty());
   t.events[0].flags = kPageable;  // async from pageable: flagged
-  const auto f = run_rule("copies", s, quiet_run(), t);
+  auto f = run_rule("copies", s, quiet_run(), t);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].cls, "pcie");
+  EXPECT_EQ(f[0].severity, Severity::kWarning);
   EXPECT_EQ(f[0].title, "1 asynchronous copies from pageable memory");
+  // Outside every step (setup, e.g. the model's weights): said, but as costing no step time.
+  t.events[0].step = -1;
+  f = run_rule("copies", s, quiet_run(), t);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, Severity::kInfo);
+  EXPECT_EQ(f[0].title, "1 asynchronous copies from pageable memory outside the steps (setup)");
+  EXPECT_EQ(f[0].evidence.detail, "1 copies outside the steps, 4096 bytes (no step time)");
 }
 
 TEST(Rule, Straggler) {

@@ -216,6 +216,7 @@ TEST(Findings, NsightCopyRules) {
     e.dur_ns = 1000;
     e.bytes = bytes;
     e.flags = flags;
+    e.step = 0;  // inside the step
     t.events.push_back(e);
   };
   copy(Category::kH2D, 1 << 20, kPageable);               // async from pageable: flagged

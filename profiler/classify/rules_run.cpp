@@ -83,20 +83,28 @@ void straggler_rule(const RuleContext& ctx, std::vector<Finding>* out) {
 void copy_rules(const RuleContext& ctx, std::vector<Finding>* out) {
   const Trace& trace = ctx.trace;
   const FindingRules& r = ctx.r;
+  // Copies inside the steps cost step time; those outside every step (setup: the model's
+  // weights, the first batch) do not, and are counted apart.
   struct Tally {
-    int count = 0;
-    uint64_t bytes = 0;
+    int count = 0, outside = 0;
+    uint64_t bytes = 0, outside_bytes = 0;
     int64_t ns = 0;
-    std::vector<std::string> examples;
+    std::vector<std::string> examples, outside_examples;
   } pageable, sync;
   auto add = [&](Tally& t, const Event& ev) {
+    const std::string example =
+        fmt::format("{} {} bytes {:.3f} ms", trace.names.at(ev.name), ev.bytes, ev.dur_ns / 1e6);
+    if (ev.step < 0) {
+      ++t.outside;
+      t.outside_bytes += ev.bytes;
+      if (t.outside_examples.size() < 3)
+        t.outside_examples.push_back(example + " outside the steps");
+      return;
+    }
     ++t.count;
     t.bytes += ev.bytes;
     t.ns += ev.dur_ns;
-    if (t.examples.size() < 3) {
-      t.examples.push_back(fmt::format("{} {} bytes {:.3f} ms at step {}", trace.names.at(ev.name),
-                                       ev.bytes, ev.dur_ns / 1e6, ev.step));
-    }
+    if (t.examples.size() < 3) t.examples.push_back(fmt::format("{} at step {}", example, ev.step));
   };
   // A copy seen on the device is counted there only (its API call carries the same flags).
   bool device_copies = false;
@@ -122,7 +130,7 @@ void copy_rules(const RuleContext& ctx, std::vector<Finding>* out) {
   }
   auto emit = [&](const Tally& t, std::string title, std::string why,
                   std::vector<std::string> knobs) {
-    if (t.count == 0) return;
+    if (t.count == 0 && t.outside == 0) return;
     Finding f;
     f.cls = "pcie";
     f.severity = Severity::kWarning;
@@ -130,16 +138,30 @@ void copy_rules(const RuleContext& ctx, std::vector<Finding>* out) {
     f.explanation = std::move(why);
     f.evidence.examples = t.examples;
     f.evidence.detail = fmt::format("{} copies, {} bytes, {:.3f} ms", t.count, t.bytes, t.ns / 1e6);
+    if (t.outside > 0)
+      f.evidence.detail += fmt::format("; {} more outside the steps ({} bytes, no step time)",
+                                       t.outside, t.outside_bytes);
+    if (t.count == 0) {
+      // Only setup copies: worth knowing, not a step cost.
+      f.severity = Severity::kInfo;
+      f.title += " outside the steps (setup)";
+      f.explanation += " These all run outside the steps (setup), so they cost no step time.";
+      f.evidence.examples = t.outside_examples;
+      f.evidence.detail = fmt::format("{} copies outside the steps, {} bytes (no step time)",
+                                      t.outside, t.outside_bytes);
+    }
     f.knobs = std::move(knobs);
     out->push_back(std::move(f));
   };
-  emit(pageable, fmt::format("{} asynchronous copies from pageable memory", pageable.count),
+  emit(pageable,
+       fmt::format("{} asynchronous copies from pageable memory",
+                   pageable.count > 0 ? pageable.count : pageable.outside),
        "An asynchronous copy from pageable memory is staged through a driver buffer and runs "
        "synchronously (Nsight Systems rule).",
        pinned_knobs(trace, ctx.run));
   emit(sync,
-       fmt::format("{} synchronous copies (D2H, or H2D over {} KB)", sync.count,
-                   r.sync_copy_bytes / 1024),
+       fmt::format("{} synchronous copies (D2H, or H2D over {} KB)",
+                   sync.count > 0 ? sync.count : sync.outside, r.sync_copy_bytes / 1024),
        "Synchronous copies block the host until the device is done (Nsight Systems rule: "
        "synchronous memcpy except H2D <= 64 KB).",
        {"asynchronous copies on a side stream", "--prefetch 2"});
