@@ -249,6 +249,53 @@ void sync_rule(const RuleContext& ctx, std::vector<Finding>* out) {
 // Below this share of the host-class time in traced CPU operators and runtime calls, the host
 // time is taken as untraced.
 constexpr double kTracedHostFloor = 0.1;
+// A CUDA/HIP kernel launch costs the host a few µs; a runtime call this long per call is slow
+// itself (a blocking submit, job preparation), not a sign of many short kernels.
+constexpr double kSlowCallUs = 50;
+
+// The training thread's runtime calls in the steady steps: count, total ms, the most frequent
+// name, and whether they are CUDA/HIP calls (whose launches CUDA graphs can replay).
+struct HostCalls {
+  int64_t count = 0;
+  double ms = 0;
+  double median_us = 0;  // what one call costs (a few slow calls, e.g. a first launch that loads
+                         // its module, do not move it)
+  std::string top;
+  bool graphable = false;
+};
+HostCalls host_calls(const RuleContext& ctx) {
+  HostCalls out;
+  Track main;
+  if (!find_training_track(ctx.trace, &main)) return out;
+  std::set<int64_t> wanted;
+  for (const StepBreakdown* s : ctx.steps) wanted.insert(s->step);
+  std::map<uint32_t, int64_t> by_name;
+  std::vector<int64_t> durs;
+  for (const Event& e : ctx.trace.events) {
+    if (e.track != main || e.phase != Phase::kSpan || e.category != Category::kHost ||
+        !wanted.count(e.step))
+      continue;
+    ++out.count;
+    out.ms += static_cast<double>(e.dur_ns) / 1e6;
+    durs.push_back(e.dur_ns);
+    ++by_name[e.name];
+  }
+  if (!durs.empty()) {
+    std::nth_element(durs.begin(), durs.begin() + static_cast<std::ptrdiff_t>(durs.size() / 2),
+                     durs.end());
+    out.median_us = static_cast<double>(durs[durs.size() / 2]) / 1e3;
+  }
+  int64_t best = 0;
+  for (const auto& [name, n] : by_name) {
+    const std::string& s = ctx.trace.names.at(name);
+    out.graphable |= s.rfind("cuda", 0) == 0 || s.rfind("cu", 0) == 0 || s.rfind("hip", 0) == 0;
+    if (n > best) {
+      best = n;
+      out.top = s;
+    }
+  }
+  return out;
+}
 
 void host_rule(const RuleContext& ctx, std::vector<Finding>* out) {
   std::vector<std::string> knobs = {
@@ -292,16 +339,34 @@ void host_rule(const RuleContext& ctx, std::vector<Finding>* out) {
   }
   if (ops_ms + calls_ms > 0) {
     const size_t before = out->size();
-    add_time_finding(
-        ctx, out, WaitClass::kHost, ctx.r.host_share, "Host/launch overhead",
+    // What one runtime call costs: a few µs is a launch (many short kernels); much more is a
+    // slow call (a blocking submit, job preparation) that no launch remedy shortens.
+    const HostCalls calls = host_calls(ctx);
+    const double call_us = calls.median_us;
+    if (is_pytorch(ctx.trace) && calls.count > 0 && !calls.graphable) {
+      knobs = {"fewer, larger operators (torch.compile, fused ops)",
+               "a larger batch per step (DataLoader(batch_size=...))"};
+    }
+    std::string why =
         ops_ms >= calls_ms
             ? "The device waits for the host, which spends the step in CPU operators (framework "
               "dispatch, Python between ops) more than in launch calls: the step is CPU-bound. "
               "Fewer, larger operators (torch.compile), CUDA graphs or more work per step move "
               "the bound back to the device."
             : "The device waits for the host between launches: many short kernels, each costing "
-              "a launch call. CUDA graphs replay them for the cost of one launch.",
-        knobs,
+              "a launch call. CUDA graphs replay them for the cost of one launch.";
+    if (ops_ms < calls_ms && call_us > kSlowCallUs) {
+      why = fmt::format(
+          "The device waits for the host, which spends the step in runtime calls of {:.0f} µs "
+          "each (median; {:.0f} per step, most '{}'): the calls themselves are slow (a launch "
+          "costs a "
+          "few µs), so the cost is per submission, not many short kernels. Fewer, larger "
+          "submissions (fused operators, more work per step) cut it{}.",
+          call_us, static_cast<double>(calls.count) / ctx.n, calls.top,
+          calls.graphable ? "; CUDA graphs replay captured work without the calls" : "");
+    }
+    add_time_finding(
+        ctx, out, WaitClass::kHost, ctx.r.host_share, "Host/launch overhead", why, knobs,
         fmt::format("host {:.2f} ms/step of device idle; the host's own view: CPU operators "
                     "{:.2f} ms/step, runtime calls {:.2f} ms/step",
                     ctx.ms_per_step(WaitClass::kHost), ops_ms, calls_ms));
