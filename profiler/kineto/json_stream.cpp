@@ -393,7 +393,7 @@ void JsonCursor::read_string(std::string* out) {
   }
 }
 
-JsonNumber JsonCursor::read_number() {
+JsonNumber JsonCursor::read_number(bool want_value) {
   char text[kMaxNumberChars + 1];
   size_t n = 0;
   skip_ws();
@@ -479,12 +479,30 @@ JsonNumber JsonCursor::read_number() {
     num.int_value = neg ? -iv : iv;
     num.int_ok = true;
   }
+  if (!want_value && num.ns_ok) return num;
+  // The double: exact integers below 2^53 convert exactly; up to 15 significant digits without
+  // an exponent, digits / 10^k is one correctly rounded division of exact doubles (Clinger's
+  // fast path), the same double from_chars gives; anything else goes to from_chars.
+  constexpr int64_t kExactInt = int64_t{1} << 53;
+  const size_t frac_digits = frac_start ? frac_end - frac_start : 0;
   double v = 0.0;
-  const auto res = std::from_chars(text, text + n, v);
-  if (res.ec == std::errc::result_out_of_range) {
-    v = neg ? -HUGE_VAL : HUGE_VAL;
-  } else if (res.ec != std::errc()) {
-    bad();
+  if (num.int_ok && num.int_value > -kExactInt && num.int_value < kExactInt) {
+    v = neg && num.int_value == 0 ? -0.0 : static_cast<double>(num.int_value);
+  } else if (!has_exp && int_digits + frac_digits <= 15) {
+    static constexpr double kPow10[16] = {1e0, 1e1, 1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                          1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+    int64_t digits = 0;
+    for (size_t k = int_start; k < int_end; ++k) digits = digits * 10 + (text[k] - '0');
+    for (size_t k = frac_start; k < frac_end; ++k) digits = digits * 10 + (text[k] - '0');
+    v = static_cast<double>(digits) / kPow10[frac_digits];
+    if (neg) v = -v;
+  } else {
+    const auto res = std::from_chars(text, text + n, v);
+    if (res.ec == std::errc::result_out_of_range) {
+      v = neg ? -HUGE_VAL : HUGE_VAL;
+    } else if (res.ec != std::errc()) {
+      bad();
+    }
   }
   num.value = v;
   if (!num.ns_ok && std::isfinite(v) && std::fabs(v) < 9e15) {

@@ -54,7 +54,9 @@ class JsonCursor {
   void begin_array();   // consumes '['
   bool next_element();  // true if another element follows; consumes ']' at end
   void read_string(std::string* out);
-  JsonNumber read_number();
+  // `want_value` false: JsonNumber::value is left 0 when micros_to_ns is exact (ns_ok), which
+  // spares the double conversion of timestamps.
+  JsonNumber read_number(bool want_value = true);
   bool read_bool();
   void read_null();
   void skip_value();  // any value, iteratively (no recursion)

@@ -257,7 +257,7 @@ class Reader {
           cur_.skip_value();
           continue;
         }
-        const JsonNumber v = cur_.read_number();
+        const JsonNumber v = cur_.read_number(/*want_value=*/false);
         if (!v.ns_ok || v.micros_to_ns >= kMaxNs || v.micros_to_ns <= -kMaxNs) {
           cur_.fail("timestamp out of range");
         }
@@ -268,7 +268,7 @@ class Reader {
           cur_.skip_value();
           continue;
         }
-        const JsonNumber v = cur_.read_number();
+        const JsonNumber v = cur_.read_number(/*want_value=*/false);
         if (!v.ns_ok || v.micros_to_ns >= kMaxNs || v.micros_to_ns <= -kMaxNs) {
           cur_.fail("duration out of range");
         }
