@@ -16,39 +16,27 @@ namespace {
 // numpy 1.24's argsort(kind="quicksort") (introsort: median-of-3 quicksort, insertion sort
 // below 16 elements, heapsort past 2*log2(n) depth). pandas' sort_values uses it, and HTA's
 // queue length depends on the order it leaves equal timestamps in, so it is reproduced here.
+
+// Sifts a[i] down the max-heap a[1..n] of indices into v (numpy's aheapsort inner loop).
+void sift_down(const std::vector<int64_t>& v, int64_t* a, int64_t i, int64_t n) {
+  const int64_t tmp = a[i];
+  int64_t j = i << 1;
+  while (j <= n) {
+    if (j < n && v[a[j]] < v[a[j + 1]]) ++j;
+    if (!(v[tmp] < v[a[j]])) break;
+    a[i] = a[j];
+    i = j;
+    j += j;
+  }
+  a[i] = tmp;
+}
+
 void numpy_aheapsort(const std::vector<int64_t>& v, int64_t* tosort, int64_t n) {
   int64_t* a = tosort - 1;  // 1-based indexing, as in numpy
-  for (int64_t l = n >> 1; l > 0; --l) {
-    const int64_t tmp = a[l];
-    int64_t i = l, j = l << 1;
-    while (j <= n) {
-      if (j < n && v[a[j]] < v[a[j + 1]]) j += 1;
-      if (v[tmp] < v[a[j]]) {
-        a[i] = a[j];
-        i = j;
-        j += j;
-      } else {
-        break;
-      }
-    }
-    a[i] = tmp;
-  }
-  for (; n > 1;) {
-    const int64_t tmp = a[n];
-    a[n] = a[1];
-    n -= 1;
-    int64_t i = 1, j = 2;
-    while (j <= n) {
-      if (j < n && v[a[j]] < v[a[j + 1]]) j++;
-      if (v[tmp] < v[a[j]]) {
-        a[i] = a[j];
-        i = j;
-        j += j;
-      } else {
-        break;
-      }
-    }
-    a[i] = tmp;
+  for (int64_t l = n >> 1; l > 0; --l) sift_down(v, a, l, n);
+  for (; n > 1; --n) {
+    std::swap(a[1], a[n]);
+    sift_down(v, a, 1, n - 1);
   }
 }
 
