@@ -1,6 +1,6 @@
 // host_findings_test.cpp: what the host finding says on real accelerator traces (HTA's test data):
-// slow runtime calls are per-submission cost, not many short kernels; CUDA graphs are offered
-// only where the launches are CUDA/HIP calls.
+// untraced host time is not launch overhead; slow runtime calls are per-submission cost, not many
+// short kernels; CUDA graphs are offered only where the launches are CUDA/HIP calls.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -23,6 +23,12 @@ const Finding& host_finding(const std::string& trace) {
   for (const Finding& f : d.findings)
     if (f.cls == "host" && f.share > 0) return f;
   throw std::runtime_error("no host finding on " + trace);
+}
+
+const Finding* host_of(const Diagnosis& d) {
+  for (const Finding& f : d.findings)
+    if (f.cls == "host" && f.share > 0) return &f;
+  return nullptr;
 }
 
 bool offers_graphs(const Finding& f) {
@@ -50,4 +56,31 @@ TEST(HostFindings, ShortHipLaunchesAreLaunchOverhead) {
   const Finding& f = host_finding("amd_trace");
   EXPECT_NE(f.explanation.find("many short kernels"), std::string::npos) << f.explanation;
   EXPECT_TRUE(offers_graphs(f));
+}
+
+// HTA's triton_example: one ProfilerStep of 13.3 s on a process of its own, the work (a
+// torch.compile'd region launching one 1.8 µs Triton kernel) in the first 1.5 ms of it, on
+// another. The device idles 100% of the step while the training thread runs nothing traced: the
+// finding says so, names no launch remedy and predicts no step time; the step's untraced tail is
+// an input warning. Traces whose host time is in traced operators keep "Host/launch overhead".
+TEST(HostFindings, UntracedHostTimeIsNotLaunchOverhead) {
+  const Diagnosis d = diagnose_trace_ranks(load_kineto_ranks(kRoot / "triton_example"));
+  const Finding* host = host_of(d);
+  ASSERT_NE(host, nullptr);
+  EXPECT_NE(host->title.find("host time the trace does not show"), std::string::npos)
+      << host->title;
+  EXPECT_LT(host->predicted_step_ms, 0);
+  for (const std::string& k : host->knobs) EXPECT_EQ(k.find("graphs"), std::string::npos) << k;
+  std::string all;
+  for (const std::string& w : d.warnings) all += w + "\n";
+  EXPECT_NE(all.find("1 step spans end well after the last other event of the trace (most: "
+                     "'ProfilerStep#1', 13334.956 ms"),
+            std::string::npos)
+      << all;
+  const Diagnosis control =
+      diagnose_trace_ranks(load_kineto_ranks(kRoot / "trace_diff" / "control"));
+  const Finding* traced = host_of(control);
+  ASSERT_NE(traced, nullptr);
+  EXPECT_NE(traced->title.find("Host/launch overhead"), std::string::npos) << traced->title;
+  EXPECT_GE(traced->predicted_step_ms, 0);
 }

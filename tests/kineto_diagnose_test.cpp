@@ -602,31 +602,3 @@ TEST(KinetoDiagnose, WhatRanPerStep) {
   EXPECT_EQ(html.find("CatArrayBatchedCopy<float"), std::string::npos) << "names escaped";
   EXPECT_EQ(html.find("CatArrayBatchedCopy&lt;float"), std::string::npos) << "and shortened";
 }
-
-// HTA's triton_example: one ProfilerStep of 13.3 s on a process of its own, the work (a
-// torch.compile'd region launching one 1.8 µs Triton kernel) in the first 1.5 ms of it, on
-// another. The device idles 100% of the step while the training thread runs nothing traced: the
-// finding says so, names no launch remedy and predicts no step time; the step's untraced tail is
-// an input warning. Traces whose host time is in traced operators keep "Host/launch overhead".
-TEST(KinetoDiagnose, UntracedHostTimeIsNotLaunchOverhead) {
-  const Diagnosis d = diagnose_trace_ranks(load_kineto_ranks(kRoot / "triton_example"));
-  const Finding* host = find_cls(d, "host");
-  ASSERT_NE(host, nullptr);
-  EXPECT_NE(host->title.find("host time the trace does not show"), std::string::npos)
-      << host->title;
-  EXPECT_LT(host->predicted_step_ms, 0);
-  for (const std::string& k : host->knobs)
-    EXPECT_EQ(k.find("graphs"), std::string::npos) << k;
-  std::string all;
-  for (const std::string& w : d.warnings) all += w + "\n";
-  EXPECT_NE(all.find("1 step spans end well after the last other event of the trace (most: "
-                     "'ProfilerStep#1', 13334.956 ms"),
-            std::string::npos)
-      << all;
-  const Diagnosis control =
-      diagnose_trace_ranks(load_kineto_ranks(kRoot / "trace_diff" / "control"));
-  const Finding* traced = find_cls(control, "host");
-  ASSERT_NE(traced, nullptr);
-  EXPECT_NE(traced->title.find("Host/launch overhead"), std::string::npos) << traced->title;
-  EXPECT_GE(traced->predicted_step_ms, 0);
-}
