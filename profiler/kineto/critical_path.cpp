@@ -297,6 +297,7 @@ json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions&
     out["gpu_user_annotation_breakdown"] = failed(e);
     out["frequent_cuda_kernel_sequences"] = failed(e);
     out["cupti_counter_data_with_operators"] = failed(e);
+    out["aten_op_kernels_and_delay"] = failed(e);
     return out;
   }
   try {
@@ -324,6 +325,10 @@ json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions&
     json rows = kineto::cupti_counter_data_with_operators(t);
     if (!rows.is_null()) counters["ranks"][std::to_string(t.rank)] = std::move(rows);
   }
+  json& delays = out["aten_op_kernels_and_delay"];
+  delays = {{"ranks", json::object()}};
+  for (const CpTrace& t : ranks)
+    delays["ranks"][std::to_string(t.rank)] = kineto::aten_op_kernels_and_delay(t);
   return out;
 }
 

@@ -59,6 +59,13 @@ nlohmann::json frequent_kernel_sequences(const CpTrace& t, const std::string& op
 // "error"} when launches and kernels do not pair up (HTA drops the rank).
 nlohmann::json cupti_counter_data_with_operators(const CpTrace& t);
 
+// HTA v0.6.1's get_aten_op_kernels_and_delay on one rank (aten_op_delay.cpp): per ATen op name
+// and the kernel sequence its instances launch ("k1 -> k2"), the number of instances and the mean
+// delays of the first launch after the op's start and of its kernel after the launch (µs). A
+// launch belongs to the latest-starting "aten::" row that wraps it whole; launches without a
+// kernel are left out (HTA raises on them).
+nlohmann::json aten_op_kernels_and_delay(const CpTrace& t);
+
 // Parses Kineto trace JSON text and applies HTA's loading rules (rounding, shift, last-step
 // drop, CPU/GPU correlation); without `align_and_cut`, as HTA's TraceDiff loads a trace: no
 // shift, every step kept.
