@@ -2,6 +2,8 @@
 // breakdown by edge type and bounding resource.
 #include "ft/profiler/critical_path.h"
 
+#include <simdjson.h>
+
 #include <algorithm>
 #include <climits>
 #include <filesystem>
@@ -235,14 +237,6 @@ CriticalPathResult analyse(const CpTrace& t, const CriticalPathOptions& o) {
   return res;
 }
 
-std::string read_all(const std::string& path) {
-  auto src = kineto::open_byte_source(path);
-  std::string text;
-  std::vector<char> buf(1 << 20);
-  while (const size_t n = src->read(buf.data(), buf.size())) text.append(buf.data(), n);
-  return text;
-}
-
 // The Kineto files of a path: the file itself, or a directory's *.json / *.json.gz by name.
 std::vector<std::string> trace_files(const std::string& path) {
   namespace fs = std::filesystem;
@@ -414,7 +408,8 @@ std::vector<CpTrace> load_cp_traces(const std::string& trace_path, bool align_an
   const std::vector<std::string> files = trace_files(trace_path);
   for (const std::string& f : files) {
     try {
-      out.push_back(load_cp_trace(read_all(f), align_and_cut));
+      out.push_back(
+          load_cp_trace(kineto::read_all_text(f, simdjson::SIMDJSON_PADDING), align_and_cut));
     } catch (const FormatError& e) {
       if (files.size() == 1 || std::string(e.what()) != "trace has no traceEvents") throw;
     }

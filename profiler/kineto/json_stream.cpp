@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "ft/core/error.h"
 
@@ -158,6 +159,15 @@ std::unique_ptr<ByteSource> open_byte_source(const std::string& path) {
 
 std::unique_ptr<ByteSource> memory_byte_source(std::string_view data) {
   return std::make_unique<MemorySource>(data);
+}
+
+std::string read_all_text(const std::string& path, size_t spare) {
+  auto src = open_byte_source(path);
+  std::string text;
+  std::vector<char> buf(1 << 20);
+  while (const size_t n = src->read(buf.data(), buf.size())) text.append(buf.data(), n);
+  text.reserve(text.size() + spare);
+  return text;
 }
 
 JsonCursor::JsonCursor(std::unique_ptr<ByteSource> src, std::string label, size_t buffer_bytes)

@@ -23,6 +23,9 @@ class ByteSource {
 // Opens `path`, detecting gzip by its magic bytes (not by the extension).
 std::unique_ptr<ByteSource> open_byte_source(const std::string& path);
 std::unique_ptr<ByteSource> memory_byte_source(std::string_view data);
+// The whole (decompressed) text of `path`, with `spare` bytes of capacity past its end (simdjson
+// reads in place and needs SIMDJSON_PADDING of them).
+std::string read_all_text(const std::string& path, size_t spare = 0);
 
 // A parsed JSON number, kept both as text-exact nanoseconds-from-microseconds and as double.
 struct JsonNumber {

@@ -32,13 +32,7 @@ int64_t integer(od::value v, const std::string& where) {
 }  // namespace
 
 nlohmann::json hta_memory_timeline(const std::string& path) {
-  std::string text;
-  {
-    auto src = kineto::open_byte_source(path);
-    std::vector<char> buf(1 << 20);
-    while (const size_t n = src->read(buf.data(), buf.size())) text.append(buf.data(), n);
-  }
-  text.reserve(text.size() + simdjson::SIMDJSON_PADDING);
+  std::string text = kineto::read_all_text(path, simdjson::SIMDJSON_PADDING);
   std::vector<int64_t> times;
   std::vector<std::array<int64_t, kCategories.size()>> sizes;
   int64_t t_min = -1;
