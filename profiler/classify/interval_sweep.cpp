@@ -2,37 +2,78 @@
 #include "interval_sweep.h"
 
 #include <algorithm>
-#include <set>
 #include <utility>
 
 namespace ft::profiler::sweep {
+namespace {
 
-std::vector<Segment> sweep(std::vector<Interval> ivs, int64_t lo, int64_t hi) {
-  std::vector<Segment> out;
-  std::vector<std::pair<int64_t, int>> edges;  // (time, +i+1 start / -(i+1) end)
+// Edges as sortable 64-bit words: (time - lo) << 25 | end/start bit << 24 | interval index. The
+// order of edges at one instant does not matter (all are applied before the next segment).
+constexpr int kIndexBits = 24;
+constexpr int64_t kMaxSpan = int64_t{1} << (63 - kIndexBits - 1);
+
+// The edge times in order, with (+i+1 start / -(i+1) end) codes.
+std::vector<std::pair<int64_t, int>> sorted_edges(const std::vector<Interval>& ivs, int64_t lo,
+                                                  int64_t hi) {
+  std::vector<std::pair<int64_t, int>> edges;
   edges.reserve(2 * ivs.size());
+  if (hi - lo < kMaxSpan && ivs.size() < (size_t{1} << kIndexBits)) {
+    std::vector<uint64_t> words;
+    words.reserve(2 * ivs.size());
+    for (size_t i = 0; i < ivs.size(); ++i) {
+      if (ivs[i].a >= ivs[i].b) continue;
+      words.push_back(static_cast<uint64_t>(ivs[i].a - lo) << (kIndexBits + 1) |
+                      uint64_t{1} << kIndexBits | i);
+      words.push_back(static_cast<uint64_t>(ivs[i].b - lo) << (kIndexBits + 1) | i);
+    }
+    std::sort(words.begin(), words.end());
+    constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
+    for (const uint64_t w : words) {
+      const int i = static_cast<int>(w & kIndexMask);
+      const bool start = (w >> kIndexBits & 1) != 0;
+      edges.emplace_back(lo + static_cast<int64_t>(w >> (kIndexBits + 1)), start ? i + 1 : -i - 1);
+    }
+    return edges;
+  }
   for (size_t i = 0; i < ivs.size(); ++i) {
-    ivs[i].a = std::max(ivs[i].a, lo);
-    ivs[i].b = std::min(ivs[i].b, hi);
     if (ivs[i].a >= ivs[i].b) continue;
     edges.emplace_back(ivs[i].a, static_cast<int>(i) + 1);
     edges.emplace_back(ivs[i].b, -static_cast<int>(i) - 1);
   }
   std::sort(edges.begin(), edges.end());
-  auto less = [&](int x, int y) {
+  return edges;
+}
+
+}  // namespace
+
+std::vector<Segment> sweep(std::vector<Interval> ivs, int64_t lo, int64_t hi) {
+  std::vector<Segment> out;
+  for (Interval& iv : ivs) {
+    iv.a = std::max(iv.a, lo);
+    iv.b = std::min(iv.b, hi);
+  }
+  const std::vector<std::pair<int64_t, int>> edges = sorted_edges(ivs, lo, hi);
+  // The covering intervals as a min-heap on the key; an ended interval leaves the heap lazily,
+  // when it reaches the top.
+  auto after = [&](int x, int y) {
     const Interval& p = ivs[x];
     const Interval& q = ivs[y];
-    if (p.k1 != q.k1) return p.k1 < q.k1;
-    if (p.k2 != q.k2) return p.k2 < q.k2;
-    if (p.k3 != q.k3) return p.k3 < q.k3;
-    return x < y;
+    if (p.k1 != q.k1) return p.k1 > q.k1;
+    if (p.k2 != q.k2) return p.k2 > q.k2;
+    if (p.k3 != q.k3) return p.k3 > q.k3;
+    return x > y;
   };
-  std::set<int, decltype(less)> active(less);
+  std::vector<int> heap;
+  std::vector<char> ended(ivs.size(), 0);
   int64_t t = lo;
   size_t e = 0;
   auto emit = [&](int64_t until) {
     if (until <= t) return;
-    const int label = active.empty() ? -1 : ivs[*active.begin()].label;
+    while (!heap.empty() && ended[heap.front()]) {
+      std::pop_heap(heap.begin(), heap.end(), after);
+      heap.pop_back();
+    }
+    const int label = heap.empty() ? -1 : ivs[heap.front()].label;
     if (!out.empty() && out.back().label == label && out.back().b == t) {
       out.back().b = until;
     } else {
@@ -46,9 +87,10 @@ std::vector<Segment> sweep(std::vector<Interval> ivs, int64_t lo, int64_t hi) {
     for (; e < edges.size() && edges[e].first == now; ++e) {
       const int code = edges[e].second;
       if (code > 0) {
-        active.insert(code - 1);
+        heap.push_back(code - 1);
+        std::push_heap(heap.begin(), heap.end(), after);
       } else {
-        active.erase(-code - 1);
+        ended[-code - 1] = 1;
       }
     }
   }

@@ -19,6 +19,7 @@ namespace {
 
 constexpr size_t kMaxNumberChars = 128;
 constexpr size_t kMaxDepth = 512;
+constexpr size_t kKeyLookahead = 256;  // keys longer than this take the copying path
 
 class FileSource : public ByteSource {
  public:
@@ -183,13 +184,38 @@ bool JsonCursor::fill() {
   return len_ > 0;
 }
 
+size_t JsonCursor::ensure_slow(size_t n) {
+  if (pos_ > 0) {
+    // Keep the unread tail: move it to the front and read behind it.
+    const size_t left = len_ - pos_;
+    std::memmove(buf_.get(), buf_.get() + pos_, left);
+    base_ += pos_;
+    pos_ = 0;
+    len_ = left;
+  }
+  while (len_ < n && len_ < cap_) {
+    const size_t got = src_->read(buf_.get() + len_, cap_ - len_);
+    if (got == 0) break;
+    len_ += got;
+  }
+  return len_;
+}
+
 void JsonCursor::fail(const std::string& what) const {
   throw FormatError(label_ + ": byte " + std::to_string(offset()) + ": " + what);
 }
 
-int JsonCursor::skip_ws() {
+int JsonCursor::skip_ws_slow() {
   for (;;) {
     if (pos_ == len_ && !fill()) return -1;
+    // Indentation comes in runs of spaces: step over 8 at a time.
+    while (len_ - pos_ >= 8) {
+      uint64_t w;
+      std::memcpy(&w, buf_.get() + pos_, 8);
+      if (w != 0x2020202020202020ull) break;
+      pos_ += 8;
+    }
+    if (pos_ == len_) continue;
     const char c = buf_[pos_];
     if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
       ++pos_;
@@ -261,6 +287,58 @@ bool JsonCursor::next_key(std::string* key) {
   }
   read_string(key);
   expect(':');
+  return true;
+}
+
+bool JsonCursor::next_key(std::string_view* key, std::string* scratch) {
+  int c = skip_ws();
+  if (first_.empty()) fail("internal: next_key outside an object");
+  if (c == '}') {
+    ++pos_;
+    first_.pop_back();
+    return false;
+  }
+  if (first_.back() == '1') {
+    first_.back() = '0';
+  } else {
+    if (c != ',') {
+      if (c < 0) fail("unexpected end of input inside an object");
+      fail(std::string("expected ',' or '}' in an object, found '") + static_cast<char>(c) + "'");
+    }
+    ++pos_;
+    c = skip_ws();
+  }
+  if (c != '"') {
+    if (c < 0) fail("unexpected end of input, expected a key");
+    fail("expected a string key");
+  }
+  if (!read_plain_string(key)) {
+    read_string(scratch);
+    *key = *scratch;
+  }
+  // The view stays valid through expect(): the buffer moves only when the input must be read.
+  if (pos_ < len_ && buf_[pos_] == ':') {
+    ++pos_;
+  } else {
+    if (key->data() != scratch->data()) {
+      scratch->assign(key->data(), key->size());
+      *key = *scratch;
+    }
+    expect(':');
+  }
+  return true;
+}
+
+bool JsonCursor::read_plain_string(std::string_view* out) {
+  // At the opening quote: the string ends inside the buffer and has no escape or control byte.
+  ensure(kKeyLookahead);
+  const char* p = buf_.get() + pos_ + 1;
+  const char* e = buf_.get() + len_;
+  const char* q = p;
+  while (q < e && *q != '"' && *q != '\\' && static_cast<unsigned char>(*q) >= 0x20) ++q;
+  if (q == e || *q != '"') return false;
+  *out = std::string_view(p, static_cast<size_t>(q - p));
+  pos_ = static_cast<size_t>(q + 1 - buf_.get());
   return true;
 }
 
@@ -404,22 +482,32 @@ void JsonCursor::read_string(std::string* out) {
 }
 
 JsonNumber JsonCursor::read_number(bool want_value) {
-  char text[kMaxNumberChars + 1];
-  size_t n = 0;
   skip_ws();
+  // Normally the whole number is in the buffer after ensure() and is parsed in place; a number
+  // running into the end of a small buffer is gathered byte by byte.
+  ensure(kMaxNumberChars + 1);
   const uint64_t start = offset();
-  for (;;) {
-    const int c = peek_char();
-    if (c < 0) break;
-    if ((c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
+  const char* text = buf_.get() + pos_;
+  const size_t avail = len_ - pos_;
+  auto number_char = [](int c) {
+    return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+  };
+  size_t n = 0;
+  while (n < avail && number_char(text[n])) {
+    if (n == kMaxNumberChars) fail("number longer than 128 characters");
+    ++n;
+  }
+  pos_ += n;
+  char gathered[kMaxNumberChars + 1];
+  if (n == avail && avail <= kMaxNumberChars) {
+    std::memcpy(gathered, text, n);
+    text = gathered;
+    for (int c = peek_char(); c >= 0 && number_char(c); c = peek_char()) {
       if (n == kMaxNumberChars) fail("number longer than 128 characters");
-      text[n++] = static_cast<char>(c);
+      gathered[n++] = static_cast<char>(c);
       ++pos_;
-    } else {
-      break;
     }
   }
-  text[n] = 0;
   JsonNumber num;
   // Validate JSON number grammar: -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?
   size_t i = 0;

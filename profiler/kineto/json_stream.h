@@ -54,6 +54,9 @@ class JsonCursor {
   void begin_object();  // consumes '{'
   // Next key of the current object into `key`; false (consuming '}') when the object ends.
   bool next_key(std::string* key);
+  // The same, but `key` views the buffer when the key needs no unescaping (else `scratch`); it
+  // stays valid until the next call on this cursor.
+  bool next_key(std::string_view* key, std::string* scratch);
   void begin_array();   // consumes '['
   bool next_element();  // true if another element follows; consumes ']' at end
   void read_string(std::string* out);
@@ -67,7 +70,14 @@ class JsonCursor {
   void expect_end();  // only whitespace may follow
 
  private:
-  bool fill();  // refills the buffer; false at EOF
+  bool fill();  // refills the buffer, keeping unread bytes; false when nothing more came
+  // Makes at least `n` unread bytes contiguous in the buffer when the input has them; returns
+  // the number available (fewer only at the end of input).
+  size_t ensure(size_t n) {
+    if (len_ - pos_ >= n) return len_ - pos_;
+    return ensure_slow(n);
+  }
+  size_t ensure_slow(size_t n);
   int get() {
     if (pos_ == len_ && !fill()) return -1;
     return static_cast<unsigned char>(buf_[pos_++]);
@@ -76,7 +86,16 @@ class JsonCursor {
     if (pos_ == len_ && !fill()) return -1;
     return static_cast<unsigned char>(buf_[pos_]);
   }
-  int skip_ws();  // returns the next non-space char without consuming it (-1 at EOF)
+  // Returns the next non-space char without consuming it (-1 at EOF).
+  int skip_ws() {
+    if (pos_ < len_) {
+      const unsigned char c = static_cast<unsigned char>(buf_[pos_]);
+      if (c > ' ') return c;
+    }
+    return skip_ws_slow();
+  }
+  int skip_ws_slow();
+  bool read_plain_string(std::string_view* out);  // fast path of a string without escapes
   void expect(char c);
   void expect_literal(const char* lit);
   void append_utf8(uint32_t cp, std::string* out);

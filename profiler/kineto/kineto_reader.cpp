@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <string_view>
 #include <unordered_map>
 
 #include "ft/core/error.h"
@@ -96,6 +97,61 @@ struct RawEvent {
     has_mem_bw = false;
   }
 };
+
+// Keys of an event object and of its args that the mapping reads, told apart by length first.
+enum class EventKey { kPh, kTs, kDur, kName, kCat, kPid, kTid, kId, kArgs, kOther };
+enum class ArgKey {
+  kStream, kCorrelation, kExternalId, kDevice, kBytes, kMemBw, kMemBytes, kTotalAllocated,
+  kTotalReserved, kInNelems, kDtype, kName, kDirection, kOther
+};
+
+EventKey event_key(std::string_view k) {
+  switch (k.size()) {
+    case 2:
+      return k == "ph" ? EventKey::kPh : k == "ts" ? EventKey::kTs : k == "id" ? EventKey::kId
+                                                                              : EventKey::kOther;
+    case 3:
+      return k == "dur"   ? EventKey::kDur
+             : k == "cat" ? EventKey::kCat
+             : k == "pid" ? EventKey::kPid
+             : k == "tid" ? EventKey::kTid
+                          : EventKey::kOther;
+    case 4:
+      return k == "name" ? EventKey::kName : k == "args" ? EventKey::kArgs : EventKey::kOther;
+    default:
+      return EventKey::kOther;
+  }
+}
+
+ArgKey arg_key(std::string_view k) {
+  switch (k.size()) {
+    case 4:
+      return k == "name" ? ArgKey::kName : ArgKey::kOther;
+    case 5:
+      return k == "bytes" ? ArgKey::kBytes : k == "Bytes" ? ArgKey::kMemBytes
+             : k == "dtype"                               ? ArgKey::kDtype
+                                                          : ArgKey::kOther;
+    case 6:
+      return k == "stream" ? ArgKey::kStream : k == "device" ? ArgKey::kDevice : ArgKey::kOther;
+    case 9:
+      return k == "direction" ? ArgKey::kDirection : ArgKey::kOther;
+    case 11:
+      return k == "correlation"                          ? ArgKey::kCorrelation
+             : (k == "External id" || k == "external id") ? ArgKey::kExternalId
+             : k == "In msg size"                         ? ArgKey::kInNelems
+                                                          : ArgKey::kOther;
+    case 13:
+      return k == "In msg nelems" ? ArgKey::kInNelems : ArgKey::kOther;
+    case 14:
+      return k == "Total Reserved" ? ArgKey::kTotalReserved : ArgKey::kOther;
+    case 15:
+      return k == "Total Allocated" ? ArgKey::kTotalAllocated : ArgKey::kOther;
+    case 23:
+      return k == "memory bandwidth (GB/s)" ? ArgKey::kMemBw : ArgKey::kOther;
+    default:
+      return ArgKey::kOther;
+  }
+}
 
 class Reader {
  public:
@@ -243,109 +299,138 @@ class Reader {
 
   void read_event_object() {
     cur_.begin_object();
-    while (cur_.next_key(&key_)) {
-      const size_t n = key_.size();
-      if (n == 2 && key_ == "ph") {
-        if (cur_.peek() == JsonType::kString) {
-          cur_.read_string(&scratch_);
-          ev_.ph = scratch_.size() == 1 ? scratch_[0] : '?';
-        } else {
+    std::string_view key;
+    while (cur_.next_key(&key, &key_)) {
+      // The key's view dies with the next cursor call: it is classified first.
+      switch (event_key(key)) {
+        case EventKey::kPh:
+          if (cur_.peek() == JsonType::kString) {
+            cur_.read_string(&scratch_);
+            ev_.ph = scratch_.size() == 1 ? scratch_[0] : '?';
+          } else {
+            cur_.skip_value();
+          }
+          break;
+        case EventKey::kTs:
+          read_time(&ev_.ts_ns, &ev_.has_ts, "timestamp out of range");
+          break;
+        case EventKey::kDur:
+          read_time(&ev_.dur_ns, &ev_.has_dur, "duration out of range");
+          break;
+        case EventKey::kName:
+          if (cur_.peek() == JsonType::kString) {
+            cur_.read_string(&ev_.name);
+          } else {
+            cur_.skip_value();
+          }
+          break;
+        case EventKey::kCat:
+          if (cur_.peek() == JsonType::kString) {
+            cur_.read_string(&ev_.cat);
+            ev_.has_cat = true;
+          } else {
+            cur_.skip_value();
+          }
+          break;
+        case EventKey::kPid:
+          read_id(&ev_.pid);
+          break;
+        case EventKey::kTid:
+          read_id(&ev_.tid);
+          break;
+        case EventKey::kId: {
+          bool numeric = false;
+          const int64_t v = read_int_or(0, &numeric);
+          ev_.flow_id = static_cast<uint64_t>(v);
+          ev_.has_flow_id = numeric;
+          break;
+        }
+        case EventKey::kArgs:
+          if (cur_.peek() == JsonType::kObject) {
+            read_args();
+          } else {
+            cur_.skip_value();
+          }
+          break;
+        case EventKey::kOther:
           cur_.skip_value();
-        }
-      } else if (n == 2 && key_ == "ts") {
-        if (cur_.peek() != JsonType::kNumber) {
-          cur_.skip_value();
-          continue;
-        }
-        const JsonNumber v = cur_.read_number(/*want_value=*/false);
-        if (!v.ns_ok || v.micros_to_ns >= kMaxNs || v.micros_to_ns <= -kMaxNs) {
-          cur_.fail("timestamp out of range");
-        }
-        ev_.ts_ns = v.micros_to_ns;
-        ev_.has_ts = true;
-      } else if (n == 3 && key_ == "dur") {
-        if (cur_.peek() != JsonType::kNumber) {
-          cur_.skip_value();
-          continue;
-        }
-        const JsonNumber v = cur_.read_number(/*want_value=*/false);
-        if (!v.ns_ok || v.micros_to_ns >= kMaxNs || v.micros_to_ns <= -kMaxNs) {
-          cur_.fail("duration out of range");
-        }
-        ev_.dur_ns = v.micros_to_ns;
-        ev_.has_dur = true;
-      } else if (n == 4 && key_ == "name") {
-        if (cur_.peek() == JsonType::kString) {
-          cur_.read_string(&ev_.name);
-        } else {
-          cur_.skip_value();
-        }
-      } else if (n == 3 && key_ == "cat") {
-        if (cur_.peek() == JsonType::kString) {
-          cur_.read_string(&ev_.cat);
-          ev_.has_cat = true;
-        } else {
-          cur_.skip_value();
-        }
-      } else if (n == 3 && key_ == "pid") {
-        read_id(&ev_.pid);
-      } else if (n == 3 && key_ == "tid") {
-        read_id(&ev_.tid);
-      } else if (n == 2 && key_ == "id") {
-        bool numeric = false;
-        const int64_t v = read_int_or(0, &numeric);
-        ev_.flow_id = static_cast<uint64_t>(v);
-        ev_.has_flow_id = numeric;
-      } else if (n == 4 && key_ == "args") {
-        if (cur_.peek() == JsonType::kObject) {
-          read_args();
-        } else {
-          cur_.skip_value();
-        }
-      } else {
-        cur_.skip_value();
+          break;
       }
     }
   }
 
+  // A µs time as exact ns; a non-number is skipped.
+  void read_time(int64_t* ns, bool* has, const char* out_of_range) {
+    if (cur_.peek() != JsonType::kNumber) {
+      cur_.skip_value();
+      return;
+    }
+    const JsonNumber v = cur_.read_number(/*want_value=*/false);
+    if (!v.ns_ok || v.micros_to_ns >= kMaxNs || v.micros_to_ns <= -kMaxNs) cur_.fail(out_of_range);
+    *ns = v.micros_to_ns;
+    *has = true;
+  }
+
   void read_args() {
     cur_.begin_object();
-    std::string& k = arg_key_;
-    while (cur_.next_key(&k)) {
-      if (k == "stream") {
-        bool numeric = false;
-        const int64_t v = read_int_or(-1, &numeric);
-        ev_.stream_numeric = numeric;
-        ev_.stream = numeric ? v : -1;
-      } else if (k == "correlation") {
-        ev_.correlation = read_int_or(0);
-      } else if (k == "External id" || k == "external id") {
-        ev_.external_id = read_int_or(-1);
-      } else if (k == "device") {
-        bool numeric = false;
-        ev_.device = read_int_or(-1, &numeric);
-        ev_.has_device = numeric;
-      } else if (k == "bytes") {
-        ev_.bytes = read_int_or(-1);
-      } else if (k == "memory bandwidth (GB/s)" && cur_.peek() == JsonType::kNumber) {
-        ev_.mem_bw = cur_.read_number().value;
-        ev_.has_mem_bw = true;
-      } else if (k == "Bytes") {
-        ev_.mem_bytes = read_int_or(0);
-        ev_.has_mem = true;
-      } else if (k == "Total Allocated") {
-        ev_.total_allocated = read_double_or(0);
-      } else if (k == "Total Reserved") {
-        ev_.total_reserved = read_double_or(0);
-      } else if (k == "In msg nelems" || k == "In msg size") {
-        ev_.in_nelems = read_int_or(-1);
-      } else if (k == "dtype" && cur_.peek() == JsonType::kString) {
-        cur_.read_string(&ev_.dtype);
-      } else if (k == "name" && cur_.peek() == JsonType::kString) {
-        cur_.read_string(&ev_.arg_name);
-      } else if (k == "direction" && cur_.peek() == JsonType::kString) {
-        cur_.read_string(&ev_.direction);
-      } else if (!ev_.has_counter_value && cur_.peek() == JsonType::kNumber) {
+    std::string_view key;
+    while (cur_.next_key(&key, &arg_key_)) {
+      const ArgKey k = arg_key(key);
+      const JsonType t = cur_.peek();
+      switch (k) {
+        case ArgKey::kStream: {
+          bool numeric = false;
+          const int64_t v = read_int_or(-1, &numeric);
+          ev_.stream_numeric = numeric;
+          ev_.stream = numeric ? v : -1;
+          continue;
+        }
+        case ArgKey::kCorrelation:
+          ev_.correlation = read_int_or(0);
+          continue;
+        case ArgKey::kExternalId:
+          ev_.external_id = read_int_or(-1);
+          continue;
+        case ArgKey::kDevice: {
+          bool numeric = false;
+          ev_.device = read_int_or(-1, &numeric);
+          ev_.has_device = numeric;
+          continue;
+        }
+        case ArgKey::kBytes:
+          ev_.bytes = read_int_or(-1);
+          continue;
+        case ArgKey::kMemBw:
+          if (t != JsonType::kNumber) break;
+          ev_.mem_bw = cur_.read_number().value;
+          ev_.has_mem_bw = true;
+          continue;
+        case ArgKey::kMemBytes:
+          ev_.mem_bytes = read_int_or(0);
+          ev_.has_mem = true;
+          continue;
+        case ArgKey::kTotalAllocated:
+          ev_.total_allocated = read_double_or(0);
+          continue;
+        case ArgKey::kTotalReserved:
+          ev_.total_reserved = read_double_or(0);
+          continue;
+        case ArgKey::kInNelems:
+          ev_.in_nelems = read_int_or(-1);
+          continue;
+        case ArgKey::kDtype:
+        case ArgKey::kName:
+        case ArgKey::kDirection:
+          if (t != JsonType::kString) break;
+          cur_.read_string(k == ArgKey::kDtype  ? &ev_.dtype
+                           : k == ArgKey::kName ? &ev_.arg_name
+                                                : &ev_.direction);
+          continue;
+        case ArgKey::kOther:
+          break;
+      }
+      // Any other number (the first) is a counter event's value.
+      if (!ev_.has_counter_value && t == JsonType::kNumber) {
         ev_.counter_value = cur_.read_number().value;
         ev_.has_counter_value = true;
       } else {
