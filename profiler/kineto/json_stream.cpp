@@ -509,6 +509,22 @@ JsonNumber JsonCursor::read_number(bool want_value) {
     }
   }
   JsonNumber num;
+  // Fast path: a plain non-negative integer below 2^53 (ids, µs timestamps, sizes); the same
+  // fields as the general path below.
+  if (n > 0 && n <= 16 && (text[0] != '0' || n == 1)) {
+    int64_t iv = 0;
+    size_t k = 0;
+    for (; k < n && text[k] >= '0' && text[k] <= '9'; ++k) iv = iv * 10 + (text[k] - '0');
+    if (k == n && iv < (int64_t{1} << 53)) {
+      num.integral = true;
+      num.int_value = iv;
+      num.int_ok = true;
+      num.micros_to_ns = iv * 1000;
+      num.ns_ok = true;
+      num.value = static_cast<double>(iv);  // exact below 2^53
+      return num;
+    }
+  }
   // Validate JSON number grammar: -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?
   size_t i = 0;
   const bool neg = i < n && text[i] == '-';
@@ -646,7 +662,7 @@ void JsonCursor::skip_value() {
         read_string(&scratch);
         break;
       case JsonType::kNumber:
-        read_number();
+        read_number(/*want_value=*/false);  // validated, not converted
         break;
       case JsonType::kTrue:
       case JsonType::kFalse:

@@ -429,8 +429,9 @@ class Reader {
         case ArgKey::kOther:
           break;
       }
-      // Any other number (the first) is a counter event's value.
-      if (!ev_.has_counter_value && t == JsonType::kNumber) {
+      // Any other number (the first) is a counter event's value; events whose phase came first
+      // and is not 'C' do not need it converted.
+      if (!ev_.has_counter_value && t == JsonType::kNumber && (ev_.ph == 0 || ev_.ph == 'C')) {
         ev_.counter_value = cur_.read_number().value;
         ev_.has_counter_value = true;
       } else {
