@@ -4,9 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
+#include <tuple>
 
+#include "../profiler/classify/interval_sweep.h"
 #include "ft/core/error.h"
 
 namespace {
@@ -342,5 +346,59 @@ TEST(Classifier, DeviceIdleDuringTheLoaderIsData) {
     EXPECT_EQ(at(p, WaitClass::kData), busy ? 0 : 600);
     EXPECT_EQ(at(p, WaitClass::kHost), 15);
     EXPECT_EQ(p.detail_ns.at("host.data"), 600);
+  }
+}
+
+// The labelled sweep under the partition: every elementary piece of [lo, hi) carries the label
+// of the covering interval with the smallest key, checked against a brute-force scan. 3000
+// intervals take the radix-sorted edge path; a 2^40 ns span the pair-sorted one.
+TEST(IntervalSweep, SegmentsMatchABruteForceScan) {
+  for (const int64_t span : {int64_t{1} << 20, int64_t{1} << 40}) {
+    std::mt19937_64 rng(static_cast<uint64_t>(span));
+    const int64_t lo = 1000, hi = lo + span;
+    std::vector<sweep::Interval> ivs;
+    for (int i = 0; i < 3000; ++i) {
+      sweep::Interval iv;
+      iv.a = lo - 500 + static_cast<int64_t>(rng() % static_cast<uint64_t>(span));
+      iv.b = iv.a + 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(span / 64));
+      iv.label = i;
+      iv.k1 = static_cast<int64_t>(rng() % 7);  // ties on k1 and k2 exercise the later keys
+      iv.k2 = static_cast<int64_t>(rng() % 3);
+      iv.k3 = static_cast<int64_t>(rng() % 1000);
+      ivs.push_back(iv);
+    }
+    const auto segs = sweep::sweep(ivs, lo, hi);
+    ASSERT_FALSE(segs.empty());
+    EXPECT_EQ(segs.front().a, lo);
+    EXPECT_EQ(segs.back().b, hi);
+    std::vector<int64_t> cuts = {lo, hi};
+    for (const auto& iv : ivs) {
+      if (iv.a > lo && iv.a < hi) cuts.push_back(iv.a);
+      if (iv.b > lo && iv.b < hi) cuts.push_back(iv.b);
+    }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    size_t s = 0;
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const int64_t t = cuts[c];
+      int want = -1;
+      for (size_t i = 0; i < ivs.size(); ++i) {
+        const auto& iv = ivs[i];
+        if (iv.a > t || iv.b <= t) continue;
+        const auto& w = ivs[static_cast<size_t>(want < 0 ? 0 : want)];
+        const int idx = static_cast<int>(i);
+        if (want < 0 || std::tie(iv.k1, iv.k2, iv.k3, idx) < std::tie(w.k1, w.k2, w.k3, want)) {
+          want = idx;
+        }
+      }
+      while (s < segs.size() && segs[s].b <= t) ++s;
+      ASSERT_LT(s, segs.size());
+      ASSERT_LE(segs[s].a, t);
+      ASSERT_EQ(segs[s].label, want < 0 ? -1 : ivs[static_cast<size_t>(want)].label) << "at " << t;
+    }
+    for (size_t k = 1; k < segs.size(); ++k) {
+      EXPECT_EQ(segs[k].a, segs[k - 1].b);
+      EXPECT_NE(segs[k].label, segs[k - 1].label);  // neighbours with one label are merged
+    }
   }
 }

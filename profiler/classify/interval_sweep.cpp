@@ -2,6 +2,7 @@
 #include "interval_sweep.h"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 namespace ft::profiler::sweep {
@@ -11,6 +12,33 @@ namespace {
 // order of edges at one instant does not matter (all are applied before the next segment).
 constexpr int kIndexBits = 24;
 constexpr int64_t kMaxSpan = int64_t{1} << (63 - kIndexBits - 1);
+
+// LSD radix sort by bytes, skipping the bytes every word shares (the high bytes of small time
+// offsets); for the hundreds of thousands of edges of a step, several times faster than a sort.
+void radix_sort(std::vector<uint64_t>* v) {
+  if (v->size() < 256) {
+    std::sort(v->begin(), v->end());
+    return;
+  }
+  std::vector<std::array<uint32_t, 256>> counts(8);
+  for (auto& c : counts) c.fill(0);
+  for (const uint64_t w : *v) {
+    for (int d = 0; d < 8; ++d) ++counts[d][(w >> (8 * d)) & 0xff];
+  }
+  std::vector<uint64_t> tmp(v->size());
+  for (int d = 0; d < 8; ++d) {
+    auto& c = counts[d];
+    if (c[((*v)[0] >> (8 * d)) & 0xff] == v->size()) continue;  // one value: nothing to move
+    uint32_t sum = 0;
+    for (uint32_t& x : c) {
+      const uint32_t here = x;
+      x = sum;
+      sum += here;
+    }
+    for (const uint64_t w : *v) tmp[c[(w >> (8 * d)) & 0xff]++] = w;
+    v->swap(tmp);
+  }
+}
 
 // The edge times in order, with (+i+1 start / -(i+1) end) codes.
 std::vector<std::pair<int64_t, int>> sorted_edges(const std::vector<Interval>& ivs, int64_t lo,
@@ -26,7 +54,7 @@ std::vector<std::pair<int64_t, int>> sorted_edges(const std::vector<Interval>& i
                       uint64_t{1} << kIndexBits | i);
       words.push_back(static_cast<uint64_t>(ivs[i].b - lo) << (kIndexBits + 1) | i);
     }
-    std::sort(words.begin(), words.end());
+    radix_sort(&words);
     constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
     for (const uint64_t w : words) {
       const int i = static_cast<int>(w & kIndexMask);
