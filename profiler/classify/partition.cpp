@@ -12,6 +12,7 @@
 
 #include "device_attribution.h"
 #include "ft/core/error.h"
+#include "ft/core/parallel.h"
 #include "ft/profiler/classifier.h"
 #include "interval_sweep.h"
 
@@ -279,19 +280,26 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
   const std::vector<std::pair<int64_t, int64_t>> windows =
       device.empty() ? host_windows(outer) : device_windows(outer, numbers, device);
 
-  std::vector<StepPartitionNs> result;
-  size_t first_span = 0;
-  for (size_t si = 0; si < outer.size(); ++si) {
-    StepPartitionNs p;
+  // Host spans overlapping each step start at or after the step's first span: the spans that
+  // end before it (a prefix, as the steps go).
+  std::vector<size_t> first_spans(outer.size());
+  for (size_t si = 0, first = 0; si < outer.size(); ++si) {
+    while (first < spans.size() && spans[first]->end_ns() <= windows[si].first &&
+           spans[first]->ts_ns < windows[si].first) {
+      ++first;
+    }
+    first_spans[si] = first;
+  }
+  // The steps are independent: they are partitioned on the machine's cores.
+  std::vector<StepPartitionNs> result(outer.size());
+  parallel_for(outer.size(), [&](size_t si) {
+    StepPartitionNs& p = result[si];
     p.step = numbers[si];
     const auto [lo, hi] = windows[si];
     p.start_ns = lo - t0;
     p.wall_ns = hi - lo;
     // Host spans overlapping the step: innermost (latest start, then shortest) wins.
-    while (first_span < spans.size() && spans[first_span]->end_ns() <= lo &&
-           spans[first_span]->ts_ns < lo) {
-      ++first_span;
-    }
+    const size_t first_span = first_spans[si];
     std::vector<Interval> ivs;
     std::vector<const Event*> owners;
     const auto past =
@@ -425,8 +433,7 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
         if (s.label >= 0) operators.push_back({s.a, s.b, owners[s.label]});
       device_attribution::partition_step(trace, device, lo, hi, pieces, owners, operators, &p);
     }
-    result.push_back(std::move(p));
-  }
+  });
   return result;
 }
 
