@@ -42,7 +42,25 @@ constexpr uint8_t cls(WaitClass c) { return static_cast<uint8_t>(c); }
 // untraced glue between them (the interpreter's dispatch); not the user's Python (python
 // frames, annotations' own time, long untraced stretches), the loader, the allocator, or a call
 // that blocks.
-bool captured(const Trace& trace, const Event* ev, int64_t len) {
+// Per name: is it user Python (a python frame or a built-in)? Memoised for the graph's build.
+class PythonNames {
+ public:
+  explicit PythonNames(const Trace& trace) : trace_(trace), memo_(trace.names.size(), -1) {}
+  bool operator()(uint32_t name) {
+    if (name >= memo_.size()) return is_python(trace_.names.at(name));
+    if (memo_[name] < 0) memo_[name] = is_python(trace_.names.at(name)) ? 1 : 0;
+    return memo_[name] == 1;
+  }
+
+ private:
+  static bool is_python(const std::string& n) {
+    return n.find(".py(") != std::string::npos || n.rfind("<built-in", 0) == 0;
+  }
+  const Trace& trace_;
+  std::vector<int8_t> memo_;
+};
+
+bool captured(const Trace& trace, const Event* ev, int64_t len, PythonNames& python) {
   if (ev == nullptr) return len <= kGraphGlueNs;
   switch (ev->category) {
     case Category::kHost:
@@ -53,10 +71,8 @@ bool captured(const Trace& trace, const Event* ev, int64_t len) {
     case Category::kComm:
       return device_attribution::blocking_class(trace, *ev) < 0;
     case Category::kCompute:
-    case Category::kOptimizer: {
-      const std::string& n = trace.names.at(ev->name);
-      return n.find(".py(") == std::string::npos && n.rfind("<built-in", 0) != 0;
-    }
+    case Category::kOptimizer:
+      return !python(ev->name);
     default:
       return false;
   }
@@ -120,6 +136,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
     int64_t ts, dur;
   };
   std::unordered_map<uint64_t, Launch> launch_of;  // correlation id -> launch call
+  PythonNames python(trace);
   std::vector<std::pair<size_t, size_t>>& thread_range = thread_range_;
   thread_range.clear();
   for (size_t t = 0; t < tids.size(); ++t) {
@@ -150,7 +167,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       p.cls = static_cast<uint8_t>(device_attribution::idle_class(ev));
       p.burst_first = after_gap;
       after_gap = false;
-      p.captured = captured(trace, ev, s.b - s.a);
+      p.captured = captured(trace, ev, s.b - s.a, python);
       int bc = ev ? device_attribution::blocking_class(trace, *ev) : -1;
       const bool linked = ev && ev->id != 0 && op_of.count(ev->id);
       bool queue_full = false;
@@ -191,6 +208,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
   std::map<int64_t, int32_t> first_of_step;
   int32_t last_upload = -1;
   std::vector<int64_t> free_latency;  // launch -> start of ops whose stream was empty
+  std::vector<int8_t> simt_memo;      // name -> is a SIMT fp32 GEMM (-1: not looked at)
   for (size_t i = 0; i < dev.size(); ++i) {
     const Event& e = *dev[i];
     Op& o = ops_[i];
@@ -201,8 +219,12 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       const auto [it, fresh] = first_of_step.try_emplace(e.step, static_cast<int32_t>(i));
       o.step_first = it->second;
     }
-    o.simt_gemm = e.category == Category::kCompute &&
-                  device_attribution::is_simt_fp32_gemm(trace.names.at(e.name));
+    if (e.category == Category::kCompute) {
+      if (e.name >= simt_memo.size()) simt_memo.resize(e.name + 1, -1);
+      if (simt_memo[e.name] < 0)
+        simt_memo[e.name] = device_attribution::is_simt_fp32_gemm(trace.names.at(e.name)) ? 1 : 0;
+      o.simt_gemm = simt_memo[e.name] == 1;
+    }
     simt_gemms_ |= o.simt_gemm;
     o.pageable_upload = e.category == Category::kH2D && (e.flags & (kPageable | kSynchronous));
     if (const auto it = last_on_stream.find(e.track.tid); it != last_on_stream.end())
@@ -234,6 +256,16 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
     if (o.anchor >= 0) linked += o.dur;
   }
   linked_share_ = busy > 0 ? static_cast<double>(linked) / static_cast<double>(busy) : 0;
+  // By end: the last op before each that ran on another stream (-1: none), so that finding the
+  // op on another stream that ended last before an instant is one step, not a walk back over
+  // the stream's own ops.
+  std::vector<int64_t> other_stream_before(ops_by_end_.size(), -1);
+  for (size_t j = 1; j < ops_by_end_.size(); ++j) {
+    other_stream_before[j] =
+        dev[ops_by_end_[j - 1]]->track.tid != dev[ops_by_end_[j]]->track.tid
+            ? static_cast<int64_t>(j - 1)
+            : other_stream_before[j - 1];
+  }
   for (size_t i = 0; i < ops_.size(); ++i) {
     Op& o = ops_[i];
     const int64_t p_end = o.prev >= 0 ? dev[o.prev]->end_ns() : kUnset;
@@ -251,14 +283,14 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       const auto past =
           std::upper_bound(ops_by_end_.begin(), ops_by_end_.end(), o.ts,
                            [&](int64_t v, int32_t k) { return v < dev[k]->end_ns(); });
-      for (auto it = past; it != ops_by_end_.begin();) {
-        const int32_t k = *--it;
-        if (dev[k]->track.tid == dev[i]->track.tid) continue;
+      auto j = static_cast<int64_t>(past - ops_by_end_.begin()) - 1;
+      if (j >= 0 && dev[ops_by_end_[j]]->track.tid == dev[i]->track.tid) j = other_stream_before[j];
+      if (j >= 0) {
+        const int32_t k = ops_by_end_[j];
         const int64_t lag = o.ts - dev[k]->end_ns();
         if (lag <= std::max(latency_ns_, kCrossStreamLagNs)) {
           o.dep = k, o.dep_lag = lag, o.gap = 0;
         }
-        break;
       }
     }
   }
