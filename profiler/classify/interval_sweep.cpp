@@ -40,36 +40,45 @@ void radix_sort(std::vector<uint64_t>* v) {
   }
 }
 
-// The edge times in order, with (+i+1 start / -(i+1) end) codes.
-std::vector<std::pair<int64_t, int>> sorted_edges(const std::vector<Interval>& ivs, int64_t lo,
-                                                  int64_t hi) {
-  std::vector<std::pair<int64_t, int>> edges;
-  edges.reserve(2 * ivs.size());
+// The edges in time order as 64-bit words; `decode` turns one into (time, +i+1 start / -(i+1)
+// end). Within the word form's range (a span under 2^38 ns, under 2^24 intervals) the words
+// hold (time - lo) << 25 | start bit << 24 | index and are radix-sorted; otherwise the words
+// are indices into a pair-sorted edge list.
+struct Edges {
+  std::vector<uint64_t> words;
+  std::vector<std::pair<int64_t, int>> pairs;  // the fallback's edges
+  int64_t lo = 0;
+  std::pair<int64_t, int> decode(uint64_t w) const {
+    if (!pairs.empty()) return pairs[w];
+    constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
+    const int i = static_cast<int>(w & kIndexMask);
+    return {lo + static_cast<int64_t>(w >> (kIndexBits + 1)),
+            (w >> kIndexBits & 1) != 0 ? i + 1 : -i - 1};
+  }
+};
+
+Edges sorted_edges(const std::vector<Interval>& ivs, int64_t lo, int64_t hi) {
+  Edges out;
+  out.lo = lo;
+  out.words.reserve(2 * ivs.size());
   if (hi - lo < kMaxSpan && ivs.size() < (size_t{1} << kIndexBits)) {
-    std::vector<uint64_t> words;
-    words.reserve(2 * ivs.size());
     for (size_t i = 0; i < ivs.size(); ++i) {
       if (ivs[i].a >= ivs[i].b) continue;
-      words.push_back(static_cast<uint64_t>(ivs[i].a - lo) << (kIndexBits + 1) |
-                      uint64_t{1} << kIndexBits | i);
-      words.push_back(static_cast<uint64_t>(ivs[i].b - lo) << (kIndexBits + 1) | i);
+      out.words.push_back(static_cast<uint64_t>(ivs[i].a - lo) << (kIndexBits + 1) |
+                          uint64_t{1} << kIndexBits | i);
+      out.words.push_back(static_cast<uint64_t>(ivs[i].b - lo) << (kIndexBits + 1) | i);
     }
-    radix_sort(&words);
-    constexpr uint64_t kIndexMask = (uint64_t{1} << kIndexBits) - 1;
-    for (const uint64_t w : words) {
-      const int i = static_cast<int>(w & kIndexMask);
-      const bool start = (w >> kIndexBits & 1) != 0;
-      edges.emplace_back(lo + static_cast<int64_t>(w >> (kIndexBits + 1)), start ? i + 1 : -i - 1);
-    }
-    return edges;
+    radix_sort(&out.words);
+    return out;
   }
   for (size_t i = 0; i < ivs.size(); ++i) {
     if (ivs[i].a >= ivs[i].b) continue;
-    edges.emplace_back(ivs[i].a, static_cast<int>(i) + 1);
-    edges.emplace_back(ivs[i].b, -static_cast<int>(i) - 1);
+    out.pairs.emplace_back(ivs[i].a, static_cast<int>(i) + 1);
+    out.pairs.emplace_back(ivs[i].b, -static_cast<int>(i) - 1);
   }
-  std::sort(edges.begin(), edges.end());
-  return edges;
+  std::sort(out.pairs.begin(), out.pairs.end());
+  for (size_t k = 0; k < out.pairs.size(); ++k) out.words.push_back(k);
+  return out;
 }
 
 }  // namespace
@@ -80,7 +89,8 @@ std::vector<Segment> sweep(std::vector<Interval> ivs, int64_t lo, int64_t hi) {
     iv.a = std::max(iv.a, lo);
     iv.b = std::min(iv.b, hi);
   }
-  const std::vector<std::pair<int64_t, int>> edges = sorted_edges(ivs, lo, hi);
+  const Edges edges = sorted_edges(ivs, lo, hi);
+  const size_t n_edges = edges.words.size();
   // The covering intervals as a min-heap on the key; an ended interval leaves the heap lazily,
   // when it reaches the top.
   auto after = [&](int x, int y) {
@@ -109,11 +119,12 @@ std::vector<Segment> sweep(std::vector<Interval> ivs, int64_t lo, int64_t hi) {
     }
     t = until;
   };
-  while (e < edges.size()) {
-    const int64_t now = edges[e].first;
+  while (e < n_edges) {
+    const int64_t now = edges.decode(edges.words[e]).first;
     emit(now);
-    for (; e < edges.size() && edges[e].first == now; ++e) {
-      const int code = edges[e].second;
+    for (std::pair<int64_t, int> edge;
+         e < n_edges && (edge = edges.decode(edges.words[e])).first == now; ++e) {
+      const int code = edge.second;
       if (code > 0) {
         heap.push_back(code - 1);
         std::push_heap(heap.begin(), heap.end(), after);
