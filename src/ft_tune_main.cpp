@@ -10,17 +10,21 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
+#include "ft/profiler/diagnosis.h"
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/launch.h"
 #include "ft/tuner/journal.h"
 #include "ft/tuner/report.h"
 #include "ft/tuner/search.h"
+#include "ft/tuner/spec.h"
 #include "ft/tuner/trial.h"
 
 namespace fs = std::filesystem;
@@ -31,6 +35,12 @@ namespace {
 
 constexpr const char* kUsage =
     R"(usage: ft-tune --out DIR --strategy guided|grid [options] [ft-train flags]
+       ft-tune --spec SPEC.json --out DIR [--strategy guided|grid] [options]
+
+  --spec FILE             tune any training program: FILE (JSON) names its command template,
+                          knobs (values, baseline, the finding classes each fixes), steps,
+                          timeout_s, trace, metrics and tokens_per_step (docs/tuning.md); writes
+                          best.json (knob values and command line) instead of best.cfg
 
   --out DIR               sweep directory: journal.jsonl, best.cfg, report.{md,html,json}
   --strategy S            guided (diagnose -> optimize -> verify, needs ft-diagnose) or grid
@@ -145,6 +155,106 @@ class Progress {
   bool tty_;
 };
 
+// A sweep without a baseline fails (exit 1, no best file, the report says why); one whose
+// budget ran nothing but the baseline says it compared nothing.
+int report_exit(const SweepOutcome& o, const fs::path& out, const char* best_file) {
+  const std::string failed = baseline_failure(o);
+  if (!failed.empty()) {
+    fs::remove(out / best_file);
+    std::fprintf(stderr, "ft-tune: %s: nothing to compare with, so no %s (report in %s)\n",
+                 failed.c_str(), best_file, out.string().c_str());
+    return 1;
+  }
+  if (o.trials_run <= 1) {
+    std::fprintf(stderr,
+                 "ft-tune: only the baseline ran (%s): no change was tested; raise the budget\n",
+                 o.stop_reason.c_str());
+  }
+  return 0;
+}
+
+struct SpecRun {
+  fs::path out;
+  bool resume = false;
+  bool trial_steps_given = false;
+  std::optional<double> trial_seconds;
+  bool verify_steps_given = false;
+  double timeout_s = 0;  // 0: the spec's
+};
+
+// ft-tune --spec: the same sweep over any program's trials (spec.h).
+int run_spec(const fs::path& spec_path, const SpecRun& sr, SweepOptions opt) {
+  TuneSpec spec = load_spec(spec_path);
+  if (sr.timeout_s > 0) spec.timeout_s = sr.timeout_s;
+  const fs::path ft_diagnose = tool("FT_DIAGNOSE", "ft-diagnose");
+  if (opt.strategy == "guided") {
+    if (spec.trace.empty()) {
+      throw ConfigError(
+          spec_path.string() +
+          ": --strategy guided diagnoses the program's trace: the spec needs 'trace'");
+    }
+    if (access(ft_diagnose.c_str(), X_OK) != 0) {
+      throw IoError(
+          fmt::format("--strategy guided needs ft-diagnose, which is not at {} (set "
+                      "FT_DIAGNOSE)",
+                      ft_diagnose.string()));
+    }
+  }
+  opt.ft_engine = false;
+  opt.memory_skip = false;
+  opt.compute_bound = 0;  // the engine's compute knobs (attention, micro-batch split) are not here
+  opt.baseline = spec_baseline(spec);
+  opt.space = spec_space(spec);
+  opt.finding_patches = [&spec](const profiler::Finding& f, const Config& inc) {
+    return spec_patches(spec, f.cls, inc);
+  };
+  opt.batch_scale = [&spec](const Config& c) { return spec_batch_scale(spec, c); };
+  if (!sr.trial_steps_given) opt.trial_steps = spec.steps;
+  if (!sr.verify_steps_given) opt.verify_steps = spec.steps;
+  opt.trial_seconds = sr.trial_seconds.value_or(0.0);
+  // Said, not silent: the lengths the trials run.
+  std::fprintf(stderr,
+               "ft-tune: trials run %d steps (%s), verification runs %d (%s)%s; %.0f s limit per "
+               "trial\n",
+               opt.trial_steps, sr.trial_steps_given ? "--trial-steps" : "the spec's steps",
+               opt.verify_steps, sr.verify_steps_given ? "--verify-steps" : "the spec's steps",
+               opt.trial_seconds > 0 ? ", calibrated by --trial-seconds" : "", spec.timeout_s);
+  fs::create_directories(sr.out);
+  Journal journal(sr.out / "journal.jsonl", sr.resume);
+  if (journal.dropped_bytes() > 0) {
+    std::fprintf(stderr,
+                 "ft-tune: dropped a torn last journal line (%zu bytes) of a killed sweep\n",
+                 journal.dropped_bytes());
+  }
+  const TrialFn run_fn = [&](const std::string& id, const Config& c) {
+    return run_spec_trial(spec, id, c, sr.out / "trials");
+  };
+  const DiagnoseFn diag_fn = [&](int round, const Config& c) {
+    return run_spec_diagnosis(spec, ft_diagnose, sr.out / fmt::format("diag_{}", round), c);
+  };
+  Progress progress(std::chrono::steady_clock::now());
+  const ProgressFn progress_fn = [&](const SweepOutcome& o, int left) { progress(o, left); };
+  const SweepOutcome o = run_sweep(opt, journal, run_fn, diag_fn, progress_fn);
+  progress.finish();
+  write_outputs(sr.out, o, opt);
+  if (const int rc = report_exit(o, sr.out, "best.json"); rc != 0) return rc;
+  // best.json: the winning knob values and the command line that runs them.
+  nlohmann::json best;
+  best["knobs"] = nlohmann::json::object();
+  for (const SpecKnob& k : spec.knobs) best["knobs"][k.name] = o.best.at(k.name);
+  best["change"] = describe_diff(o.baseline, o.best);
+  Config full = o.best;
+  full["steps"] = std::to_string(spec.steps);
+  best["command"] = spec_command(spec, full, "{trial_dir}");
+  best["stopped"] = o.stop_reason;
+  write_file_atomic(sr.out / "best.json", best.dump(2) + "\n");
+  std::cout << fmt::format(
+      "best: {} ({} trials run; stopped: {})\nwrote {}/best.json and "
+      "report.{{md,html,json}}\n",
+      describe_diff(o.baseline, o.best), o.trials_run, o.stop_reason, sr.out.string());
+  return 0;
+}
+
 int run(int argc, char** argv) {
   SweepOptions opt;
   opt.seed = 1337;
@@ -157,6 +267,8 @@ int run(int argc, char** argv) {
   std::string knobs;
   int ranks = 1;
   std::vector<std::string> train_words;
+  fs::path spec_path;
+  bool verify_steps_given = false, timeout_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const auto value = [&]() -> std::string {
@@ -184,8 +296,12 @@ int run(int argc, char** argv) {
       if (opt.machine_drift < 0) throw ConfigError("--machine-drift must be >= 0");
     } else if (a == "--verify-steps") {
       opt.verify_steps = number<int>(a, value());
+      verify_steps_given = true;
+    } else if (a == "--spec") {
+      spec_path = value();
     } else if (a == "--trial-timeout") {
       trial_timeout = number<double>(a, value());
+      timeout_given = true;
     } else if (a == "--repeats") {
       opt.repeats = number<int>(a, value());
     } else if (a == "--confirm-top") {
@@ -227,6 +343,22 @@ int run(int argc, char** argv) {
         fmt::format("--lr-scaling '{}': expected sqrt or linear", opt.batch.lr_scaling));
   }
   if (trial_timeout <= 0) throw ConfigError("--trial-timeout must be positive");
+  if (!spec_path.empty()) {
+    if (!train_words.empty()) {
+      throw ConfigError(
+          fmt::format("'{}': ft-train flags do not apply with --spec (the spec's "
+                      "command is the program)",
+                      train_words.front()));
+    }
+    if (ranks > 1) throw ConfigError("--ranks does not apply with --spec (the command launches)");
+    const SpecRun sr{out,
+                     resume,
+                     trial_steps_given,
+                     trial_seconds,
+                     verify_steps_given,
+                     timeout_given ? trial_timeout : 0};
+    return run_spec(spec_path, sr, opt);
+  }
   opt.trial_seconds = trial_seconds.value_or(trial_steps_given ? 0.0 : 1.0);
   opt.machine_probe = machine_speed_probe;
   opt.baseline = parse_flag_words(train_words);
@@ -319,6 +451,7 @@ int run(int argc, char** argv) {
   const SweepOutcome o = run_sweep(opt, journal, run_fn, diag_fn, progress_fn);
   progress.finish();
   write_outputs(out, o, opt);
+  if (const int rc = report_exit(o, out, "best.cfg"); rc != 0) return rc;
   std::cout << fmt::format(
       "best: {} ({} trials run; stopped: {})\nwrote {}/best.cfg and "
       "report.{{md,html,json}}\n",

@@ -189,19 +189,21 @@ TEST(TuneCli, OomTimeoutAndPredictedSkipAreRecordedAndTheSweepGoesOn) {
   EXPECT_TRUE(e[1].skipped);
   EXPECT_EQ(e[1].result.status, TrialStatus::kRejected);
   EXPECT_NE(read_file(b / "report.md").find("memory model predicts"), std::string::npos);
-  // A trial longer than --trial-timeout is killed and marked; the grid continues.
+  // A trial longer than --trial-timeout is killed and marked. Here it is the baseline: with
+  // nothing to compare against, the sweep stops there and fails (exit 1, no best.cfg).
   const fs::path c = temp_dir("timeout");
   r = tune("--out " + c.string() +
            " --strategy grid --knobs attention --trial-steps 200000 "
            "--trial-timeout 1 --micro-batch 4" +
            tiny());
-  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("the baseline's trial failed (timeout"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(c / "best.cfg"));
   e = journal(c);
-  ASSERT_EQ(e.size(), 2u);
-  for (const auto& x : e) {
-    EXPECT_EQ(x.result.status, TrialStatus::kTimeout);
-    EXPECT_NE(x.result.reason.find("time limit"), std::string::npos);
-  }
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].result.status, TrialStatus::kTimeout);
+  EXPECT_NE(e[0].result.reason.find("time limit"), std::string::npos);
+  EXPECT_NE(read_file(c / "report.md").find("the baseline trial failed"), std::string::npos);
 }
 
 TEST(TuneCli, TrialSecondsCalibratesTheTrialLengthFromTheBaseline) {
@@ -238,6 +240,25 @@ TEST(TuneCli, TrialSecondsCalibratesTheTrialLengthFromTheBaseline) {
   EXPECT_EQ(f[1].config.at("steps"), "3");
   EXPECT_EQ(tune("--out " + b.string() + "x --strategy grid --trial-seconds -1" + tiny()).status,
             2);
+}
+
+// A configuration ft-train refuses is journaled as a configuration error (not "crash: exit
+// status 2"), and as the baseline it fails the sweep: exit 1, no best.cfg, a report that says so
+// and claims no confirmation round.
+TEST(TuneCli, ABaselineFtTrainRefusesFailsTheSweep) {
+  const fs::path d = temp_dir("refused");
+  const Result r = tune("--out " + d.string() + " --strategy guided --data /nonexistent");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("nothing to compare with"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d / "best.cfg"));
+  const auto e = journal(d);
+  ASSERT_GE(e.size(), 1u);
+  EXPECT_EQ(e[0].result.status, TrialStatus::kConfigError);
+  EXPECT_NE(e[0].result.reason.find("--data '/nonexistent'"), std::string::npos);
+  const json rep = report(d);
+  EXPECT_EQ(rep["best_change"], "none");
+  EXPECT_EQ(rep["speedup_basis"].get<std::string>().find("the baseline's trial failed"), 0u);
+  EXPECT_EQ(read_file(d / "report.md").find("confirmation round"), std::string::npos);
 }
 
 TEST(TuneCli, KillDashNineMidSweepThenResumeLosesAndRepeatsNothing) {

@@ -81,8 +81,9 @@ std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Findin
       if (const auto it = g_.rejected.find(knob);
           it != g_.rejected.end() && !stability && f.share < 1.5 * it->second) {
         decide(round, "skip",
-               fmt::format("knob '{}': not faster when its finding stood at {:.0f}% of step time; "
-                           "retried once the finding reaches 1.5x that (now {:.0f}%)",
+               fmt::format("knob '{}': not taken (not faster, or refused by verification) when "
+                           "its finding stood at {:.0f}% of step time; retried once the finding "
+                           "reaches 1.5x that (now {:.0f}%)",
                            knob, 100 * it->second, 100 * f.share));
         return;
       }
@@ -101,6 +102,15 @@ std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Findin
         cands.push_back({*c, stability, knob, f.share});
       }
     };
+    if (o_.finding_patches) {  // any program: its knobs that fix the finding's class
+      for (const Config& patch : o_.finding_patches(f, g_.inc)) {
+        if (static_cast<int>(cands.size()) >= o_.candidates_per_round) break;
+        std::string words;
+        for (const auto& [k, v] : patch) words += (words.empty() ? "" : " ") + k + "=" + v;
+        consider(patch, words + " (fixes " + f.cls + ")");
+      }
+      continue;
+    }
     for (const std::string& knob : f.knobs) {
       if (static_cast<int>(cands.size()) >= o_.candidates_per_round) break;
       Config patch;

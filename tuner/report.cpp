@@ -86,9 +86,18 @@ reports::SweepReport sweep_report(const SweepOutcome& o, const SweepOptions& opt
   if (b) r.baseline_tokens_per_s = b->result.tokens_per_s;
   if (t) r.best_tokens_per_s = t->result.tokens_per_s;
   // The confirmation round's median ratio when one chose the best, else the short trials'.
-  if (o.confirmed_ratio > 0) {
+  // Without a baseline there is no best; a kept baseline is not called confirmed unless a
+  // confirmation round ran.
+  if (const std::string failed = baseline_failure(o); !failed.empty()) {
+    r.best_change = "none";
+    r.speedup = 0;
+    r.speedup_basis = failed;
+  } else if (o.confirmed_ratio > 0 && !o.confirmation.empty()) {
     r.speedup = o.confirmed_ratio;
     r.speedup_basis = "median ratio in the confirmation round";
+  } else if (o.best == o.baseline) {
+    r.speedup = 1;
+    r.speedup_basis = "no change was accepted";
   } else {
     r.speedup =
         b && t && b->result.tokens_per_s > 0 ? t->result.tokens_per_s / b->result.tokens_per_s : 1;
@@ -125,7 +134,11 @@ reports::SweepReport sweep_report(const SweepOutcome& o, const SweepOptions& opt
 void write_outputs(const std::filesystem::path& dir, const SweepOutcome& o,
                    const SweepOptions& opt) {
   const reports::SweepReport r = sweep_report(o, opt);
-  write_file_atomic(dir / "best.cfg", config_file_text(o.best));
+  if (!baseline_failure(o).empty()) {
+    std::filesystem::remove(dir / "best.cfg");  // no best without a baseline, not a stale one
+  } else if (opt.ft_engine) {
+    write_file_atomic(dir / "best.cfg", config_file_text(o.best));
+  }
   write_file_atomic(dir / "report.json", reports::render_sweep_json(r));
   write_file_atomic(dir / "report.md", reports::render_sweep_markdown(r));
   write_file_atomic(dir / "report.html", reports::render_sweep_html(r));

@@ -117,7 +117,7 @@ void Sweep::record(const JournalEntry& e) {
 
 // Skip reason when the memory model predicts `knobs` exceeds the limit; empty otherwise.
 std::string Sweep::memory_skip(const Config& knobs, double* predicted) const {
-  *predicted = predicted_peak(knobs);
+  *predicted = o_.ft_engine ? predicted_peak(knobs) : 0;
   const double limit = o_.memory_limit;
   if (!o_.memory_skip || limit <= 0 || *predicted <= 0 || *predicted <= limit) return "";
   return fmt::format(
@@ -368,6 +368,13 @@ void Sweep::grid() {
     const JournalEntry& e = short_trial(is_base ? "baseline" : "grid", c, 0);
     knobs_of[e.id] = c;
     if (is_base) out_.baseline_trial = e.id;
+    if (is_base && !e.skipped && e.result.status != TrialStatus::kOk) {
+      // Nothing can be compared with a baseline that did not run.
+      return stop(0,
+                  fmt::format("the baseline trial failed ({}: {})",
+                              trial_status_name(e.result.status), e.result.reason),
+                  {e.id});
+    }
     if (e.skipped) decide(0, "skip", e.change + ": " + e.result.reason, {e.id});
     if (e.result.status == TrialStatus::kOk) ranked.push_back({e.result.tokens_per_s, e.id});
   }
@@ -504,6 +511,20 @@ SweepOutcome run_sweep(const SweepOptions& options, Journal& journal, const Tria
   }
   detail::Sweep s(options, journal, run, diagnose, progress);
   return s.run();
+}
+
+std::string baseline_failure(const SweepOutcome& o) {
+  for (const int id : {o.baseline_trial, o.baseline_verify}) {
+    if (id < 0 || static_cast<size_t>(id) >= o.trials.size()) continue;
+    const JournalEntry& e = o.trials[static_cast<size_t>(id)];
+    if (!e.skipped && e.result.status != TrialStatus::kOk) {
+      return fmt::format("the baseline's {} failed ({}: {})",
+                         e.phase == "verify-baseline" ? "verify run" : "trial",
+                         trial_status_name(e.result.status), e.result.reason);
+    }
+  }
+  if (o.baseline_trial < 0 && o.trials_run == 0) return "no trial ran: " + o.stop_reason;
+  return "";
 }
 
 }  // namespace ft::tuner

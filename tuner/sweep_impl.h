@@ -74,7 +74,9 @@ class Sweep {
 
   // Verify runs cover the same tokens as the baseline's: steps scale by the batch ratio.
   Config verify_config(const Config& knobs) const {
-    const double ratio = static_cast<double>(global_batch(o_.baseline)) / global_batch(knobs);
+    const double ratio = o_.batch_scale
+                             ? o_.batch_scale(o_.baseline) / o_.batch_scale(knobs)
+                             : static_cast<double>(global_batch(o_.baseline)) / global_batch(knobs);
     Config c = with_steps(knobs, static_cast<int>(std::lround(o_.verify_steps * ratio)));
     c["warmup-excluded"] = "2";
     return c;

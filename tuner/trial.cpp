@@ -92,13 +92,15 @@ const char* trial_status_name(TrialStatus s) {
       return "timeout";
     case TrialStatus::kRejected:
       return "rejected";
+    case TrialStatus::kConfigError:
+      return "config-error";
   }
   return "crash";
 }
 
 bool parse_trial_status(const std::string& s, TrialStatus* out) {
   for (TrialStatus t : {TrialStatus::kOk, TrialStatus::kOom, TrialStatus::kCrash,
-                        TrialStatus::kTimeout, TrialStatus::kRejected}) {
+                        TrialStatus::kTimeout, TrialStatus::kRejected, TrialStatus::kConfigError}) {
     if (s == trial_status_name(t)) {
       *out = t;
       return true;
@@ -313,6 +315,11 @@ TrialResult run_trial(const std::string& id, const Config& config, const TrialOp
   if (r.exit_code == 3) {
     r.status = TrialStatus::kOom;
     r.reason = "out of memory: " + last_error_line(log);
+    return r;
+  }
+  if (r.exit_code == 2) {  // ft-train's status for a configuration it rejects
+    r.status = TrialStatus::kConfigError;
+    r.reason = "ft-train rejected the configuration: " + last_error_line(log);
     return r;
   }
   if (r.exit_code != 0) {

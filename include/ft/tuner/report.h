@@ -17,7 +17,8 @@ std::vector<int> pareto_front(const std::vector<JournalEntry>& trials);
 // What the sweep report shows (reports/ renders it: reports::render_sweep_{json,markdown,html}).
 reports::SweepReport sweep_report(const SweepOutcome& outcome, const SweepOptions& options);
 
-// Writes DIR/best.cfg and DIR/report.{md,html,json}, each atomically.
+// Writes DIR/best.cfg (ft-train's engine only; removed when the baseline failed) and
+// DIR/report.{md,html,json}, each atomically.
 void write_outputs(const std::filesystem::path& dir, const SweepOutcome& outcome,
                    const SweepOptions& options);
 

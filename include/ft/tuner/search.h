@@ -81,7 +81,7 @@ struct SweepOptions {
   Config baseline;                  // the user's ft-train flags
   int budget_trials = 0;            // 0: unlimited (grid: the whole space)
   double budget_minutes = 0;        // 0: unlimited; counts recorded trial wall time
-  int trial_steps = 12;  // steps of a short trial; the floor when trial_seconds > 0
+  int trial_steps = 12;             // steps of a short trial; the floor when trial_seconds > 0
   // > 0: trials run as many steps as the baseline needs for this many measured seconds (one
   // calibration run of the baseline first); 0: exactly trial_steps
   double trial_seconds = 0;
@@ -114,6 +114,14 @@ struct SweepOptions {
   // trials read normal (docs/tuning.md, "Machine drift").
   double machine_drift = 0.5;
   int max_void_rounds = 2;
+  // Any training program (ft-tune --spec) instead of ft-train: no memory model, a finding's
+  // candidates come from `finding_patches` (the knobs whose fixes name its class) instead of
+  // its ft-train knob strings, and verification runs scale their steps by `batch_scale` (the
+  // global batch of a configuration, any unit) so they cover the baseline's tokens.
+  bool ft_engine = true;
+  std::function<std::vector<Config>(const profiler::Finding&, const Config& incumbent)>
+      finding_patches;
+  std::function<double(const Config&)> batch_scale;
 };
 
 // One configuration of a side-by-side measurement: a confirmation round (row 0 the baseline,
@@ -182,6 +190,11 @@ struct SweepOutcome {
   int diagnoses = 0;
   double spent_s = 0;  // sum of trial wall times
 };
+
+// Why the sweep has no baseline to compare with: its short trial or its verify run failed, or
+// no trial ran (a budget too small); "" when it has one. ft-tune then exits 1 and writes no
+// best.cfg / best.json.
+std::string baseline_failure(const SweepOutcome& outcome);
 
 // Runs (or, for ids already journaled, replays) one trial.
 using TrialFn = std::function<TrialResult(const std::string& id, const Config& config)>;

@@ -23,8 +23,10 @@ std::string config_file_text(const Config& c);
 // on a word that is not a flag.
 Config parse_flag_words(const std::vector<std::string>& words);
 
-enum class TrialStatus { kOk, kOom, kCrash, kTimeout, kRejected };
-const char* trial_status_name(TrialStatus s);  // ok, oom, crash, timeout, rejected
+// kConfigError: the program refused its configuration (ft-train's exit status 2, a spec whose
+// templates do not expand); not a crash.
+enum class TrialStatus { kOk, kOom, kCrash, kTimeout, kRejected, kConfigError };
+const char* trial_status_name(TrialStatus s);  // ok, oom, crash, timeout, rejected, config-error
 bool parse_trial_status(const std::string& s, TrialStatus* out);
 
 struct TrialResult {
@@ -82,9 +84,9 @@ double machine_speed_probe();
 // Runs ft-train with `config` as a child process in its own process group; kills the group
 // after the time limit. Under mpirun (ranks > 1) rank 0's metrics (FILE.rank0.jsonl) are read:
 // its loss and throughput are the job's (ft-train reduces them over the ranks). Exit 3 (ft-train's
-// out-of-memory status) is kOom, a signal or other nonzero exit is kCrash with the log's last error
-// line, a killed run is kTimeout. Never throws for a failing trial; throws IoError if the child
-// cannot be started at all.
+// out-of-memory status) is kOom, exit 2 (a configuration ft-train rejects) kConfigError, a signal
+// or other nonzero exit is kCrash with the log's last error line, a killed run is kTimeout. Never
+// throws for a failing trial; throws IoError if the child cannot be started at all.
 TrialResult run_trial(const std::string& id, const Config& config, const TrialOptions& options);
 
 // Reads an ft-train metrics JSONL (per-step lines plus a final {"summary": ...}); fills

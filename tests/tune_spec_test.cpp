@@ -1,0 +1,342 @@
+// tune_spec_test.cpp: ft-tune --spec, tuning any training program: the spec's checks and
+// templates, trials of stand-in shell programs (every failure kind), kill -9 and --resume, and a
+// guided sweep over the PyTorch example (examples/pytorch) with Debian's python3-torch.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "ft/core/atomic_file.h"
+#include "ft/core/error.h"
+#include "ft/tuner/journal.h"
+#include "ft/tuner/spec.h"
+#include "test_scratch.h"
+
+namespace ft::tuner {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kBin = FT_BINARY_DIR;
+const std::string kSrc = FT_SOURCE_DIR;
+
+fs::path temp_dir(const std::string& name) { return ft::test::scratch_dir("ft_tune_spec_" + name); }
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+Result sh(const std::string& cmd) {
+  Result r{0, ""};
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// A spec around `program` (a shell script in `dir`) with knobs `rate` (fixes data) and `mode`.
+std::string fake_spec(const std::string& extra = "") {
+  return R"({
+    "command": ["sh", "prog.sh", "{steps}", "{rate}", "{trial_dir}/m.jsonl", "{mode}"],
+    "env": {"FT_TEST_SPEC": "1"},
+    "knobs": {
+      "rate": {"values": [100, 200, 300], "baseline": 100, "fixes": ["data"]},
+      "mode": {"values": {"plain": "", "loud": "--loud"}, "baseline": "plain"}
+    },
+    "steps": 6,
+    "timeout_s": 20,
+    "metrics": "{trial_dir}/m.jsonl")" +
+         extra + "}";
+}
+
+// The stand-in program: writes `steps` metric lines whose tokens_per_s is `rate` (x1.5 when
+// `mode` is --loud), after sleeping 0.05 s; rate 999 crashes, 998 says MemoryError, 997 hangs,
+// 996 writes no metrics.
+constexpr const char* kProg = R"SH(steps=$1; rate=$2; out=$3; mode=$4
+case "$rate" in
+  999) echo "Traceback: boom" >&2; exit 1 ;;
+  998) echo "MemoryError: cannot allocate" >&2; exit 1 ;;
+  997) sleep 60 ;;
+  996) exit 0 ;;
+esac
+[ "$FT_TEST_SPEC" = 1 ] || { echo "env not passed" >&2; exit 5; }
+if [ "$mode" = "--loud" ]; then rate=$((rate * 3 / 2)); fi
+sleep 0.05
+i=1
+: > "$out"
+while [ $i -le $steps ]; do
+  echo "{\"step\": $i, \"loss\": $(awk "BEGIN{print 5/($i+1)}"), \"tokens\": $((i * 64)), \"tokens_per_s\": $rate}" >> "$out"
+  i=$((i + 1))
+done
+)SH";
+
+fs::path fake_dir(const std::string& name, const std::string& extra = "") {
+  const fs::path d = temp_dir(name);
+  write_file_atomic(d / "prog.sh", kProg);
+  write_file_atomic(d / "spec.json", fake_spec(extra));
+  return d;
+}
+
+TEST(TuneSpec, ParsesKnobsTemplatesAndExpandsACommand) {
+  const fs::path d = fake_dir("parse");
+  const TuneSpec s = load_spec(d / "spec.json");
+  ASSERT_EQ(s.knobs.size(), 2u);
+  EXPECT_EQ(s.knobs[0].name, "rate");  // the spec's order
+  EXPECT_EQ(s.knobs[0].values, (std::vector<std::string>{"100", "200", "300"}));
+  EXPECT_EQ(s.knobs[1].text_of("loud"), "--loud");
+  EXPECT_EQ(spec_baseline(s), (Config{{"mode", "plain"}, {"rate", "100"}}));
+  // The empty mapped value drops its argument; {steps} comes from the config when set.
+  const auto cmd = spec_command(s, Config{{"rate", "200"}, {"steps", "3"}}, "/t");
+  const std::vector<std::string> want = {"/usr/bin/env", "-C", d.string(), "FT_TEST_SPEC=1", "sh",
+                                         "prog.sh",      "3",  "200",      "/t/m.jsonl"};
+  EXPECT_EQ(spec_command(s, Config{{"mode", "loud"}}, "/t").back(), "--loud");
+  EXPECT_EQ(cmd, want);
+  EXPECT_EQ(expand_template("{{x}} {a}", {{"a", "1"}}, "f"), "{x} 1");
+  EXPECT_DOUBLE_EQ(eval_arithmetic("8 * (2 + 1) * 64 / 2 - 1"), 767);
+  EXPECT_DOUBLE_EQ(eval_arithmetic("-3 * -2"), 6);
+  for (const char* bad : {"8 *", "2 ^ 3", "(1", "1 / 0", "abc", ""}) {
+    EXPECT_THROW(eval_arithmetic(bad), ConfigError) << bad;
+  }
+}
+
+TEST(TuneSpec, EveryMistakeIsAConfigErrorNamingTheField) {
+  const auto err = [](const std::string& text) {
+    try {
+      parse_spec(text, "s.json", ".");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string ok_knobs = R"("knobs": {"b": {"values": [1, 2]}}, "metrics": "m")";
+  EXPECT_NE(err(R"({"command": [], )" + ok_knobs + "}").find("'command'"), std::string::npos);
+  EXPECT_NE(
+      err(R"({"command": ["x"], "knobs": {"b": {"values": [1, 2], "baseline": 3}}, "metrics": "m"})")
+          .find("knobs.b.baseline '3' is not one of its values"),
+      std::string::npos);
+  EXPECT_NE(
+      err(R"({"command": ["x"], "knobs": {"b": {"values": [1], "fixes": ["speed"]}}, "metrics": "m"})")
+          .find("unknown finding class 'speed'"),
+      std::string::npos);
+  EXPECT_NE(err(R"({"command": ["x", "{nope}"], )" + ok_knobs + "}").find("'{nope}' names no knob"),
+            std::string::npos);
+  EXPECT_NE(
+      err(R"({"command": ["x"], "colour": 1, )" + ok_knobs + "}").find("unknown field 'colour'"),
+      std::string::npos);
+  EXPECT_NE(err(R"({"command": ["x"], "knobs": {"b": {"values": [1, 1]}}, "metrics": "m"})")
+                .find("appears twice"),
+            std::string::npos);
+  EXPECT_NE(
+      err(R"({"command": ["x"], "knobs": {"b": {"values": ["a"]}}, "metrics": "m", "tokens_per_step": "{b} * 2"})")
+          .find("tokens_per_step"),
+      std::string::npos);
+  EXPECT_NE(
+      err(R"({"command": ["x"], "knobs": {"b": {"values": [1]}}})").find("'metrics' is required"),
+      std::string::npos);
+  EXPECT_NE(err(R"({"command": ["x"], "knobs": {"steps": {"values": [1]}}, "metrics": "m"})")
+                .find("reserved"),
+            std::string::npos);
+  EXPECT_NE(err("[1, 2").find("not valid JSON"), std::string::npos);
+}
+
+TEST(TuneSpec, FindingsPickTheKnobsThatFixThemNearestValueFirst) {
+  const TuneSpec s = load_spec(fake_dir("patches") / "spec.json");
+  const auto p = spec_patches(s, "data", Config{{"rate", "200"}, {"mode", "plain"}});
+  const std::vector<Config> want = {{{"rate", "300"}}, {{"rate", "100"}}};
+  EXPECT_EQ(p, want);
+  EXPECT_TRUE(spec_patches(s, "memory", spec_baseline(s)).empty());
+  const TuneSpec b = parse_spec(
+      R"({"command": ["x"], "metrics": "m", "knobs": {"mb": {"values": [2, 8], "scales_batch": true},
+          "ga": {"values": [1, 4], "scales_batch": true}, "w": {"values": [0, 9]}}})",
+      "b", ".");
+  EXPECT_DOUBLE_EQ(spec_batch_scale(b, Config{{"mb", "8"}, {"ga", "4"}, {"w", "9"}}), 32);
+  EXPECT_DOUBLE_EQ(spec_batch_scale(b, spec_baseline(b)), 2);
+}
+
+TEST(TuneSpec, TrialsReadMetricsAndJournalEveryFailureWithItsReason) {
+  const fs::path d = fake_dir("trials");
+  const TuneSpec s = load_spec(d / "spec.json");
+  const fs::path work = d / "trials";
+  TrialResult r = run_spec_trial(s, "0", Config{{"rate", "200"}, {"mode", "loud"}}, work);
+  ASSERT_EQ(r.status, TrialStatus::kOk) << r.reason;
+  EXPECT_DOUBLE_EQ(r.tokens_per_s, 300);  // the metrics' own rate, x1.5 for --loud
+  EXPECT_EQ(r.losses.size(), 6u);
+  EXPECT_DOUBLE_EQ(r.tokens.back(), 6 * 64);
+  EXPECT_NEAR(r.final_loss, 5.0 / 7, 1e-5);
+  r = run_spec_trial(s, "1", Config{{"rate", "999"}}, work);
+  EXPECT_EQ(r.status, TrialStatus::kCrash);
+  EXPECT_NE(r.reason.find("exit status 1: Traceback: boom"), std::string::npos) << r.reason;
+  r = run_spec_trial(s, "2", Config{{"rate", "998"}}, work);
+  EXPECT_EQ(r.status, TrialStatus::kOom);
+  EXPECT_NE(r.reason.find("MemoryError"), std::string::npos) << r.reason;
+  r = run_spec_trial(s, "3", Config{{"rate", "996"}}, work);
+  EXPECT_EQ(r.status, TrialStatus::kCrash);
+  EXPECT_NE(r.reason.find("no metrics file"), std::string::npos) << r.reason;
+  TuneSpec quick = s;
+  quick.timeout_s = 0.5;
+  const auto t0 = std::chrono::steady_clock::now();
+  r = run_spec_trial(quick, "4", Config{{"rate", "997"}}, work);
+  EXPECT_EQ(r.status, TrialStatus::kTimeout);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+  // A spec that names a trace the program does not write.
+  const TuneSpec traced = parse_spec(
+      fake_spec(R"(, "trace": "{trial_dir}/none.json", "tokens_per_step": "64")"), "t", d);
+  r = run_spec_trial(traced, "5", Config{{"rate", "100"}}, work);
+  EXPECT_EQ(r.status, TrialStatus::kCrash);
+  EXPECT_NE(r.reason.find("wrote no trace"), std::string::npos) << r.reason;
+}
+
+std::vector<JournalEntry> journal(const fs::path& dir) {
+  Journal j(dir / "journal.jsonl", true);
+  return j.entries();
+}
+
+TEST(TuneSpec, CliExitsSayWhatWentWrong) {
+  const fs::path d = fake_dir("cli");
+  // A configuration error is one (exit 2), not a crash.
+  write_file_atomic(d / "bad.json", R"({"command": ["sh"], "knobs": {}, "metrics": "m"})");
+  Result r = sh(kBin + "/ft-tune --spec " + (d / "bad.json").string() + " --out " +
+                (d / "o1").string() + " --strategy grid");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("'knobs' must be a non-empty object"), std::string::npos) << r.out;
+  r = sh(kBin + "/ft-tune --spec " + (d / "spec.json").string() + " --out " + (d / "o2").string() +
+         " --strategy grid --micro-batch 4");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("do not apply with --spec"), std::string::npos) << r.out;
+  // Guided needs the program's trace to diagnose.
+  r = sh(kBin + "/ft-tune --spec " + (d / "spec.json").string() + " --out " + (d / "o3").string() +
+         " --strategy guided");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("needs 'trace'"), std::string::npos) << r.out;
+  // The lengths the trials run are said.
+  r = sh(kBin + "/ft-tune --spec " + (d / "spec.json").string() + " --out " + (d / "o4").string() +
+         " --strategy grid --confirm-rounds 0 --budget-trials 2");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("trials run 6 steps (the spec's steps)"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(d / "o4" / "best.json"));
+  EXPECT_FALSE(fs::exists(d / "o4" / "best.cfg"));
+  // A budget that runs only the baseline says that nothing was compared.
+  r = sh(kBin + "/ft-tune --spec " + (d / "spec.json").string() + " --out " + (d / "o5").string() +
+         " --strategy grid --budget-trials 1");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("only the baseline ran"), std::string::npos) << r.out;
+  // A failed baseline fails the sweep: exit 1, no best.json, and the report says why.
+  const fs::path f = fake_dir("cli_fail", "");
+  std::string text = read_file(f / "spec.json");
+  const std::string rate = R"("values": [100, 200, 300], "baseline": 100)";
+  text.replace(text.find(rate), rate.size(), R"("values": [999, 200, 300], "baseline": 999)");
+  write_file_atomic(f / "spec.json", text);
+  r = sh(kBin + "/ft-tune --spec " + (f / "spec.json").string() + " --out " + (f / "o").string() +
+         " --strategy grid");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("the baseline's trial failed (crash: exit status 1: Traceback: boom)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(fs::exists(f / "o" / "best.json"));
+  EXPECT_NE(read_file(f / "o" / "report.md").find("the baseline trial failed"), std::string::npos);
+  EXPECT_EQ(journal(f / "o").size(), 1u);  // the grid stops at its failed baseline
+}
+
+TEST(TuneSpec, KillDashNineThenResumeLosesAndRepeatsNoTrial) {
+  const fs::path d = fake_dir("kill");
+  const fs::path a = d / "a", b = d / "b";
+  const std::string args = " --spec " + (d / "spec.json").string() +
+                           " --strategy grid --confirm-rounds 2 --confirm-top 2";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string cmd = "exec " + kBin + "/ft-tune --out " + a.string() + args + " > " +
+                            (d / "a.log").string() + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  size_t lines = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (lines < 3 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling the journal
+    std::ifstream in(a / "journal.jsonl");
+    lines = 0;
+    for (std::string l; std::getline(in, l);) ++lines;
+  }
+  ASSERT_GE(lines, 3u);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  const size_t before = journal(a).size();
+  Result r = sh(kBin + "/ft-tune --out " + a.string() + args + " --resume");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto resumed = journal(a);
+  EXPECT_GT(resumed.size(), before);
+  r = sh(kBin + "/ft-tune --out " + b.string() + args);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto whole = journal(b);
+  // The same trials in the same order as the sweep that was never killed: none lost, none run
+  // twice (the grid has 6 points, each once).
+  ASSERT_EQ(resumed.size(), whole.size());
+  std::set<std::string> grid;
+  for (size_t k = 0; k < whole.size(); ++k) {
+    EXPECT_EQ(resumed[k].id, static_cast<int>(k));
+    EXPECT_EQ(config_key(resumed[k].config), config_key(whole[k].config));
+    EXPECT_EQ(resumed[k].phase, whole[k].phase);
+    if (resumed[k].phase == "grid" || resumed[k].phase == "baseline") {
+      EXPECT_TRUE(grid.insert(config_key(resumed[k].config)).second);
+    }
+  }
+  EXPECT_EQ(grid.size(), 6u);
+  const json best = json::parse(read_file(a / "best.json"));
+  EXPECT_EQ(best["knobs"]["rate"], "300");  // 300 x1.5 loud is the fastest
+  EXPECT_EQ(best["knobs"]["mode"], "loud");
+  EXPECT_EQ(json::parse(read_file(b / "best.json"))["knobs"], best["knobs"]);
+}
+
+// The real thing: the PyTorch example on the CPU, data-bound (12000 preprocessing iterations per
+// sample, no loader workers). The guided sweep diagnoses its trace, tries the knobs that fix
+// data, refuses the preprocessing shortcut whose loss curve breaks, and takes a loader worker.
+TEST(TuneSpec, PytorchExampleIsTunedToLoaderWorkersAndTheBrokenShortcutIsRefused) {
+  if (sh("/usr/bin/python3 -c 'import torch'").status != 0)
+    GTEST_SKIP() << "Debian's python3-torch is not installed (scripts/deps.sh core)";
+  if (sh("command -v bible").status != 0) GTEST_SKIP() << "bible-kjv is not installed";
+  const fs::path out = temp_dir("pytorch");
+  const Result r =
+      sh(kBin + "/ft-tune --spec " + kSrc + "/examples/pytorch/spec.json --out " + out.string() +
+         " --strategy guided --repeats 2 --confirm-rounds 0 --trial-steps 10 "
+         "--verify-steps 16 --budget-trials 10");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json best = json::parse(read_file(out / "best.json"));
+  EXPECT_NE(best["knobs"]["loader_workers"], "0") << best.dump(2);
+  EXPECT_EQ(best["knobs"]["prep"], "full") << best.dump(2);
+  bool shortcut_refused = false, workers_accepted = false;
+  for (const JournalEntry& e : journal(out)) {
+    if (e.phase != "verify") continue;
+    if (e.config.at("prep") == "shortcut") {
+      EXPECT_EQ(e.result.status, TrialStatus::kRejected) << e.result.reason;
+      shortcut_refused = e.result.status == TrialStatus::kRejected;
+    }
+    if (e.config.at("loader_workers") != "0" && e.result.status == TrialStatus::kOk)
+      workers_accepted = true;
+  }
+  EXPECT_TRUE(workers_accepted) << read_file(out / "report.md");
+  // The shortcut is faster, so a round that measures it also verifies it (and must refuse it);
+  // on a machine where it did not beat the incumbent it was never verified.
+  const std::string md = read_file(out / "report.md");
+  if (md.find("prep shortcut: x") != std::string::npos &&
+      md.find("prep shortcut: x0.") == std::string::npos) {
+    EXPECT_TRUE(shortcut_refused) << md;
+  }
+}
+
+}  // namespace
+}  // namespace ft::tuner
