@@ -187,6 +187,65 @@ std::string trials_html(const SweepReport& r) {
 
 }  // namespace
 
+std::map<std::string, std::pair<double, int>> prediction_errors(const SweepReport& r) {
+  std::map<std::string, std::vector<double>> by;
+  for (const auto& p : r.predictions) by[p.cls].push_back(std::fabs(p.error));
+  std::map<std::string, std::pair<double, int>> out;
+  for (auto& [cls, v] : by) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    out[cls] = {n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, static_cast<int>(n)};
+  }
+  return out;
+}
+
+namespace {
+
+std::string guided_saving_text(const SweepReport& r) {
+  return fmt::format("guided ran {} trials; a grid over the same space runs {} configurations, "
+                     "one short trial each, before any verification or confirmation",
+                     r.trials_run, r.grid_size);
+}
+
+std::string predictions_markdown(const SweepReport& r) {
+  if (r.predictions.empty()) return "";
+  std::string s =
+      "## Predictions checked (each finding's predicted step against its knob's side-by-side "
+      "measurement)\n\n| round | finding | class | knob | predicted ms/step | measured ms/step | "
+      "error |\n|---|---|---|---|---|---|---|\n";
+  for (const auto& p : r.predictions) {
+    s += fmt::format("| {} | {} | {} | {} | {} | {} | {:+.1f}% |\n", p.round, md(p.finding),
+                     md(p.cls), md(p.knob), fixed(p.predicted_step_ms, 2),
+                     fixed(p.measured_step_ms, 2), 100 * p.error);
+  }
+  s += "\nMedian |error| by class:";
+  for (const auto& [cls, e] : prediction_errors(r))
+    s += fmt::format(" {} {:.1f}% (n={});", md(cls), 100 * e.first, e.second);
+  s.back() = '\n';
+  return s + "\n";
+}
+
+std::string predictions_html(const SweepReport& r) {
+  if (r.predictions.empty()) return "";
+  std::string out =
+      "<section id=\"predictions\"><h2>Predictions checked</h2>\n<table><tr><th>round</th>"
+      "<th>finding</th><th>class</th><th>knob</th><th class=\"n\">predicted ms/step</th>"
+      "<th class=\"n\">measured ms/step</th><th class=\"n\">error</th></tr>\n";
+  for (const auto& p : r.predictions) {
+    out += fmt::format(
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td "
+        "class=\"n\">{}</td><td class=\"n\">{:+.1f}%</td></tr>\n",
+        p.round, h(p.finding), h(p.cls), h(p.knob), fixed(p.predicted_step_ms, 2),
+        fixed(p.measured_step_ms, 2), 100 * p.error);
+  }
+  out += "</table>\n<p>Median |error| by class:";
+  for (const auto& [cls, e] : prediction_errors(r))
+    out += fmt::format(" {} {:.1f}% (n={});", h(cls), 100 * e.first, e.second);
+  return out + "</p></section>\n";
+}
+
+}  // namespace
+
 json sweep_report_json(const SweepReport& r) {
   json j;
   j["strategy"] = r.strategy;
@@ -225,6 +284,21 @@ json sweep_report_json(const SweepReport& r) {
         {{"round", d.round}, {"kind", d.kind}, {"text", d.text}, {"trials", d.trials}});
   }
   j["pareto_front"] = r.pareto_front;
+  j["predictions"] = json::array();
+  for (const auto& p : r.predictions) {
+    j["predictions"].push_back({{"round", p.round},
+                                {"class", p.cls},
+                                {"finding", p.finding},
+                                {"knob", p.knob},
+                                {"predicted_step_ms", p.predicted_step_ms},
+                                {"measured_step_ms", p.measured_step_ms},
+                                {"error", p.error},
+                                {"trials", p.trials}});
+  }
+  j["prediction_median_abs_error"] = json::object();
+  for (const auto& [cls, e] : prediction_errors(r))
+    j["prediction_median_abs_error"][cls] = {{"median", e.first}, {"n", e.second}};
+  j["grid_size"] = r.grid_size;
   return j;
 }
 
@@ -239,7 +313,9 @@ std::string render_sweep_markdown(const SweepReport& r) {
   s += fmt::format("- trials run: {} ({} s of trial time), diagnoses: {}, seed {}\n", r.trials_run,
                    fixed(r.trial_time_s, 1), r.diagnoses, r.seed);
   s += fmt::format("- stopped: {}\n", md(r.stop_reason));
-  s += fmt::format("- verification: {}\n\n", md(r.verification_rules));
+  s += fmt::format("- verification: {}\n", md(r.verification_rules));
+  if (r.grid_size > 0) s += fmt::format("- {}\n", md(guided_saving_text(r)));
+  s += "\n";
   if (!r.confirmation.empty()) {
     s += "## Confirmation round (side by side, alternating order)\n\n| configuration | median "
          "tokens/s | median ratio to baseline | per-round ratios | beats the baseline |\n"
@@ -251,6 +327,7 @@ std::string render_sweep_markdown(const SweepReport& r) {
     }
     s += "\n";
   }
+  s += predictions_markdown(r);
   s += markdown_trials(r);
   s += "\n## Pareto front (throughput vs peak memory)\n\n";
   for (int id : r.pareto_front) {
@@ -283,12 +360,15 @@ std::string render_sweep_html(const SweepReport& r) {
   out += "</div>\n";
   out += fmt::format("<p>Speed-up measured by: {}.</p>\n<p><b>Stopped:</b> {}</p>\n",
                      h(r.speedup_basis), h(r.stop_reason));
-  out += fmt::format("<p><b>Verification:</b> {}</p></section>\n", h(r.verification_rules));
+  out += fmt::format("<p><b>Verification:</b> {}</p>", h(r.verification_rules));
+  if (r.grid_size > 0) out += fmt::format("<p>{}.</p>", h(guided_saving_text(r)));
+  out += "</section>\n";
   out += "<section id=\"throughput\"><h2>Throughput vs peak memory</h2>\n" + scatter_html(r) +
          "</section>\n";
   out += "<section id=\"curves\"><h2>Loss curves of the verification runs</h2>\n" + curves_html(r) +
          "</section>\n";
   out += confirmation_html(r);
+  out += predictions_html(r);
   out += "<section id=\"decisions\"><h2>Decisions</h2>\n<ol>\n";
   for (const auto& d : r.decisions) {
     const std::string ids = ids_text(d.trials);

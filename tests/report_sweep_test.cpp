@@ -89,6 +89,12 @@ SweepReport sample_sweep() {
                  {2, "reject", "precision fp16: REJECTED by the loss-curve check", {9}},
                  {2, "stop", "no finding promises more than 5% of step time", {}}};
   r.pareto_front = {1};
+  r.predictions = {{1, "precision", "fp32 GEMMs <on the SIMT cores>", "precision bf16", 12.5, 13.2,
+                    12.5 / 13.2 - 1, {1, 0}},
+                   {1, "precision", "fp32 GEMMs", "precision fp16", 12.5, 12.0, 12.5 / 12.0 - 1,
+                    {2, 0}},
+                   {2, "data", "loader", "loader-workers 2", 10, 8, 0.25, {3, 0}}};
+  r.grid_size = 24;
   return r;
 }
 
@@ -98,6 +104,13 @@ TEST(ReportSweep, JsonGolden) {
   const nlohmann::json j = nlohmann::json::parse(text);
   EXPECT_EQ(j["best_change"], "precision bf16");
   EXPECT_EQ(j["trials"].size(), 10u);
+  // The predictions with the median |error| per class: precision (5.3%, 4.2%) -> 4.75%.
+  ASSERT_EQ(j["predictions"].size(), 3u);
+  EXPECT_NEAR(j["prediction_median_abs_error"]["precision"]["median"].get<double>(),
+              (1 - 12.5 / 13.2 + 12.5 / 12.0 - 1) / 2, 1e-12);
+  EXPECT_EQ(j["prediction_median_abs_error"]["precision"]["n"], 2);
+  EXPECT_DOUBLE_EQ(j["prediction_median_abs_error"]["data"]["median"].get<double>(), 0.25);
+  EXPECT_EQ(j["grid_size"], 24);
   EXPECT_EQ(j["trials"][1]["change"], "precision bf16");  // the journal records as given
   EXPECT_EQ(j["confirmation"][1]["beats_baseline"], true);
   EXPECT_EQ(j["verified"]["accepted"], true);

@@ -329,6 +329,18 @@ TEST(TuneSpec, PytorchExampleIsTunedToLoaderWorkersAndTheBrokenShortcutIsRefused
       workers_accepted = true;
   }
   EXPECT_TRUE(workers_accepted) << read_file(out / "report.md");
+  // The data finding's prediction is checked against the side-by-side measurement of every
+  // knob it proposed (the error's size is recorded in docs/benchmarks.md, not asserted).
+  const json rep = json::parse(read_file(out / "report.json"));
+  bool data_checked = false;
+  for (const auto& p : rep["predictions"]) {
+    if (p["class"] != "data") continue;
+    data_checked = true;
+    EXPECT_GT(p["predicted_step_ms"].get<double>(), 0);
+    EXPECT_GT(p["measured_step_ms"].get<double>(), 0);
+  }
+  EXPECT_TRUE(data_checked) << rep["predictions"].dump();
+  EXPECT_GT(rep["grid_size"].get<int>(), rep["trials_run"].get<int>());
   // The shortcut is faster, so a round that measures it also verifies it (and must refuse it);
   // on a machine where it did not beat the incumbent it was never verified.
   const std::string md = read_file(out / "report.md");

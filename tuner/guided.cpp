@@ -22,6 +22,35 @@ double total_share(const Diagnosis& d, profiler::WaitClass c) {
 }
 double compute_share(const Diagnosis& d) { return total_share(d, profiler::WaitClass::kCompute); }
 
+// The mean steady step of a diagnosis, the step its findings' predicted_step_ms replace (the
+// run's --warmup-excluded when it records one, else the classifier's default).
+double steady_step_ms(const Diagnosis& d) {
+  profiler::RunInfo run;
+  if (const auto it = d.config.find("warmup-excluded"); it != d.config.end()) {
+    try {
+      run.warmup_excluded = std::stoi(it->second);
+    } catch (const std::exception&) {  // the classifier's default
+    }
+  }
+  double sum = 0;
+  int n = 0;
+  for (const profiler::StepBreakdown* s : profiler::steady_steps(d.steps, run)) {
+    sum += s->wall_ms;
+    ++n;
+  }
+  return n > 0 ? sum / n : 0;
+}
+
+double median_of_steps(const SweepOutcome& o, const std::vector<int>& trials) {
+  std::vector<double> v;
+  for (int id : trials) {
+    if (id < 0 || static_cast<size_t>(id) >= o.trials.size()) continue;
+    const JournalEntry& e = o.trials[static_cast<size_t>(id)];
+    if (e.result.status == TrialStatus::kOk && e.result.step_ms > 0) v.push_back(e.result.step_ms);
+  }
+  return v.empty() ? 0 : median(v);
+}
+
 std::vector<std::string> split_words(const std::string& s) {
   std::vector<std::string> w;
   size_t i = 0;
@@ -68,14 +97,67 @@ bool Sweep::admit(const Config& c, bool stability, const std::string& source, in
   return true;
 }
 
+void Sweep::check_predictions(int round, const std::vector<ConfirmRow>& rows,
+                              const std::vector<const Candidate*>& source) {
+  // Row 0 is the incumbent; row i + 1 is fast[i], whose finding candidate is source[i].
+  const double inc_ms = median_of_steps(out_, rows[0].trials);
+  for (size_t i = 0; i < source.size() && i + 1 < rows.size(); ++i) {
+    const Candidate* c = source[i];
+    const ConfirmRow& row = rows[i + 1];
+    if (!c || c->predicted_ratio <= 0 || row.median_ratio <= 0 || inc_ms <= 0) continue;
+    PredictionCheck p;
+    p.round = round;
+    p.cls = c->cls;
+    p.finding = c->finding;
+    p.knob = row.change;
+    // In the side-by-side round's terms: the incumbent's measured step over the predicted and
+    // the measured throughput ratio (tokens per step may change with the knob).
+    p.incumbent_step_ms = inc_ms;
+    p.predicted_step_ms = inc_ms / c->predicted_ratio;
+    p.measured_step_ms = inc_ms / row.median_ratio;
+    p.error = p.predicted_step_ms / p.measured_step_ms - 1;
+    p.trials = row.trials;
+    p.trials.insert(p.trials.end(), rows[0].trials.begin(), rows[0].trials.end());
+    decide(round, "predict",
+           fmt::format("{} (finding '{}', {}): predicted {:.2f} ms/step, measured {:.2f} "
+                       "(incumbent {:.2f}): error {:+.1f}%",
+                       p.knob, p.finding, p.cls, p.predicted_step_ms, p.measured_step_ms, inc_ms,
+                       100 * p.error),
+           p.trials);
+    out_.predictions.push_back(std::move(p));
+  }
+}
+
 std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Finding>& findings,
-                                                        int round, bool* promising) {
+                                                        int round, bool* promising,
+                                                        double step_ms) {
   std::vector<Candidate> cands;
   *promising = false;
-  for (const Finding& f : findings) {
+  // The findings by predicted gain (their share where they predict nothing), so the round's
+  // slots go to the largest predicted saving first.
+  const auto gain = [&](const Finding& f) {
+    return f.predicted_step_ms >= 0 && step_ms > 0 ? 1 - f.predicted_step_ms / step_ms : f.share;
+  };
+  std::vector<const Finding*> order;
+  for (const Finding& f : findings) order.push_back(&f);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const Finding* a, const Finding* b) { return gain(*a) > gain(*b); });
+  for (const Finding* fp : order) {
+    const Finding& f = *fp;
     const bool stability = f.cls == "loss" && f.severity != profiler::Severity::kInfo;
     if (!stability && f.share < o_.min_gain) continue;
+    if (!stability && f.predicted_step_ms >= 0 && step_ms > 0 && gain(f) < o_.min_improvement) {
+      decide(round, "skip",
+             fmt::format("finding '{}': predicted to save {:.1f}% of the step ({:.2f} -> {:.2f} "
+                         "ms), under the {:.0f}% noise floor: not measured",
+                         f.title, 100 * gain(f), step_ms, f.predicted_step_ms,
+                         100 * o_.min_improvement));
+      continue;
+    }
     *promising = *promising || !stability;
+    const double predicted_ratio = f.predicted_step_ms > 0 && step_ms > 0
+                                       ? step_ms / f.predicted_step_ms
+                                       : 0;
     // A candidate from a patch: the finding's knob (`knob` is its text) or a derived one.
     const auto consider = [&](const Config& patch, const std::string& knob) {
       if (const auto it = g_.rejected.find(knob);
@@ -99,7 +181,7 @@ std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Findin
         return;
       }
       if (admit(*c, stability, fmt::format("knob '{}' of finding '{}'", knob, f.title), round)) {
-        cands.push_back({*c, stability, knob, f.share});
+        cands.push_back({*c, stability, knob, f.share, predicted_ratio, f.cls, f.title});
       }
     };
     if (o_.finding_patches) {  // any program: its knobs that fix the finding's class
@@ -200,7 +282,7 @@ std::vector<Sweep::Candidate> Sweep::compute_candidates(int round, size_t limit,
     std::string why;
     const auto c = apply_knob(g_.inc, patch, o_.batch, &why);
     if (c && admit(*c, false, "compute-bound step", round)) {
-      cands.push_back({*c, false, lost_key, 0});
+      cands.push_back({*c, false, lost_key, 0, 0, "", ""});
     }
   }
   return cands;
@@ -224,7 +306,7 @@ std::vector<Sweep::Candidate> Sweep::carried_candidates(int round, size_t limit,
     if (!g_.space_keys.empty() && !g_.space_keys.count(key)) continue;
     if (!keys.insert(key).second) continue;
     g_.tried.insert(key);  // tried before, on the old incumbent; not proposed a third time
-    cands.push_back({*c, false, "", 0});
+    cands.push_back({*c, false, "", 0, 0, "", ""});
     names +=
         fmt::format("{}{} (was {})", names.empty() ? "" : "; ", describe_diff(g_.inc, *c), was);
   }
@@ -266,6 +348,14 @@ void Sweep::guided() {
   }
   g_.inc = o_.baseline;
   g_.tried = {effective_key(g_.inc, o_.train_defaults)};
+  // What a grid over the same space would run (one short trial per configuration), for the
+  // report's count of the trials guided saved.
+  out_.grid_size = static_cast<int>(
+      grid_configs(o_.baseline,
+                   o_.space.empty() ? default_space(o_.baseline, o_.train_flags, o_.batch, o_.ranks)
+                                    : o_.space,
+                   o_.seed, o_.batch, o_.train_defaults)
+          .size());
   // With --knobs (options.space) guided searches the grid's space: a throughput candidate
   // outside it is skipped, so the two strategies can be compared on the same space.
   if (!o_.space.empty()) {
@@ -295,7 +385,8 @@ void Sweep::guided() {
                        describe_diff(o_.baseline, g_.inc),
                        summary.empty() ? "no findings" : summary, 100 * compute_share(diag)));
     bool promising = false;
-    const std::vector<Candidate> from_findings = finding_candidates(findings, round, &promising);
+    const std::vector<Candidate> from_findings =
+        finding_candidates(findings, round, &promising, steady_step_ms(diag));
     // A loss-stability change is not about speed: it goes straight to verification.
     std::vector<Config> fast;
     std::vector<const Candidate*> source;  // the finding candidate behind fast[i], or nullptr
@@ -362,6 +453,7 @@ void Sweep::guided() {
     std::vector<ConfirmRow> rows = side_by_side(g_.inc, "incumbent", fast, "trial", "round", round,
                                                 o_.repeats, &ranked, &complete);
     if (complete < std::min(2, o_.repeats)) return stop(round, budget_text());
+    check_predictions(round, rows, source);
     size_t taken = 0;  // the row accepted
     for (size_t i : ranked) {
       if (!rows[i].beats_baseline) continue;

@@ -128,6 +128,11 @@ reports::SweepReport sweep_report(const SweepOutcome& o, const SweepOptions& opt
   for (const auto& e : o.trials) r.trials.push_back(report_trial(e));
   for (const auto& d : o.decisions) r.decisions.push_back({d.round, d.kind, d.text, d.trials});
   r.pareto_front = pareto_front(o.trials);  // indices: the trials are in id order
+  for (const PredictionCheck& p : o.predictions) {
+    r.predictions.push_back({p.round, p.cls, p.finding, p.knob, p.predicted_step_ms,
+                             p.measured_step_ms, p.error, p.trials});
+  }
+  r.grid_size = o.grid_size;
   return r;
 }
 

@@ -141,14 +141,22 @@ class Sweep {
     bool stability = false;
     std::string knob;  // the finding's knob text; a compute knob: its lost_key (see below)
     double share = 0;  // the finding's share of step time
+    // The finding's prediction as a throughput ratio: the diagnosed steady step over its
+    // predicted_step_ms (0: the finding predicts nothing).
+    double predicted_ratio = 0;
+    std::string cls, finding;  // the finding's class and title
   };
+  // Records, for each candidate of a round that came from a finding with a prediction, the
+  // predicted step time against the one measured side by side (out_.predictions).
+  void check_predictions(int round, const std::vector<ConfirmRow>& rows,
+                         const std::vector<const Candidate*>& source);
   // False (with a decision) when `c` is outside the --knobs space, was tried before, or is
   // predicted to run out of memory (journaled as skipped); `source` names where it came from.
   bool admit(const Config& c, bool stability, const std::string& source, int round);
   // The findings' knobs applied to the incumbent (at most --candidates), admitted; *promising
   // is set when a finding other than loss stability promises more than --min-gain.
   std::vector<Candidate> finding_candidates(const std::vector<profiler::Finding>& findings,
-                                            int round, bool* promising);
+                                            int round, bool* promising, double step_ms);
   // The micro-batch halved / doubled within the global batch and the other attention
   // implementation, applied to the incumbent and admitted (at most `limit`); a setting an accepted
   // change moved away from is not proposed again (no oscillation).

@@ -53,6 +53,14 @@ struct SweepVerified {
   bool accepted = false;
 };
 
+// A finding's predicted step time against the step its knob measured side by side.
+struct SweepPrediction {
+  int round = 0;
+  std::string cls, finding, knob;
+  double predicted_step_ms = 0, measured_step_ms = 0, error = 0;  // error: predicted/measured - 1
+  std::vector<int> trials;
+};
+
 // Everything a sweep report shows, filled by the tuner (tuner/report.cpp).
 struct SweepReport {
   std::string strategy;  // guided, grid
@@ -76,12 +84,18 @@ struct SweepReport {
   std::vector<SweepTrial> trials;  // in id order
   std::vector<SweepDecision> decisions;
   std::vector<int> pareto_front;  // trial ids on the throughput / peak-memory front
+  std::vector<SweepPrediction> predictions;  // guided: each finding's prediction, checked
+  int grid_size = 0;  // guided: configurations a grid over the same space runs (0: unknown)
 };
+
+// Median |error| of the predictions per finding class, and their count.
+std::map<std::string, std::pair<double, int>> prediction_errors(const SweepReport& r);
 
 // report.json: every field above (trials[] as their records), keys sorted.
 nlohmann::json sweep_report_json(const SweepReport& r);
 std::string render_sweep_json(const SweepReport& r);  // sweep_report_json, indented, "\n" ended
-// report.md: summary, confirmation round, trials, Pareto front, decisions; text Markdown-escaped.
+// report.md: summary, confirmation round, predictions, trials, Pareto front, decisions; text
+// Markdown-escaped.
 std::string render_sweep_markdown(const SweepReport& r);
 // report.html: one self-contained offline page in the diagnosis report's style, with inline SVG
 // charts (throughput vs peak memory with the Pareto front; verification loss curves) with axes,

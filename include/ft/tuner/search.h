@@ -171,6 +171,17 @@ struct Decision {
   std::vector<int> trials;
 };
 
+// A finding's prediction checked by the trial it proposed: the predicted step time (issue 10's
+// predicted_step_ms, as a ratio to its diagnosed step, applied to the incumbent's measured
+// step) against the step measured side by side (the incumbent's over the median throughput
+// ratio). error = predicted / measured - 1.
+struct PredictionCheck {
+  int round = 0;
+  std::string cls, finding, knob;  // the finding's class and title; the change it proposed
+  double incumbent_step_ms = 0, predicted_step_ms = 0, measured_step_ms = 0, error = 0;
+  std::vector<int> trials;  // the candidate's trials, then the incumbent's
+};
+
 struct SweepOutcome {
   std::string strategy;
   std::vector<JournalEntry> trials;  // in id order (also the journal)
@@ -188,6 +199,8 @@ struct SweepOutcome {
   double confirmed_ratio = 0;
   int trials_run = 0;  // trials that ran (skipped ones excluded)
   int diagnoses = 0;
+  std::vector<PredictionCheck> predictions;  // guided: every checked prediction, in order
+  int grid_size = 0;  // guided: configurations a grid over the same space would run
   double spent_s = 0;  // sum of trial wall times
 };
 
