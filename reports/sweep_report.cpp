@@ -202,9 +202,10 @@ std::map<std::string, std::pair<double, int>> prediction_errors(const SweepRepor
 namespace {
 
 std::string guided_saving_text(const SweepReport& r) {
-  return fmt::format("guided ran {} trials; a grid over the same space runs {} configurations, "
-                     "one short trial each, before any verification or confirmation",
-                     r.trials_run, r.grid_size);
+  return fmt::format(
+      "guided ran {} trials; a grid over the same space runs {} configurations, "
+      "one short trial each, before any verification or confirmation",
+      r.trials_run, r.grid_size);
 }
 
 std::string predictions_markdown(const SweepReport& r) {

@@ -204,7 +204,13 @@ int run(int argc, char** argv) {
     const ft::profiler::Trace trace = ft::profiler::read_trace_json(trace_path);
     fmt::print("wrote {} ({} events, {} bytes, {} dropped)\n", trace_path.string(),
                trace.events.size(), bytes, trace.dropped_events);
-    return finish(ft::profiler::diagnose(trace), out, gates, top);
+    const int rc = finish(ft::profiler::diagnose(trace), out, gates, top);
+    if (const auto it = trace.metadata.find("run.oom"); it != trace.metadata.end()) {
+      std::fprintf(stderr, "ft-diagnose: the run stopped: %s (trace and report written)\n",
+                   it->second.c_str());
+      return 3;  // ft-train's out-of-memory status; the trace and report are written
+    }
+    return rc;
   }
   if (input.empty()) throw ft::ConfigError("ft-diagnose needs a run directory or a trace file");
   if (!profile.empty()) throw ft::ConfigError("--profile-steps applies to `ft-diagnose run` only");

@@ -270,3 +270,30 @@ TEST(DiagnoseCli, HtaJsonHoldsEveryAnalysis) {
 }
 
 }  // namespace
+
+// A run that runs out of memory still writes its trace and a report whose top finding is the
+// OOM, with the allocator's state, and exits 3 (ft-train's out-of-memory status).
+TEST(DiagnoseCli, AnOutOfMemoryRunWritesItsTraceAndReportWithTheOomFirst) {
+  const fs::path d = temp_dir("oom");
+  const Result r = diagnose("run --out " + d.string() +
+                            " --layers 1 --heads 4 --channels 32 --seq-len 256 --micro-batch 4"
+                            " --threads 1 --val-batches 1 --steps 4 --attention naive"
+                            " --memory-limit 6M");
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_NE(r.out.find("the run stopped: out of memory"), std::string::npos) << r.out;
+  ASSERT_TRUE(fs::exists(d / "trace.json"));
+  const json j = report(d);
+  ASSERT_FALSE(j.at("findings").empty()) << j.dump(1);
+  const json& top = j["findings"][0];
+  EXPECT_EQ(top["class"], "memory");
+  EXPECT_EQ(top["severity"], "critical");
+  EXPECT_EQ(top["title"].get<std::string>().rfind("The run ran out of memory at step", 0), 0u)
+      << top.dump(1);
+  // The allocator's state at the failure: the request, the budget, what it held.
+  const std::string detail = top["evidence"]["detail"];
+  for (const char* k : {"requested", "limit 6", "reserved", "allocated", "largest free block"})
+    EXPECT_NE(detail.find(k), std::string::npos) << k << " in " << detail;
+  // Re-analysing the run directory gives the same top finding.
+  const Result again = diagnose(d.string() + " --out " + temp_dir("oom_again").string());
+  EXPECT_NE(again.out.find("The run ran out of memory"), std::string::npos) << again.out;
+}

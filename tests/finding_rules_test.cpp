@@ -3,6 +3,7 @@
 // rule once and this file tests each one (RuleTable.EveryRuleHasItsTest).
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <set>
 #include <string>
 
@@ -31,16 +32,17 @@ const std::set<std::string> kTested = {"data",
                                        "threads",
                                        "allocator_unmap",
                                        "reserved_overhang",
-                                       "memory_capacity"};
+                                       "memory_capacity",
+                                       "oom"};
 
 // compute, data, pcie, comm, memory, host, sync, other (ms of a 100 ms step)
-std::vector<StepBreakdown> steps_of(std::array<double, kNumWaitClasses> ms, int n = 4) {
+std::vector<StepBreakdown> steps_of(const std::array<double, kNumWaitClasses>& ms, int n = 4) {
   std::vector<StepBreakdown> out;
   for (int i = 0; i < n; ++i) {
     StepBreakdown s;
     s.step = i;
     s.ms = ms;
-    for (double v : ms) s.wall_ms += v;
+    s.wall_ms = std::accumulate(ms.begin(), ms.end(), 0.0);
     s.loss = 3.0;
     out.push_back(s);
   }
@@ -362,6 +364,30 @@ TEST(Rule, MemoryCapacity) {
   EXPECT_EQ(f[0].knobs.at(0), "--checkpoint block");
   run.mem_reserved_peak = 900;
   EXPECT_TRUE(run_rule("memory_capacity", s, run).empty());
+}
+
+// An out-of-memory stop: a critical memory finding with the allocator's message, ranked first
+// even above a larger time finding; silent on a run that finished.
+TEST(Rule, Oom) {
+  RunInfo run = quiet_run();
+  const auto s = steps_of({50, 40, 0, 0, 10, 0, 0, 0});
+  EXPECT_TRUE(run_rule("oom", s, run).empty());
+  run.oom = "out of memory: 'act' requested 1.0 MiB; limit 8.0 MiB, reserved 8.0 MiB";
+  run.oom_step = 3;
+  run.memory_limit = 8 * 1048576.0;
+  auto f = run_rule("oom", s, run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cls, "memory");
+  EXPECT_EQ(f[0].severity, Severity::kCritical);
+  EXPECT_EQ(f[0].title, "The run ran out of memory at step 3");
+  EXPECT_EQ(f[0].evidence.detail, run.oom);
+  EXPECT_EQ(f[0].knobs.at(0), "--memory-limit 12M");
+  EXPECT_EQ(f[0].knobs.at(1), "--checkpoint block");
+  EXPECT_EQ(f[0].knobs.at(2), "--micro-batch 4 --grad-accum 2");
+  const auto all = find_issues(Trace{}, s, run, kHealthy, FindingRules{});
+  ASSERT_FALSE(all.empty());
+  EXPECT_EQ(all[0].title, "The run ran out of memory at step 3");
+  EXPECT_GT(all.size(), 1u) << "the data finding (40%) is still there, after it";
 }
 
 }  // namespace

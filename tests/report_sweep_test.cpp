@@ -89,11 +89,17 @@ SweepReport sample_sweep() {
                  {2, "reject", "precision fp16: REJECTED by the loss-curve check", {9}},
                  {2, "stop", "no finding promises more than 5% of step time", {}}};
   r.pareto_front = {1};
-  r.predictions = {{1, "precision", "fp32 GEMMs <on the SIMT cores>", "precision bf16", 12.5, 13.2,
-                    12.5 / 13.2 - 1, {1, 0}},
-                   {1, "precision", "fp32 GEMMs", "precision fp16", 12.5, 12.0, 12.5 / 12.0 - 1,
-                    {2, 0}},
-                   {2, "data", "loader", "loader-workers 2", 10, 8, 0.25, {3, 0}}};
+  r.predictions = {
+      {1,
+       "precision",
+       "fp32 GEMMs <on the SIMT cores>",
+       "precision bf16",
+       12.5,
+       13.2,
+       12.5 / 13.2 - 1,
+       {1, 0}},
+      {1, "precision", "fp32 GEMMs", "precision fp16", 12.5, 12.0, 12.5 / 12.0 - 1, {2, 0}},
+      {2, "data", "loader", "loader-workers 2", 10, 8, 0.25, {3, 0}}};
   r.grid_size = 24;
   return r;
 }

@@ -155,9 +155,8 @@ std::vector<Sweep::Candidate> Sweep::finding_candidates(const std::vector<Findin
       continue;
     }
     *promising = *promising || !stability;
-    const double predicted_ratio = f.predicted_step_ms > 0 && step_ms > 0
-                                       ? step_ms / f.predicted_step_ms
-                                       : 0;
+    const double predicted_ratio =
+        f.predicted_step_ms > 0 && step_ms > 0 ? step_ms / f.predicted_step_ms : 0;
     // A candidate from a patch: the finding's knob (`knob` is its text) or a derived one.
     const auto consider = [&](const Config& patch, const std::string& knob) {
       if (const auto it = g_.rejected.find(knob);

@@ -27,6 +27,9 @@ struct RuleEntry {
 const std::vector<RuleEntry>& rule_entries() {
   using namespace rules;  // NOLINT: the rule functions
   static const std::vector<RuleEntry> kRules = {
+      {{"oom", "memory", "the run stopped out of memory (run.oom)",
+        "--memory-limit 1.5x, --checkpoint block, --micro-batch /2 --grad-accum 2x"},
+       oom_rule},
       {{"data", "data", "data share > data_share (5%)",
         "--loader-workers N, --prefetch 2; --loader-workers 0 when the wait is the hand-off; "
         "DataLoader(num_workers, pin_memory) for PyTorch"},
@@ -168,6 +171,7 @@ std::vector<const StepBreakdown*> steady_steps(const std::vector<StepBreakdown>&
 
 void rank_findings(std::vector<Finding>* findings) {
   auto group = [](const Finding& f) {
+    if (f.severity == Severity::kCritical && f.title.rfind(kOomTitle, 0) == 0) return -1;
     if (f.cls == "loss" && f.severity != Severity::kInfo) return 0;
     return f.share > 0 ? 1 : 2;
   };

@@ -81,5 +81,6 @@ void threads_rule(const RuleContext& ctx, std::vector<Finding>* out);
 void allocator_unmap_rule(const RuleContext& ctx, std::vector<Finding>* out);
 void reserved_overhang_rule(const RuleContext& ctx, std::vector<Finding>* out);
 void memory_capacity_rule(const RuleContext& ctx, std::vector<Finding>* out);
+void oom_rule(const RuleContext& ctx, std::vector<Finding>* out);
 
 }  // namespace ft::profiler::rules

@@ -446,4 +446,30 @@ void memory_capacity_rule(const RuleContext& ctx, std::vector<Finding>* out) {
   }
 }
 
+// The run stopped out of memory: the allocator's request and state, and what makes it fit.
+void oom_rule(const RuleContext& ctx, std::vector<Finding>* out) {
+  if (ctx.run.oom.empty()) return;
+  Finding f;
+  f.cls = "memory";
+  f.severity = Severity::kCritical;
+  f.title = ctx.run.oom_step >= 0 ? fmt::format("{} at step {}", kOomTitle, ctx.run.oom_step)
+                                  : std::string(kOomTitle);
+  f.explanation =
+      "The allocator could not satisfy a request within its budget and the run stopped there; "
+      "the trace holds the steps before it. Less activation memory (recompute blocks, a smaller "
+      "micro-batch with more accumulation) or a larger budget lets it finish.";
+  f.evidence.detail = ctx.run.oom;
+  if (ctx.run.memory_limit > 0) {
+    f.knobs.push_back(fmt::format(
+        "--memory-limit {}M", static_cast<long>(std::ceil(ctx.run.memory_limit * 1.5 / 1048576))));
+  }
+  if (ctx.run.checkpoint != "block") f.knobs.push_back("--checkpoint block");
+  if (ctx.run.micro_batch > 1) {
+    f.knobs.push_back(fmt::format("--micro-batch {} --grad-accum {}", ctx.run.micro_batch / 2,
+                                  std::max(1, ctx.run.grad_accum) * 2));
+  }
+  f.predictable = false;
+  out->push_back(std::move(f));
+}
+
 }  // namespace ft::profiler::rules

@@ -54,6 +54,8 @@ RunInfo RunInfo::from_metadata(const std::map<std::string, std::string>& m) {
   read(m, "run.mem_reserved_peak", &r.mem_reserved_peak);
   read(m, "run.alloc_retries", &r.alloc_retries);
   read(m, "run.ooms", &r.ooms);
+  r.oom = text(m, "run.oom");
+  read(m, "run.oom_step", &r.oom_step);
   read(m, "run.segment_maps", &r.segment_maps);
   read(m, "run.segment_unmaps", &r.segment_unmaps);
   read(m, "env.logical_cpus", &r.logical_cpus);

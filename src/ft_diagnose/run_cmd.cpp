@@ -14,8 +14,8 @@
 #include <filesystem>
 #include <string>
 
-#include "ft/core/error.h"
 #include "ft/app/training_profile.h"
+#include "ft/core/error.h"
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/launch.h"
 #include "ft/trainer/trainer.h"
@@ -145,13 +145,27 @@ bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& 
   trainer::Trainer t(*parsed);
   profile.start(t);
   const int steps = t.config().steps;
+  std::string oom;
+  int64_t oom_step = 0;
   while (!t.done()) {
-    const trainer::StepMetrics m = t.step();
-    if (options.progress)
-      progress_bar(m.step + 1, steps, m.step_ms, profile.window().contains(m.step));
+    try {
+      const trainer::StepMetrics m = t.step();
+      oom_step = m.step + 1;
+      if (options.progress)
+        progress_bar(m.step + 1, steps, m.step_ms, profile.window().contains(m.step));
+    } catch (const OutOfMemoryError& e) {
+      // The run cannot go on; what it recorded up to here is the evidence.
+      oom = e.what();
+      break;
+    }
   }
   profiler::Trace trace = profile.finish(t);
   trace.source = "ft-diagnose run";
+  if (!oom.empty()) {
+    if (options.progress) std::fprintf(stderr, "\n");
+    trace.metadata["run.oom"] = oom;
+    trace.metadata["run.oom_step"] = std::to_string(oom_step);
+  }
   *out = std::move(trace);
   return true;
 }

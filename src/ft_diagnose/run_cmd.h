@@ -16,7 +16,9 @@ struct RunOptions {
 // Runs ft-train with `train_args` (ft-train's flags) under the same profiler path as
 // `ft-train --trace` (profiler::TrainingProfile); returns the trace with config ("config.*"),
 // environment ("env.*") and run facts ("run.*") in its metadata. Returns false (and leaves
-// `trace` alone) when --help was printed.
+// `trace` alone) when --help was printed. A run that runs out of memory (OutOfMemoryError)
+// stops there and still returns its trace, with "run.oom" (the allocator's message and state)
+// and "run.oom_step" in the metadata.
 bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& options,
                   profiler::Trace* trace);
 

@@ -17,6 +17,10 @@ namespace ft::profiler {
 // What the findings need to know about the run beyond the timeline. Read from the trace's
 // metadata (keys "config.*", "env.*", "run.*"; see docs/classification.md); unknown fields
 // keep their defaults and the rules that need them stay silent.
+// The title every out-of-memory finding starts with; such a finding ranks first (a run that
+// failed has no other cause to fix first).
+inline constexpr const char* kOomTitle = "The run ran out of memory";
+
 struct RunInfo {
   std::string precision;  // "fp32", "bf16", "fp16"; "" unknown
   int micro_batch = 0, seq_len = 0, grad_accum = 0, steps = 0;
@@ -32,6 +36,10 @@ struct RunInfo {
   double mem_peak = 0, mem_reserved_peak = 0;  // bytes
   double data_produce_ms = -1;  // mean batch production time per steady step (-1: not recorded)
   int64_t alloc_retries = 0, ooms = 0, segment_maps = 0, segment_unmaps = 0;
+  // The run stopped out of memory (run.oom: the allocator's message with its state; run.oom_step:
+  // the step it failed in); "" when it did not.
+  std::string oom;
+  int64_t oom_step = -1;
   int cpu_vector_bits = 0;                      // widest vector ISA of the CPU (512, 256, 128)
   std::string gemm_library;                     // e.g. "oneDNN 2.6.3 (max ISA avx512_core_amx)"
   std::map<std::string, std::string> env_vars;  // OPENBLAS_CORETYPE, OMP_NUM_THREADS, ...
