@@ -37,6 +37,11 @@ std::string ratios_text(const SweepConfirmRow& row) {
   return s.empty() ? "-" : s;
 }
 
+// A row's median ratio, or "not run" for a candidate never measured beside row 0.
+std::string ratio_text(const SweepConfirmRow& row) {
+  return row.ratios.empty() && row.median_ratio <= 0 ? "not run" : fixed(row.median_ratio, 3);
+}
+
 std::string ids_text(const std::vector<int>& ids) {
   std::string s;
   for (int t : ids) s += fmt::format("{}{}", s.empty() ? "" : ",", t);
@@ -161,7 +166,7 @@ std::string confirmation_html(const SweepReport& r) {
     s += fmt::format(
         "<tr><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td>"
         "</tr>\n",
-        h(row.change), fixed(row.median_tps, 0), fixed(row.median_ratio, 3), ratios_text(row),
+        h(row.change), fixed(row.median_tps, 0), ratio_text(row), ratios_text(row),
         row.beats_baseline ? "yes" : "no");
   }
   return s + "</table></section>\n";
@@ -323,7 +328,7 @@ std::string render_sweep_markdown(const SweepReport& r) {
          "|---|---|---|---|---|\n";
     for (const auto& row : r.confirmation) {
       s += fmt::format("| {} | {} | {} | {} | {} |\n", md(row.change), fixed(row.median_tps, 0),
-                       fixed(row.median_ratio, 3), ratios_text(row),
+                       ratio_text(row), ratios_text(row),
                        row.beats_baseline ? "yes" : "no");
     }
     s += "\n";

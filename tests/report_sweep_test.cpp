@@ -195,5 +195,17 @@ TEST(ReportSweep, AnEmptySweepStillRenders) {
   EXPECT_EQ(nlohmann::json::parse(render_sweep_json(r))["trials"].size(), 0u);
 }
 
+
+// A candidate the budget never let run beside the baseline reads "not run", not "x0.000".
+TEST(ReportSweep, ARowThatNeverRanIsNotShownAsZero) {
+  SweepReport r;
+  r.strategy = "guided";
+  r.confirmation = {{"baseline", {}, {0}, {1000}, {1}, 1000, 1, 0, false},
+                    {"precision bf16", {}, {-1}, {0}, {}, 0, 0, 0, false}};
+  const std::string md = render_sweep_markdown(r);
+  EXPECT_NE(md.find("| precision bf16 | 0 | not run | - | no |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("0.000"), std::string::npos) << md;
+  EXPECT_NE(render_sweep_html(r).find("not run"), std::string::npos);
+}
 }  // namespace
 }  // namespace ft::reports

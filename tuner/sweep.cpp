@@ -327,9 +327,12 @@ std::vector<size_t> Sweep::score_block(std::vector<ConfirmRow>* rows, const std:
     const ConfirmRow& row = (*rows)[i];
     std::string ratios;
     for (double x : row.ratios) ratios += fmt::format("{}{:.3f}", ratios.empty() ? "" : " ", x);
+    if (row.ratios.empty()) {  // never measured beside the reference (budget, or it failed)
+      text += fmt::format("; {}: not measured", row.change);
+      continue;
+    }
     text += fmt::format("; {}: x{:.3f} (per-round ratios {}){}", row.change, row.median_ratio,
-                        ratios.empty() ? "-" : ratios,
-                        row.beats_baseline ? ", faster beyond noise" : "");
+                        ratios, row.beats_baseline ? ", faster beyond noise" : "");
   }
   decide(round, "measure", text, ids);
   return ranked;
