@@ -131,6 +131,9 @@ std::string curves_html(const SweepReport& r) {
   std::vector<Series> series;
   std::string list;
   int n = 0;
+  const SweepTrial* baseline = nullptr;
+  for (const auto& t : r.trials)
+    if (t.kind == SweepTrialKind::kVerifyBaseline && !t.losses.empty()) baseline = &t;
   for (const auto& t : r.trials) {
     const bool base = t.kind == SweepTrialKind::kVerifyBaseline;
     if ((!base && t.kind != SweepTrialKind::kVerify) || t.losses.empty()) continue;
@@ -146,8 +149,13 @@ std::string curves_html(const SweepReport& r) {
     for (size_t i = 0; i < t.losses.size() && i < t.tokens.size(); ++i) {
       s.points.emplace_back(t.tokens[i], std::min(t.losses[i], kLossCap));
     }
-    list += fmt::format("<li>{}: {}{}</li>", h(s.name), h(base ? "baseline" : t.change),
-                        rejected && !t.reason.empty() ? " — " + h(t.reason) : "");
+    // A curve drawn exactly over the baseline's would hide it: say so.
+    const bool same = !base && baseline && baseline->losses == t.losses &&
+                      baseline->tokens == t.tokens;
+    list += fmt::format("<li>{}: {}{}{}</li>", h(s.name), h(base ? "baseline" : t.change),
+                        rejected && !t.reason.empty() ? " — " + h(t.reason) : "",
+                        same ? " — the same loss as the baseline at every point (drawn over it)"
+                             : "");
     series.push_back(std::move(s));
   }
   if (series.empty()) return "<p class=\"muted\">No verification runs.</p>\n";

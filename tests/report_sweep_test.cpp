@@ -207,5 +207,17 @@ TEST(ReportSweep, ARowThatNeverRanIsNotShownAsZero) {
   EXPECT_EQ(md.find("0.000"), std::string::npos) << md;
   EXPECT_NE(render_sweep_html(r).find("not run"), std::string::npos);
 }
+
+// A verified change whose loss curve is the baseline's point for point (a loader change on the
+// same data) is drawn over it: the legend says so rather than show one line for two runs.
+TEST(ReportSweep, ACurveOnTopOfTheBaselinesIsSaidToBe) {
+  SweepReport r = sample_sweep();
+  r.trials[8].losses = r.trials[7].losses;
+  r.trials[8].tokens = r.trials[7].tokens;
+  const std::string html = render_sweep_html(r);
+  EXPECT_NE(html.find("the same loss as the baseline at every point"), std::string::npos);
+  EXPECT_EQ(render_sweep_html(sample_sweep()).find("the same loss as the baseline"),
+            std::string::npos);
+}
 }  // namespace
 }  // namespace ft::reports
