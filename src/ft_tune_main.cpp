@@ -155,6 +155,15 @@ class Progress {
   bool tty_;
 };
 
+// The trial length --trial-seconds chose (or why it could not), as the report's decision says.
+void print_calibration(const SweepOutcome& o) {
+  for (const Decision& d : o.decisions) {
+    if (d.round == 0 && d.kind == "trial" &&
+        (d.text.rfind("trial length:", 0) == 0 || d.text.rfind("calibration run failed", 0) == 0))
+      std::fprintf(stderr, "ft-tune: %s\n", d.text.c_str());
+  }
+}
+
 // A sweep without a baseline fails (exit 1, no best file, the report says why); one whose
 // budget ran nothing but the baseline says it compared nothing.
 int report_exit(const SweepOutcome& o, const fs::path& out, const char* best_file) {
@@ -236,6 +245,7 @@ int run_spec(const fs::path& spec_path, const SpecRun& sr, SweepOptions opt) {
   const ProgressFn progress_fn = [&](const SweepOutcome& o, int left) { progress(o, left); };
   const SweepOutcome o = run_sweep(opt, journal, run_fn, diag_fn, progress_fn);
   progress.finish();
+  print_calibration(o);
   write_outputs(sr.out, o, opt);
   if (const int rc = report_exit(o, sr.out, "best.json"); rc != 0) return rc;
   // best.json: the winning knob values and the command line that runs them.
@@ -365,6 +375,25 @@ int run(int argc, char** argv) {
   for (const char* k : {"metrics", "save", "resume", "config", "help"}) {
     if (opt.baseline.count(k)) throw ConfigError(fmt::format("--{} cannot be part of a sweep", k));
   }
+  // Said, not silent: the trial lengths replace the baseline's own --steps.
+  {
+    const std::string trials =
+        opt.trial_seconds > 0
+            ? fmt::format(
+                  "short trials run as many steps (at least {}) as the baseline needs "
+                  "for {:g} measured seconds (--trial-seconds; calibrated by one baseline "
+                  "run, the report's first decision)",
+                  opt.trial_steps, opt.trial_seconds)
+            : fmt::format("short trials run {} steps (--trial-steps)", opt.trial_steps);
+    const auto user_steps = opt.baseline.find("steps");
+    const std::string unused =
+        user_steps != opt.baseline.end()
+            ? fmt::format("; the baseline's --steps {} is not used by the sweep",
+                          user_steps->second)
+            : "";
+    std::fprintf(stderr, "ft-tune: %s; verification runs %d steps (--verify-steps)%s\n",
+                 trials.c_str(), opt.verify_steps, unused.c_str());
+  }
   opt.baseline["seed"] =
       seed_given || !opt.baseline.count("seed") ? std::to_string(opt.seed) : opt.baseline["seed"];
   opt.ranks = ranks;
@@ -450,6 +479,7 @@ int run(int argc, char** argv) {
   const ProgressFn progress_fn = [&](const SweepOutcome& o, int left) { progress(o, left); };
   const SweepOutcome o = run_sweep(opt, journal, run_fn, diag_fn, progress_fn);
   progress.finish();
+  print_calibration(o);
   write_outputs(out, o, opt);
   if (const int rc = report_exit(o, out, "best.cfg"); rc != 0) return rc;
   std::cout << fmt::format(

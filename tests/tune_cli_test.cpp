@@ -33,9 +33,7 @@ using nlohmann::json;
 
 const std::string kBin = FT_BINARY_DIR;
 
-fs::path temp_dir(const std::string& name) {
-  return ft::test::scratch_dir("ft_tune_cli_" + name);
-}
+fs::path temp_dir(const std::string& name) { return ft::test::scratch_dir("ft_tune_cli_" + name); }
 
 fs::path corpus() {
   static const fs::path p = [] {
@@ -82,10 +80,11 @@ json report(const fs::path& dir) { return json::parse(read_file(dir / "report.js
 
 TEST(TuneCli, GridOnATinySpaceWritesReportsAndALoadableBestCfg) {
   const fs::path d = temp_dir("grid");
-  const Result r = tune("--out " + d.string() +
-                        " --strategy grid --knobs precision,attention --machine-drift 0 "  // fixed round count
-                        "--trial-steps 6 --verify-steps 30 --micro-batch 4" +
-                        tiny());
+  const Result r =
+      tune("--out " + d.string() +
+           " --strategy grid --knobs precision,attention --machine-drift 0 "  // fixed round count
+           "--trial-steps 6 --verify-steps 30 --micro-batch 4" +
+           tiny());
   ASSERT_EQ(r.status, 0) << r.out;
   const auto entries = journal(d);
   const json rep = report(d);
@@ -212,9 +211,13 @@ TEST(TuneCli, TrialSecondsCalibratesTheTrialLengthFromTheBaseline) {
   const fs::path a = temp_dir("seconds");
   const Result r = tune("--out " + a.string() +
                         " --strategy grid --knobs attention --trial-steps 3 --trial-seconds 0.3 "
-                        "--confirm-rounds 0 --verify-steps 10 --micro-batch 2" +
+                        "--confirm-rounds 0 --verify-steps 10 --micro-batch 2 --steps 7" +
                         tiny());
   ASSERT_EQ(r.status, 0) << r.out;
+  // The user's --steps is not replaced silently: the lengths used, and the calibration's.
+  EXPECT_NE(r.out.find("the baseline's --steps 7 is not used by the sweep"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("ft-tune: trial length: the baseline ran"), std::string::npos) << r.out;
   const auto e = journal(a);
   ASSERT_GE(e.size(), 3u);
   EXPECT_EQ(e[0].phase, "calibrate");
