@@ -113,29 +113,10 @@ void JsonCursor::begin_object() {
 }
 
 bool JsonCursor::next_key(std::string* key) {
-  int c = skip_ws();
-  if (first_.empty()) fail("internal: next_key outside an object");
-  if (c == '}') {
-    ++pos_;
-    first_.pop_back();
-    return false;
-  }
-  if (first_.back() == '1') {
-    first_.back() = '0';
-  } else {
-    if (c != ',') {
-      if (c < 0) fail("unexpected end of input inside an object");
-      fail(std::string("expected ',' or '}' in an object, found '") + static_cast<char>(c) + "'");
-    }
-    ++pos_;
-    c = skip_ws();
-  }
-  if (c != '"') {
-    if (c < 0) fail("unexpected end of input, expected a key");
-    fail("expected a string key");
-  }
-  read_string(key);
-  expect(':');
+  std::string_view view;
+  if (!next_key(&view, key)) return false;
+  // The view is the buffer's (copied now, before the cursor moves) or `key` itself.
+  if (view.data() != key->data()) key->assign(view.data(), view.size());
   return true;
 }
 
