@@ -18,6 +18,7 @@
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
 #include "ft/tuner/journal.h"
+#include "ft/tuner/search.h"
 #include "ft/tuner/spec.h"
 #include "test_scratch.h"
 
@@ -300,6 +301,78 @@ TEST(TuneSpec, KillDashNineThenResumeLosesAndRepeatsNoTrial) {
   EXPECT_EQ(best["knobs"]["rate"], "300");  // 300 x1.5 loud is the fastest
   EXPECT_EQ(best["knobs"]["mode"], "loud");
   EXPECT_EQ(json::parse(read_file(b / "best.json"))["knobs"], best["knobs"]);
+}
+
+// Guided checks each finding's prediction against the side-by-side measurement of the knob it
+// proposed, orders findings by predicted gain, and skips one predicted to save less than the
+// noise floor (synthetic trials: knob a=1 makes the step 1.25x faster, b=1 1.01x).
+TEST(TuneSpec, GuidedChecksPredictionsAndSkipsThoseUnderTheNoiseFloor) {
+  SweepOptions o;
+  o.strategy = "guided";
+  o.baseline = {{"a", "0"}, {"b", "0"}};
+  o.space = {{"a", {{{"a", "0"}}, {{"a", "1"}}}}, {"b", {{{"b", "0"}}, {{"b", "1"}}}}};
+  o.ft_engine = false;
+  o.memory_skip = false;
+  o.compute_bound = 0;
+  o.repeats = 2;
+  o.confirm_rounds = 0;
+  o.trial_steps = 10;
+  o.verify_steps = 10;
+  o.finding_patches = [](const profiler::Finding& f, const Config&) {
+    return f.cls == "data"   ? std::vector<Config>{{{"a", "1"}}}
+           : f.cls == "host" ? std::vector<Config>{{{"b", "1"}}}
+                             : std::vector<Config>{};
+  };
+  const TrialFn run = [](const std::string&, const Config& c) {
+    TrialResult r;
+    r.status = TrialStatus::kOk;
+    const double speed = (c.at("a") == "1" ? 1.25 : 1.0) * (c.at("b") == "1" ? 1.01 : 1.0);
+    r.tokens_per_s = 1000 * speed;
+    r.step_ms = 10 / speed;
+    for (int s = 1; s <= 10; ++s) {
+      r.tokens.push_back(100.0 * s);
+      r.losses.push_back(3.0 / s);
+    }
+    r.final_loss = r.losses.back();
+    return r;
+  };
+  const DiagnoseFn diag = [](int round, const Config&) {
+    profiler::Diagnosis d;
+    for (int s = 0; s < 4; ++s) {
+      profiler::StepBreakdown b;
+      b.step = s;
+      b.wall_ms = 10;
+      d.steps.push_back(b);
+    }
+    if (round > 1) return d;
+    profiler::Finding host, data;
+    host.cls = "host";  // the larger share, but predicted to save 0.5%: under the 2% floor
+    host.share = 0.3;
+    host.title = "host";
+    host.predicted_step_ms = 9.95;
+    data.cls = "data";
+    data.share = 0.2;
+    data.title = "data";
+    data.predicted_step_ms = 8.0;
+    d.findings = {host, data};
+    return d;
+  };
+  Journal j(temp_dir("predict") / "journal.jsonl", false);
+  const SweepOutcome out = run_sweep(o, j, run, diag);
+  EXPECT_EQ(out.best.at("a"), "1");
+  EXPECT_EQ(out.best.at("b"), "0");
+  bool skipped = false;
+  for (const Decision& d : out.decisions)
+    skipped |= d.kind == "skip" && d.text.find("finding 'host': predicted to save 0.5%") == 0;
+  EXPECT_TRUE(skipped);
+  ASSERT_EQ(out.predictions.size(), 1u);
+  const PredictionCheck& p = out.predictions[0];
+  EXPECT_EQ(p.cls, "data");
+  EXPECT_NEAR(p.incumbent_step_ms, 10, 1e-9);
+  EXPECT_NEAR(p.predicted_step_ms, 8.0, 1e-9);  // 10 ms x 8.0 / 10 (the diagnosed step)
+  EXPECT_NEAR(p.measured_step_ms, 8.0, 1e-9);   // 10 ms / the 1.25 ratio
+  EXPECT_NEAR(p.error, 0, 1e-9);
+  EXPECT_EQ(out.grid_size, 4);
 }
 
 // The real thing: the PyTorch example on the CPU, data-bound (12000 preprocessing iterations per
