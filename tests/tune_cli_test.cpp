@@ -23,6 +23,7 @@
 #include "ft/tuner/search.h"
 #include "ft/tuner/trial.h"
 #include "ft/tuner/verify.h"
+#include "reference/run_cli.h"
 #include "test_scratch.h"
 
 namespace ft::tuner {
@@ -49,20 +50,9 @@ fs::path corpus() {
   return p;
 }
 
-struct Result {
-  int status;
-  std::string out;
-};
+using Result = ft::testing::CliResult;
 
-Result sh(const std::string& cmd) {
-  Result r{0, ""};
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Result sh(const std::string& cmd) { return ft::testing::run_shell(cmd); }
 
 std::string tiny() {
   return " --data " + corpus().string() +

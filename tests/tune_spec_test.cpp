@@ -21,6 +21,7 @@
 #include "ft/tuner/journal.h"
 #include "ft/tuner/search.h"
 #include "ft/tuner/spec.h"
+#include "reference/run_cli.h"
 #include "test_scratch.h"
 
 namespace ft::tuner {
@@ -34,20 +35,9 @@ const std::string kSrc = FT_SOURCE_DIR;
 
 fs::path temp_dir(const std::string& name) { return ft::test::scratch_dir("ft_tune_spec_" + name); }
 
-struct Result {
-  int status;
-  std::string out;
-};
+using Result = ft::testing::CliResult;
 
-Result sh(const std::string& cmd) {
-  Result r{0, ""};
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, p)) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+Result sh(const std::string& cmd) { return ft::testing::run_shell(cmd); }
 
 // A spec around `program` (a shell script in `dir`) with knobs `rate` (fixes data) and `mode`.
 std::string fake_spec(const std::string& extra = "") {

@@ -171,7 +171,7 @@ std::vector<const StepBreakdown*> steady_steps(const std::vector<StepBreakdown>&
 
 void rank_findings(std::vector<Finding>* findings) {
   auto group = [](const Finding& f) {
-    if (f.severity == Severity::kCritical && f.title.rfind(kOomTitle, 0) == 0) return -1;
+    if (f.fatal) return -1;  // the run stopped on it: nothing else is fixed first
     if (f.cls == "loss" && f.severity != Severity::kInfo) return 0;
     return f.share > 0 ? 1 : 2;
   };

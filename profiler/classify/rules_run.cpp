@@ -469,6 +469,7 @@ void oom_rule(const RuleContext& ctx, std::vector<Finding>* out) {
                                   std::max(1, ctx.run.grad_accum) * 2));
   }
   f.predictable = false;
+  f.fatal = true;
   out->push_back(std::move(f));
 }
 

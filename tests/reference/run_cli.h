@@ -1,4 +1,5 @@
-// run_cli.h: runs one of ft's built command-line tools for end-to-end tests (output and exit status).
+// run_cli.h: runs one of ft's built command-line tools for end-to-end tests (output and exit
+// status).
 #pragma once
 
 #include <sys/wait.h>
@@ -13,9 +14,9 @@ struct CliResult {
   std::string out;  // stdout and stderr together
 };
 
-// Runs `${FT_BINARY_DIR}/<tool> <args> 2>&1` through the shell.
-inline CliResult run_cli(const std::string& tool, const std::string& args) {
-  const std::string cmd = std::string(FT_BINARY_DIR) + "/" + tool + " " + args + " 2>&1";
+// Runs `<command> 2>&1` through the shell.
+inline CliResult run_shell(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   CliResult r{0, ""};
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return {-1, "popen failed: " + cmd};
@@ -24,6 +25,11 @@ inline CliResult run_cli(const std::string& tool, const std::string& args) {
   const int st = pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+// Runs `${FT_BINARY_DIR}/<tool> <args> 2>&1` through the shell.
+inline CliResult run_cli(const std::string& tool, const std::string& args) {
+  return run_shell(std::string(FT_BINARY_DIR) + "/" + tool + " " + args);
 }
 
 }  // namespace ft::testing

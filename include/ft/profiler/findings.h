@@ -17,8 +17,7 @@ namespace ft::profiler {
 // What the findings need to know about the run beyond the timeline. Read from the trace's
 // metadata (keys "config.*", "env.*", "run.*"; see docs/classification.md); unknown fields
 // keep their defaults and the rules that need them stay silent.
-// The title every out-of-memory finding starts with; such a finding ranks first (a run that
-// failed has no other cause to fix first).
+// The title every out-of-memory finding starts with (a fatal finding: it ranks first).
 inline constexpr const char* kOomTitle = "The run ran out of memory";
 
 struct RunInfo {
