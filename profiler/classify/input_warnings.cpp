@@ -73,13 +73,17 @@ std::vector<std::string> input_warnings(const Trace& trace,
       last_end = std::max(last_end, e.end_ns());
   const Event* longest = nullptr;
   size_t outliving = 0;
+  // In doubles: a malformed trace's times may be far apart enough to overflow 10 x the gap.
+  const auto after_last = [&](const Event* e) {
+    return static_cast<double>(e->end_ns()) - static_cast<double>(last_end);
+  };
   for (const Event* s : step_spans) {
     // A step's own closing work may end it a little after its last op: a tenth of it is not.
     if (last_end == std::numeric_limits<int64_t>::min() ||
-        10 * (s->end_ns() - last_end) <= s->dur_ns)
+        10 * after_last(s) <= static_cast<double>(s->dur_ns))
       continue;
     ++outliving;
-    if (!longest || s->end_ns() - last_end > longest->end_ns() - last_end) longest = s;
+    if (!longest || s->end_ns() > longest->end_ns()) longest = s;
   }
   if (outliving > 0)
     out.push_back(fmt::format(
@@ -87,7 +91,7 @@ std::vector<std::string> input_warnings(const Trace& trace,
         "its {:.3f} ms after it): that time holds nothing traced (a step span from another "
         "process, or one that outlives the recording)",
         outliving, trace.names.at(longest->name),
-        static_cast<double>(longest->end_ns() - last_end) / 1e6,
+        after_last(longest) / 1e6,
         static_cast<double>(longest->dur_ns) / 1e6));
   if (overlapping > 0)
     out.push_back(fmt::format(
