@@ -73,10 +73,8 @@ std::vector<std::string> input_warnings(const Trace& trace,
       last_end = std::max(last_end, e.end_ns());
   const Event* longest = nullptr;
   size_t outliving = 0;
-  // In doubles: a malformed trace's times may be far apart enough to overflow 10 x the gap.
-  const auto after_last = [&](const Event* e) {
-    return static_cast<double>(e->end_ns()) - static_cast<double>(last_end);
-  };
+  // As a double: a malformed trace's times may be far apart enough to overflow 10 x the gap.
+  const auto after_last = [&](const Event* e) { return exact_gap(e->end_ns(), last_end); };
   for (const Event* s : step_spans) {
     // A step's own closing work may end it a little after its last op: a tenth of it is not.
     if (last_end == std::numeric_limits<int64_t>::min() ||

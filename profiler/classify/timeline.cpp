@@ -225,8 +225,7 @@ Timeline build_timeline(const Trace& trace, const std::vector<const StepBreakdow
   // Over the cap: the shortest go (counted as hidden).
   if (pieces.size() > kTimelineSpans) {
     std::stable_sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
-      return static_cast<double>(a.end) - static_cast<double>(a.start) >
-             static_cast<double>(b.end) - static_cast<double>(b.start);
+      return exact_gap(a.end, a.start) > exact_gap(b.end, b.start);
     });
     for (size_t k = kTimelineSpans; k < pieces.size(); ++k) out.hidden += pieces[k].count;
     pieces.resize(kTimelineSpans);
@@ -247,9 +246,8 @@ Timeline build_timeline(const Trace& trace, const std::vector<const StepBreakdow
       if (fresh) out.names.push_back(std::to_string(p.count) + " short spans");
       s.name = it->second;
     }
-    // In doubles: a malformed trace's times can lie far enough apart to overflow int64.
-    s.start_ms = std::max(0.0, (static_cast<double>(p.start) - static_cast<double>(lo)) / 1e6);
-    s.dur_ms = std::max(0.0, (static_cast<double>(p.end) - static_cast<double>(p.start)) / 1e6);
+    s.start_ms = std::max(0.0, exact_gap(p.start, lo) / 1e6);
+    s.dur_ms = std::max(0.0, exact_gap(p.end, p.start) / 1e6);
     out.spans.push_back(s);
   }
   std::sort(out.spans.begin(), out.spans.end(), [](const TimelineSpan& a, const TimelineSpan& b) {

@@ -79,6 +79,14 @@ struct Event {
   int64_t end_ns() const { return ts_ns + dur_ns; }
 };
 
+// b - a in ns as a double: exact (then rounded once) when the int64 difference fits, else the
+// difference of the doubles (malformed traces' times can lie 2^63 ns apart).
+inline double exact_gap(int64_t b, int64_t a) {
+  int64_t d = 0;
+  if (!__builtin_sub_overflow(b, a, &d)) return static_cast<double>(d);
+  return static_cast<double>(b) - static_cast<double>(a);
+}
+
 // Interned event names: events carry a 32-bit index.
 class StringTable {
  public:
