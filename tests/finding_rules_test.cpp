@@ -259,6 +259,60 @@ TEST(Rule, Precision) {
   EXPECT_TRUE(run_rule("precision", steps_of({100, 0, 0, 0, 0, 0, 0, 0}), run).empty());
 }
 
+// Only the GEMMs speed up in bf16: the traced GEMM time ("compute.gemm") at the run's measured
+// speed-up, else the rule's 2x; all compute when no GEMM span is traced.
+TEST(Rule, PrecisionSpeedsUpTheGemmsOnly) {
+  RunInfo run = quiet_run();
+  run.precision = "fp32";
+  auto steps = steps_of({100, 0, 0, 0, 0, 0, 0, 0});
+  for (StepBreakdown& s : steps) s.detail["compute.gemm"] = 80;
+  auto f = run_rule("precision", steps, run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NEAR(f[0].share, 0.8 * 0.5, 1e-9);  // 80 ms of GEMMs x (1 - 1/2)
+  run.gemm_bf16_speedup = 1.6;
+  f = run_rule("precision", steps, run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NEAR(f[0].share, 0.8 * (1 - 1 / 1.6), 1e-9);
+  EXPECT_NE(f[0].evidence.detail.find("measured on this run's shapes"), std::string::npos)
+      << f[0].evidence.detail;
+  f = run_rule("precision", steps_of({100, 0, 0, 0, 0, 0, 0, 0}), run);  // no GEMM spans
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NEAR(f[0].share, 1 - 1 / 1.6, 1e-9);
+}
+
+// The data finding predicts what its first knob achieves: N workers produce the step's batches
+// in work / N beside the rest of the step, so the step becomes max(rest, work / N).
+TEST(Rule, DataPredictsTheWorkersThroughput) {
+  RunInfo run = quiet_run();
+  run.loader_workers = 0;  // in-line: the data time is the production work
+  run.threads = 1;
+  run.logical_cpus = 2;  // one core to spare: one worker, slower than the rest of the step
+  auto f = run_rule("data", steps_of({45, 55, 0, 0, 0, 0, 0, 0}), run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].knobs, std::vector<std::string>{"--loader-workers 1"});  // no queue in-line
+  EXPECT_NEAR(f[0].share, 0.45, 1e-9);  // 100 -> max(45, 55 / 1) = 55 ms
+  run.logical_cpus = 8;                 // three workers: 55 / 3 < 45, all of the data time
+  f = run_rule("data", steps_of({45, 55, 0, 0, 0, 0, 0, 0}), run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].knobs, std::vector<std::string>{"--loader-workers 3"});
+  EXPECT_NEAR(f[0].share, 0.55, 1e-9);
+  // Two workers already, producing 60 ms of work per step: four of them (twice), whose queue
+  // doubles too; they hide the 30 ms wait behind the 70 ms rest.
+  run.loader_workers = 2;
+  run.prefetch = 4;
+  run.data_produce_ms = 60;
+  f = run_rule("data", steps_of({70, 30, 0, 0, 0, 0, 0, 0}), run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].knobs, (std::vector<std::string>{"--loader-workers 4", "--prefetch 8"}));
+  EXPECT_NEAR(f[0].share, 0.30, 1e-9);
+  // The hand-off: 10 ms of production against a 30 ms wait; in-line makes the step 70 + 10.
+  run.data_produce_ms = 10;
+  f = run_rule("data", steps_of({70, 30, 0, 0, 0, 0, 0, 0}), run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].knobs.at(0), "--loader-workers 0");
+  EXPECT_NEAR(f[0].share, 0.20, 1e-9);
+}
+
 // The batch rule reads MFU as a fraction of the peak measured on the running machine: no
 // machine's absolute figure enters it.
 TEST(Rule, Batch) {

@@ -336,6 +336,8 @@ TEST(ProfiledRun, FtTrainWritesAValidTraceOfTheWindow) {
   EXPECT_EQ(t.metadata.at("config.steps"), "5");
   EXPECT_TRUE(t.metadata.count("env.cpu_model"));
   EXPECT_TRUE(t.metadata.count("page_fault_ns"));
+  // An fp32 run times its GEMMs in bf16 for the precision finding (or says why it could not).
+  EXPECT_TRUE(t.metadata.count("run.gemm_bf16_probe"));
   EXPECT_EQ(counters["cpu.system_ns"], 3);
   EXPECT_EQ(counters["mfu"], 3);
   EXPECT_EQ(counters["tokens_per_s"], 3);

@@ -31,7 +31,8 @@ const std::vector<RuleEntry>& rule_entries() {
         "--memory-limit 1.5x, --checkpoint block, --micro-batch /2 --grad-accum 2x"},
        oom_rule},
       {{"data", "data", "data share > data_share (5%)",
-        "--loader-workers N, --prefetch 2; --loader-workers 0 when the wait is the hand-off; "
+        "--loader-workers N, --prefetch 2x with workers; --loader-workers 0 when the wait is the "
+        "hand-off; "
         "DataLoader(num_workers, pin_memory) for PyTorch"},
        data_rule},
       {{"memory_time", "memory", "memory share > memory_share (5%)",

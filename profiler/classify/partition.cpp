@@ -44,7 +44,19 @@ int class_priority(WaitClass c) {
   return 7;
 }
 
-std::string detail_key(const Event& ev, const std::string& name, WaitClass cls) {
+// A host span that is one GEMM: ft's linear layers ("matmul.fwd", "matmul.bwd") and PyTorch's
+// CPU GEMM operators. The precision finding takes their time as what bf16 speeds up.
+bool is_host_gemm(const std::string& name) {
+  static const char* const kAten[] = {"aten::mm",      "aten::addmm",  "aten::bmm",
+                                      "aten::baddbmm", "aten::addbmm", "aten::_addmm_activation"};
+  if (name.rfind("matmul.", 0) == 0) return true;
+  for (const char* a : kAten)
+    if (name == a) return true;
+  return false;
+}
+
+// `cpu_run`: the trace has no device, so the host's compute spans are the compute itself.
+std::string detail_key(const Event& ev, const std::string& name, WaitClass cls, bool cpu_run) {
   auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
   switch (cls) {
     case WaitClass::kData:
@@ -60,7 +72,8 @@ std::string detail_key(const Event& ev, const std::string& name, WaitClass cls) 
       if ((ev.flags & kRetry) || has("retry")) return "memory.retry";
       return "memory.allocator";
     case WaitClass::kCompute:
-      return ev.category == Category::kOptimizer ? "compute.optimizer" : "";
+      if (ev.category == Category::kOptimizer) return "compute.optimizer";
+      return cpu_run && is_host_gemm(name) ? "compute.gemm" : "";
     case WaitClass::kSync:
       return "sync";
     case WaitClass::kHost:
@@ -333,7 +346,7 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
       if (s.label >= 0) {
         const Event& ev = *owners[s.label];
         c = wait_class_of(ev.category);
-        const std::string key = detail_key(ev, trace.names.at(ev.name), c);
+        const std::string key = detail_key(ev, trace.names.at(ev.name), c, device.empty());
         if (!key.empty()) p.detail_ns[key] += len;
       }
       p.ns[static_cast<int>(c)] += len;

@@ -253,7 +253,15 @@ void precision_rule(const RuleContext& ctx, std::vector<Finding>* out) {
   if (ctx.run.precision == "fp32" && compute >= ctx.r.compute_bound_share && !emulated) {
     Finding f;
     f.cls = "precision";
-    f.share = compute * (1.0 - 1.0 / ctx.r.bf16_speedup);
+    // Only the GEMMs run in bf16 (Amdahl): their traced time, at the speed-up the run measured
+    // on its own GEMM shapes before training (operand conversions included), else the rule's
+    // assumption. Without GEMM spans in the trace, all compute is taken as GEMM.
+    const double gemm_ms = ctx.detail("compute.gemm") / ctx.n;
+    const double speedup =
+        ctx.run.gemm_bf16_speedup > 0 ? ctx.run.gemm_bf16_speedup : ctx.r.bf16_speedup;
+    const double step_ms = ctx.t.wall / ctx.n;
+    const double sped = gemm_ms > 0 && step_ms > 0 ? std::min(gemm_ms / step_ms, compute) : compute;
+    f.share = sped * std::max(0.0, 1.0 - 1.0 / speedup);
     f.severity = Severity::kWarning;
     f.title = fmt::format("Compute-bound in fp32 ({:.0f}% of step time is compute)", 100 * compute);
     f.explanation =
@@ -263,11 +271,15 @@ void precision_rule(const RuleContext& ctx, std::vector<Finding>* out) {
     f.evidence.share = compute;
     f.evidence.examples = example_spans(ctx.trace, WaitClass::kCompute, ctx.steps, 3);
     f.evidence.detail = fmt::format(
-        "compute {:.2f} ms/step of {:.2f}; MFU {}; recoverable share assumes a {:.1f}x bf16 "
-        "speed-up",
-        ctx.ms_per_step(WaitClass::kCompute), ctx.t.wall / ctx.n,
+        "compute {:.2f} ms/step of {:.2f}; MFU {}; {}; recoverable share assumes a {:.2f}x "
+        "bf16 speed-up of {}",
+        ctx.ms_per_step(WaitClass::kCompute), step_ms,
         ctx.run.mfu >= 0 ? fmt::format("{:.1f}%", 100 * ctx.run.mfu) : "unknown",
-        ctx.r.bf16_speedup);
+        gemm_ms > 0 ? fmt::format("GEMMs {:.2f} ms/step", gemm_ms) : "no GEMM spans traced",
+        speedup,
+        ctx.run.gemm_bf16_speedup > 0 ? "the GEMMs (measured on this run's shapes)"
+        : gemm_ms > 0                 ? "the GEMMs (assumed)"
+                                      : "all compute (assumed)");
     f.knobs = {"--precision bf16"};
     out->push_back(std::move(f));
   }

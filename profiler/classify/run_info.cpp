@@ -42,6 +42,8 @@ RunInfo RunInfo::from_metadata(const std::map<std::string, std::string>& m) {
   read(m, "config.warmup", &r.warmup);
   read(m, "config.threads", &r.threads);
   read(m, "config.loader_workers", &r.loader_workers);
+  read(m, "config.prefetch", &r.prefetch);
+  read(m, "run.gemm_bf16_speedup", &r.gemm_bf16_speedup);
   read(m, "config.lr", &r.lr);
   read(m, "config.clip", &r.clip);
   read(m, "config.memory_limit", &r.memory_limit);

@@ -102,6 +102,10 @@ void TrainingProfile::start(trainer::Trainer& t) {
   load_average_ = read_load_average();  // before our own threads add to it
   // Measured before training so that the probe does not disturb the steps.
   fault_costs_ = measure_page_fault_costs();
+  // An fp32 run's precision finding predicts with its own GEMMs' bf16 speed-up.
+  if (t.config().options.precision == trainer::Precision::kFp32) {
+    gemm_speedup_ = measure_gemm_bf16_speedup(t.config());
+  }
   // Before the session starts, so the clock exchange is not part of the profile.
   if (t.groups().world->world_size() > 1) clock_ = estimate_clock_offset(*t.groups().world);
   SessionOptions o;
@@ -120,6 +124,14 @@ Trace TrainingProfile::finish(trainer::Trainer& t) {
   md["env.load_average"] = fmt::format("{:.2f}", load_average_);
   md[kMetaPageFaultNs] = fmt::format("{:.1f}", fault_costs_.small_ns);
   md[kMetaHugePageFaultNs] = fmt::format("{:.1f}", fault_costs_.huge_ns);
+  if (gemm_speedup_.ratio > 0) {
+    md["run.gemm_bf16_speedup"] = fmt::format("{:.3f}", gemm_speedup_.ratio);
+    md["run.gemm_bf16_probe"] =
+        fmt::format("{}: fp32 {:.3f} ms, bf16 {:.3f} ms (forward + backward, best of 5)",
+                    gemm_speedup_.shapes, gemm_speedup_.fp32_ms, gemm_speedup_.bf16_ms);
+  } else if (!gemm_speedup_.why_not.empty()) {
+    md["run.gemm_bf16_probe"] = "not measured: " + gemm_speedup_.why_not;
+  }
   md["run.page_fault_probe_faults"] =
       std::to_string(fault_costs_.small_faults + fault_costs_.huge_faults);
   if (clock_.measured) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "ft/app/gemm_probe.h"
 #include "ft/profiler/classifier.h"
 #include "ft/profiler/session.h"
 #include "ft/trainer/trainer.h"
@@ -54,6 +55,7 @@ class TrainingProfile {
   bool quiet_ = false;
   double load_average_ = -1;  // 1-minute load before the run
   profiler::PageFaultCosts fault_costs_;
+  GemmSpeedup gemm_speedup_;  // fp32 runs: their GEMMs' bf16 speed-up, measured in start()
   ClockOffset clock_;
   std::unique_ptr<profiler::Session> session_;
 };

@@ -26,6 +26,10 @@ struct RunInfo {
   int warmup = -1;          // LR warmup steps; -1 unknown
   int warmup_excluded = 2;  // first steps left out of totals and findings
   int threads = 0, loader_workers = -1, logical_cpus = 0;
+  int prefetch = 0;  // ready batches the loader queues ahead (0: unknown)
+  // The step's GEMMs in bf16 over fp32, measured on the run's shapes before training (0: not
+  // measured).
+  double gemm_bf16_speedup = 0;
   double lr = 0, clip = -1, mfu = -1, load_average = -1;
   bool allocator_caching = true;
   std::string checkpoint;      // "none", "block"
