@@ -26,7 +26,8 @@ constexpr double kLossCap = 20;  // loss curves are drawn clipped here (a diverg
 std::string h(std::string_view s) { return html_escape(s); }
 std::string md(std::string_view s) { return markdown_escape(s); }
 
-std::string mib(double bytes) { return fixed(bytes / kMiB, 1); }
+// "—" when not recorded (a program that reports no memory; a trial the model did not predict).
+std::string mib(double bytes) { return bytes > 0 ? fixed(bytes / kMiB, 1) : "—"; }
 
 std::string ratios_text(const SweepConfirmRow& row) {
   std::string s;
@@ -115,6 +116,13 @@ std::string scatter_html(const SweepReport& r) {
   if (all.points.empty() && best.points.empty()) {
     return "<p class=\"muted\">No successful trials to plot.</p>\n";
   }
+  bool any_memory = false;
+  for (const Series* s : {&all, &best})
+    for (const auto& p : s->points) any_memory |= p.first > 0;
+  if (!any_memory) {
+    return "<p class=\"muted\">No trial recorded its peak memory (the program reports none): "
+           "nothing to plot throughput against.</p>\n";
+  }
   for (int id : r.pareto_front) {
     if (const SweepTrial* t = trial_at(r, id)) {
       front.points.emplace_back(t->mem_peak / kMiB, t->tokens_per_s);
@@ -150,12 +158,12 @@ std::string curves_html(const SweepReport& r) {
       s.points.emplace_back(t.tokens[i], std::min(t.losses[i], kLossCap));
     }
     // A curve drawn exactly over the baseline's would hide it: say so.
-    const bool same = !base && baseline && baseline->losses == t.losses &&
-                      baseline->tokens == t.tokens;
-    list += fmt::format("<li>{}: {}{}{}</li>", h(s.name), h(base ? "baseline" : t.change),
-                        rejected && !t.reason.empty() ? " — " + h(t.reason) : "",
-                        same ? " — the same loss as the baseline at every point (drawn over it)"
-                             : "");
+    const bool same =
+        !base && baseline && baseline->losses == t.losses && baseline->tokens == t.tokens;
+    list +=
+        fmt::format("<li>{}: {}{}{}</li>", h(s.name), h(base ? "baseline" : t.change),
+                    rejected && !t.reason.empty() ? " — " + h(t.reason) : "",
+                    same ? " — the same loss as the baseline at every point (drawn over it)" : "");
     series.push_back(std::move(s));
   }
   if (series.empty()) return "<p class=\"muted\">No verification runs.</p>\n";
@@ -336,14 +344,14 @@ std::string render_sweep_markdown(const SweepReport& r) {
          "|---|---|---|---|---|\n";
     for (const auto& row : r.confirmation) {
       s += fmt::format("| {} | {} | {} | {} | {} |\n", md(row.change), fixed(row.median_tps, 0),
-                       ratio_text(row), ratios_text(row),
-                       row.beats_baseline ? "yes" : "no");
+                       ratio_text(row), ratios_text(row), row.beats_baseline ? "yes" : "no");
     }
     s += "\n";
   }
   s += predictions_markdown(r);
   s += markdown_trials(r);
   s += "\n## Pareto front (throughput vs peak memory)\n\n";
+  if (r.pareto_front.empty()) s += "- none: no trial recorded its peak memory\n";
   for (int id : r.pareto_front) {
     if (const SweepTrial* t = trial_at(r, id)) {
       s += fmt::format("- trial {}: {} — {} tokens/s at {} MiB\n", t->id, md(t->change),

@@ -195,7 +195,6 @@ TEST(ReportSweep, AnEmptySweepStillRenders) {
   EXPECT_EQ(nlohmann::json::parse(render_sweep_json(r))["trials"].size(), 0u);
 }
 
-
 // A candidate the budget never let run beside the baseline reads "not run", not "x0.000".
 TEST(ReportSweep, ARowThatNeverRanIsNotShownAsZero) {
   SweepReport r;
@@ -206,6 +205,20 @@ TEST(ReportSweep, ARowThatNeverRanIsNotShownAsZero) {
   EXPECT_NE(md.find("| precision bf16 | 0 | not run | - | no |"), std::string::npos) << md;
   EXPECT_EQ(md.find("0.000"), std::string::npos) << md;
   EXPECT_NE(render_sweep_html(r).find("not run"), std::string::npos);
+}
+
+// A program that reports no memory (ft-tune --spec): its peak and predicted MiB read "—", the
+// Pareto front and the scatter say why they are empty, rather than plot every trial at 0 MiB.
+TEST(ReportSweep, TrialsWithoutMemoryAreNotPlottedAtZero) {
+  SweepReport r = sample_sweep();
+  for (auto& t : r.trials) t.mem_peak = t.predicted_mem = 0;
+  r.pareto_front.clear();
+  const std::string md = render_sweep_markdown(r);
+  EXPECT_NE(md.find("- none: no trial recorded its peak memory"), std::string::npos) << md;
+  EXPECT_EQ(md.find("| 0.0 |"), std::string::npos) << md;
+  const std::string html = render_sweep_html(r);
+  EXPECT_NE(html.find("No trial recorded its peak memory"), std::string::npos);
+  EXPECT_EQ(html.find("id=\"ft-sweep-throughput\""), std::string::npos);
 }
 
 // A verified change whose loss curve is the baseline's point for point (a loader change on the
