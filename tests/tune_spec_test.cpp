@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -368,12 +369,13 @@ TEST(TuneSpec, GuidedChecksPredictionsAndSkipsThoseUnderTheNoiseFloor) {
 
 // How much faster two threads finish two equal chains of dependent arithmetic than one thread
 // finishes one (~1.95 on two free cores of the Zen 4 VM, 1.0-1.1 with one taken); the best of
-// 5 tries.
+// 5 tries. Each chain runs ~40 ms: with ~10 ms chains an idle VM read 1.04-1.37 now and then
+// (its second vCPU is slow to wake), which skipped the test on a free machine.
 double two_thread_speedup() {
   const auto chain = [] {
     volatile double seed = 1.0;
     double x = seed;
-    for (int i = 0; i < (1 << 23); ++i) x = x * 0.9999999 + 1e-7;
+    for (int i = 0; i < (1 << 25); ++i) x = x * 0.9999999 + 1e-7;
     seed = x;
   };
   double best = 0;
@@ -436,12 +438,25 @@ TEST(TuneSpec, PytorchExampleIsTunedToLoaderWorkersAndTheBrokenShortcutIsRefused
   }
   EXPECT_TRUE(data_checked) << rep["predictions"].dump();
   EXPECT_GT(rep["grid_size"].get<int>(), rep["trials_run"].get<int>());
-  // The shortcut is faster, so a round that measures it also verifies it (and must refuse it);
-  // on a machine where it did not beat the incumbent it was never verified.
-  const std::string md = read_file(out / "report.md");
-  if (md.find("prep shortcut: x") != std::string::npos &&
-      md.find("prep shortcut: x0.") == std::string::npos) {
-    EXPECT_TRUE(shortcut_refused) << md;
+  // A round verifies its candidates fastest first and stops at the first accepted one, so the
+  // shortcut is verified (and must be refused) when it out-ran the loader worker in round 1;
+  // when the worker ran faster (1.96x against 1.73x in one run) the worker is taken and the
+  // shortcut may never be verified within the budget.
+  std::map<std::string, std::vector<double>> round1;  // change -> tokens/s of its repeats
+  for (const JournalEntry& e : journal(out)) {
+    if ((e.phase == "trial" || e.phase == "repeat") && e.round == 1 &&
+        e.result.status == TrialStatus::kOk) {
+      round1[e.change].push_back(e.result.tokens_per_s);
+    }
+  }
+  const auto med = [&](const std::string& change) {
+    std::vector<double> v = round1[change];
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  if (med("prep shortcut") > med("loader_workers 1") && med("loader_workers 1") > 0) {
+    EXPECT_TRUE(shortcut_refused) << read_file(out / "report.md");
   }
 }
 
