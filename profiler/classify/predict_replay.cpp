@@ -153,8 +153,14 @@ IdleAttribution compare_idle_attribution(const Trace& trace,
 void replay_predictions(const Trace& trace, const std::vector<const StepBreakdown*>& steady,
                         std::vector<Finding>* findings, const FindingRules& rules) {
   if (steady.empty() || findings->empty()) return;
-  const replay::StepReplay run(trace, steady);
-  if (!run.has_device()) return;
+  replay::replay_predictions(replay::StepReplay(trace, steady), findings, rules);
+}
+
+namespace replay {
+
+void replay_predictions(const StepReplay& run, std::vector<Finding>* findings,
+                        const FindingRules& rules) {
+  if (findings->empty() || !run.has_device()) return;
   if (!run.usable()) {  // keep the rule's estimates, and say why
     for (Finding& f : *findings)
       if (f.predicted_step_ms >= 0) f.prediction += "; rule estimate: " + run.why();
@@ -229,5 +235,7 @@ void replay_predictions(const Trace& trace, const std::vector<const StepBreakdow
     }
   }
 }
+
+}  // namespace replay
 
 }  // namespace ft::profiler

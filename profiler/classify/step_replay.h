@@ -11,6 +11,7 @@
 
 #include "ft/profiler/diagnosis.h"
 #include "ft/profiler/event.h"
+#include "ft/profiler/findings.h"
 
 namespace ft::profiler::replay {
 
@@ -168,5 +169,10 @@ class StepReplay {
   std::string steps_, why_;
   bool has_device_ = false;
 };
+
+// The findings' predictions re-run on `run`, built beforehand (diagnose() builds it beside the
+// rules); profiler::replay_predictions builds it and calls this.
+void replay_predictions(const StepReplay& run, std::vector<Finding>* findings,
+                        const FindingRules& rules);
 
 }  // namespace ft::profiler::replay
