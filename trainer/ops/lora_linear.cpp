@@ -1,0 +1,118 @@
+// lora_linear.cpp: QLoRA's linear layer over ft's sgemm; W's NF4 rows dequantized per tile.
+#include "ft/trainer/lora_linear.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "ft/core/error.h"
+#include "sgemm.h"
+
+namespace ft::trainer {
+namespace {
+
+void check(const Nf4Tensor& w, const LoraShape& s) {
+  if (s.N < 1 || s.IC < 1 || s.OC < 1 || s.rank < 1 || !(s.dropout >= 0 && s.dropout < 1)) {
+    throw Error(fmt::format("lora_linear: bad shape N={} IC={} OC={} r={} dropout={}", s.N, s.IC,
+                            s.OC, s.rank, s.dropout));
+  }
+  if (w.n != static_cast<size_t>(s.OC) * static_cast<size_t>(s.IC)) {
+    throw Error(
+        fmt::format("lora_linear: the NF4 weight holds {} values, not {} x {}", w.n, s.OC, s.IC));
+  }
+}
+
+// drop(x) (N,IC) into out: x where kept, scaled by 1 / (1 - p); 0 where dropped.
+const float* dropped(const float* x, const uint8_t* keep, const LoraShape& s, float* out) {
+  if (!keep) return x;
+  const float k = 1.0f / (1.0f - s.dropout);
+  const size_t n = static_cast<size_t>(s.N) * static_cast<size_t>(s.IC);
+  for (size_t i = 0; i < n; ++i) out[i] = keep[i] ? x[i] * k : 0.0f;
+  return out;
+}
+
+// The workspace's parts: a tile of W, drop(x) and its gradient (with a mask), h and dh scaled.
+struct Workspace {
+  float *tile, *xd, *dxd, *hs, *dh;
+  Workspace(float* ws, const LoraShape& s, bool mask) {
+    const size_t nic = static_cast<size_t>(s.N) * static_cast<size_t>(s.IC);
+    const size_t nr = static_cast<size_t>(s.N) * static_cast<size_t>(s.rank);
+    tile = ws;
+    ws += static_cast<size_t>(kLoraTileRows) * static_cast<size_t>(s.IC);
+    xd = mask ? ws : nullptr;
+    dxd = mask ? ws + nic : nullptr;
+    ws += mask ? 2 * nic : 0;
+    hs = ws;
+    dh = ws + nr;
+  }
+};
+
+}  // namespace
+
+size_t lora_workspace_floats(const LoraShape& s, bool dropout_mask) {
+  const size_t nic = static_cast<size_t>(s.N) * static_cast<size_t>(s.IC);
+  return static_cast<size_t>(kLoraTileRows) * static_cast<size_t>(s.IC) +
+         (dropout_mask ? 2 * nic : 0) + 2 * static_cast<size_t>(s.N) * static_cast<size_t>(s.rank);
+}
+
+void lora_linear_forward(float* out, float* h, const float* x, const Nf4Tensor& w,
+                         const float* bias, const float* A, const float* B, const uint8_t* keep,
+                         const LoraShape& s, float* workspace) {
+  check(w, s);
+  const Workspace ws(workspace, s, keep != nullptr);
+  float* tile = ws.tile;  // (kLoraTileRows, IC)
+  const size_t ic = static_cast<size_t>(s.IC);
+  // x W^T, a tile of W's rows (out's columns) at a time.   // (N, OC)
+  for (int o0 = 0; o0 < s.OC; o0 += kLoraTileRows) {
+    const int rows = std::min(kLoraTileRows, s.OC - o0);
+    dequantize_nf4(w, static_cast<size_t>(o0) * ic, static_cast<size_t>(rows) * ic, tile);
+    ops::sgemm(false, true, s.N, rows, s.IC, x, s.IC, tile, s.IC, 0.0f, out + o0, s.OC);
+  }
+  if (bias) {
+    for (int n = 0; n < s.N; ++n)
+      for (int o = 0; o < s.OC; ++o) out[static_cast<size_t>(n) * s.OC + o] += bias[o];
+  }
+  // The adapter: h = drop(x) A^T (N, r); out += scale * h B^T.
+  const float* xd = dropped(x, keep, s, ws.xd);
+  ops::sgemm(false, true, s.N, s.rank, s.IC, xd, s.IC, A, s.IC, 0.0f, h, s.rank);
+  const size_t nr = static_cast<size_t>(s.N) * static_cast<size_t>(s.rank);
+  for (size_t i = 0; i < nr; ++i) ws.hs[i] = s.scale * h[i];  // (N, r), scaled
+  ops::sgemm(false, true, s.N, s.OC, s.rank, ws.hs, s.rank, B, s.rank, 1.0f, out, s.OC);
+}
+
+void lora_linear_backward(float* dx, float* dA, float* dB, const float* dout, const float* x,
+                          const float* h, const Nf4Tensor& w, const float* A, const float* B,
+                          const uint8_t* keep, const LoraShape& s, float* workspace) {
+  check(w, s);
+  const Workspace ws(workspace, s, keep != nullptr);
+  const size_t ic = static_cast<size_t>(s.IC);
+  const size_t nr = static_cast<size_t>(s.N) * static_cast<size_t>(s.rank);
+  // dh = scale * dout B   // (N, r)
+  ops::sgemm(false, false, s.N, s.rank, s.OC, dout, s.OC, B, s.rank, 0.0f, ws.dh, s.rank);
+  for (size_t i = 0; i < nr; ++i) ws.dh[i] *= s.scale;
+  // dB += scale * dout^T h   // (OC, r)
+  for (size_t i = 0; i < nr; ++i) ws.hs[i] = s.scale * h[i];
+  ops::sgemm(true, false, s.OC, s.rank, s.N, dout, s.OC, ws.hs, s.rank, 1.0f, dB, s.rank);
+  // dA += dh^T drop(x)   // (r, IC)
+  const float* xd = dropped(x, keep, s, ws.xd);
+  ops::sgemm(true, false, s.rank, s.IC, s.N, ws.dh, s.rank, xd, s.IC, 1.0f, dA, s.IC);
+  if (!dx) return;
+  // dx = dout W (a tile of W's rows at a time, summed) + mask(dh A).   // (N, IC)
+  for (int o0 = 0; o0 < s.OC; o0 += kLoraTileRows) {
+    const int rows = std::min(kLoraTileRows, s.OC - o0);
+    dequantize_nf4(w, static_cast<size_t>(o0) * ic, static_cast<size_t>(rows) * ic, ws.tile);
+    ops::sgemm(false, false, s.N, s.IC, rows, dout + o0, s.OC, ws.tile, s.IC, o0 == 0 ? 0.0f : 1.0f,
+               dx, s.IC);
+  }
+  if (!keep) {
+    ops::sgemm(false, false, s.N, s.IC, s.rank, ws.dh, s.rank, A, s.IC, 1.0f, dx, s.IC);
+    return;
+  }
+  ops::sgemm(false, false, s.N, s.IC, s.rank, ws.dh, s.rank, A, s.IC, 0.0f, ws.dxd, s.IC);
+  const float k = 1.0f / (1.0f - s.dropout);
+  const size_t nic = static_cast<size_t>(s.N) * ic;
+  for (size_t i = 0; i < nic; ++i)
+    if (keep[i]) dx[i] += ws.dxd[i] * k;
+}
+
+}  // namespace ft::trainer
