@@ -16,7 +16,8 @@
 namespace ft::app {
 namespace {
 
-constexpr int kMaxRows = 4096;  // bounds the probe's time on large batches (rows scale linearly)
+constexpr int kMaxRows = 2048;     // bounds a pass on large batches (rows scale linearly)
+constexpr double kBudgetMs = 500;  // repetitions after the warm-up pass, within this time
 
 struct Layer {
   int in = 0, out = 0;
@@ -84,10 +85,14 @@ GemmSpeedup measure_gemm_bf16_speedup(const trainer::TrainConfig& c, int reps) {
     std::vector<Layer> layers;
     layers.emplace_back(rows, ch, hidden);
     layers.emplace_back(rows, hidden, ch);
-    pass_ms(g, layers, rows, trainer::Precision::kFp32);  // warm-up: primitives, scratch, caches
-    pass_ms(g, layers, rows, trainer::Precision::kBf16);
+    // Warm-up (primitives, scratch, caches); its times size the repetitions: at most `reps`,
+    // at least one, within kBudgetMs (a C = 768 model's pass takes a few hundred ms).
+    const double warm = pass_ms(g, layers, rows, trainer::Precision::kFp32) +
+                        pass_ms(g, layers, rows, trainer::Precision::kBf16);
+    const int n =
+        std::clamp(static_cast<int>(kBudgetMs / std::max(warm, 1e-3)), 1, std::max(1, reps));
     double f32 = 1e300, b16 = 1e300;
-    for (int i = 0; i < std::max(1, reps); ++i) {  // alternating, so drift hits both alike
+    for (int i = 0; i < n; ++i) {  // alternating, so drift hits both alike
       f32 = std::min(f32, pass_ms(g, layers, rows, trainer::Precision::kFp32));
       b16 = std::min(b16, pass_ms(g, layers, rows, trainer::Precision::kBf16));
     }

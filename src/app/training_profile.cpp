@@ -127,7 +127,7 @@ Trace TrainingProfile::finish(trainer::Trainer& t) {
   if (gemm_speedup_.ratio > 0) {
     md["run.gemm_bf16_speedup"] = fmt::format("{:.3f}", gemm_speedup_.ratio);
     md["run.gemm_bf16_probe"] =
-        fmt::format("{}: fp32 {:.3f} ms, bf16 {:.3f} ms (forward + backward, best of 5)",
+        fmt::format("{}: fp32 {:.3f} ms, bf16 {:.3f} ms (forward + backward, best of up to 5)",
                     gemm_speedup_.shapes, gemm_speedup_.fp32_ms, gemm_speedup_.bf16_ms);
   } else if (!gemm_speedup_.why_not.empty()) {
     md["run.gemm_bf16_probe"] = "not measured: " + gemm_speedup_.why_not;

@@ -17,9 +17,10 @@ struct GemmSpeedup {
 };
 
 // The MLP's two linear layers of `c` (C -> 4C and 4C -> C, per tensor-parallel rank, B*T rows,
-// at most kMaxRows), forward and backward through the engine's Gemm, on the threads already
-// set for the run: `reps` alternating repetitions of each precision after one warm-up, best of
-// each. Only for a CPU run with bf16 GEMM units; never throws (a failure is `why_not`).
+// at most 2048), forward and backward through the engine's Gemm, on the threads already set for
+// the run: one warm-up pass of each precision, then up to `reps` alternating repetitions (as many
+// as fit in ~0.5 s, at least one), best of each. Only for a CPU run with bf16 GEMM units; never
+// throws (a failure is `why_not`).
 GemmSpeedup measure_gemm_bf16_speedup(const trainer::TrainConfig& c, int reps = 5);
 
 }  // namespace ft::app
