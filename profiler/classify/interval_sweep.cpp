@@ -91,6 +91,9 @@ std::vector<Segment> sweep(std::vector<Interval> ivs, int64_t lo, int64_t hi) {
   }
   const Edges edges = sorted_edges(ivs, lo, hi);
   const size_t n_edges = edges.words.size();
+  // A segment starts at lo or at an edge: at most n_edges + 1 (growing by doubling would
+  // overshoot the peak by up to half again).
+  out.reserve(n_edges + 1);
   // The covering intervals as a min-heap on the key; an ended interval leaves the heap lazily,
   // when it reaches the top.
   auto after = [&](int x, int y) {

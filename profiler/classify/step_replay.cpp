@@ -155,7 +155,9 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
     }
     const size_t first = pieces_.size();
     bool after_gap = true;
-    for (const sweep::Segment& s : sweep::sweep(std::move(ivs), from, to)) {
+    const std::vector<sweep::Segment> segments = sweep::sweep(std::move(ivs), from, to);
+    pieces_.reserve(pieces_.size() + segments.size());  // no doubling overshoot at the peak
+    for (const sweep::Segment& s : segments) {
       const Event* ev = s.label >= 0 ? spans[s.label] : nullptr;
       if (ev == nullptr && t != 0) {  // another thread's untraced time: it waits
         after_gap = true;
