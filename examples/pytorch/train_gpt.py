@@ -147,6 +147,8 @@ def main():
     model = GPT(args.seq_len, args.channels, args.heads, args.layers, args.checkpoint)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
 
+    if args.metrics and os.path.dirname(args.metrics):
+        os.makedirs(os.path.dirname(args.metrics), exist_ok=True)
     metrics = open(args.metrics, "w") if args.metrics else None
     prof = None
     if args.trace_dir:
