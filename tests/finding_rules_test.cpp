@@ -278,6 +278,8 @@ TEST(Rule, PrecisionSpeedsUpTheGemmsOnly) {
   f = run_rule("precision", steps_of({100, 0, 0, 0, 0, 0, 0, 0}), run);  // no GEMM spans
   ASSERT_EQ(f.size(), 1u);
   EXPECT_NEAR(f[0].share, 1 - 1 / 1.6, 1e-9);
+  run.gemm_bf16_speedup = 0.9;  // the run's GEMMs ran slower in bf16: no advice to switch
+  EXPECT_TRUE(run_rule("precision", steps, run).empty());
 }
 
 // The data finding predicts what its first knob achieves: N workers produce the step's batches

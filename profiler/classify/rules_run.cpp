@@ -250,7 +250,10 @@ void precision_rule(const RuleContext& ctx, std::vector<Finding>* out) {
     out->push_back(std::move(f));
     return;
   }
-  if (ctx.run.precision == "fp32" && compute >= ctx.r.compute_bound_share && !emulated) {
+  // The run timed its own GEMMs in both precisions: where bf16 ran no faster, it is no advice.
+  const bool no_gain = ctx.run.gemm_bf16_speedup > 0 && ctx.run.gemm_bf16_speedup <= 1.0;
+  if (ctx.run.precision == "fp32" && compute >= ctx.r.compute_bound_share && !emulated &&
+      !no_gain) {
     Finding f;
     f.cls = "precision";
     // Only the GEMMs run in bf16 (Amdahl): their traced time, at the speed-up the run measured
