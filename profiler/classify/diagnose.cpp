@@ -94,7 +94,8 @@ Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options, const Fin
   }
   // The step graph (the longest part on a GPU trace: ~45 ms of df_index_resolver's 5 steps) is
   // built on one core while the rules, warnings, summary and timeline run on another; the
-  // findings' predictions are then re-run on it. Each job writes its own fields.
+  // findings' predictions are then re-run on it (built even when no finding needs it: it costs
+  // the otherwise idle core). Each job writes its own fields.
   std::optional<replay::StepReplay> graph;
   parallel_for(2, [&](size_t job) {
     if (job == 0) {
@@ -107,7 +108,7 @@ Diagnosis diagnose(const Trace& trace, const ClassifyOptions& options, const Fin
     d.findings = find_issues(trace, d.steps, facts, d.loss_health, rules);
     predict_findings(steady, &d.findings, host_lead_ms(trace, steady));
   });
-  if (!steady.empty()) replay::replay_predictions(*graph, &d.findings, rules);
+  replay::replay_predictions(*graph, &d.findings, rules);
   if (!memory_recorded) {
     // Not recorded, not zero: NaN ("not recorded" in the reports, null in report.json).
     d.memory.peak = d.memory.reserved = d.memory.fragmentation = unknown;

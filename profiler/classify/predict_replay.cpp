@@ -150,12 +150,6 @@ IdleAttribution compare_idle_attribution(const Trace& trace,
   return out;
 }
 
-void replay_predictions(const Trace& trace, const std::vector<const StepBreakdown*>& steady,
-                        std::vector<Finding>* findings, const FindingRules& rules) {
-  if (steady.empty() || findings->empty()) return;
-  replay::replay_predictions(replay::StepReplay(trace, steady), findings, rules);
-}
-
 namespace replay {
 
 void replay_predictions(const StepReplay& run, std::vector<Finding>* findings,

@@ -170,8 +170,17 @@ class StepReplay {
   bool has_device_ = false;
 };
 
-// The findings' predictions re-run on `run`, built beforehand (diagnose() builds it beside the
-// rules); profiler::replay_predictions builds it and calls this.
+// On `run` (built beforehand: diagnose() builds it beside the rules), when the training rank has
+// a busy device, replaces the predictions of the findings
+// whose fix the step graph can express (data, memory, sync, pcie, host, comm, and precision when
+// SIMT fp32 GEMMs run) by a re-run of the graph of the first steady steps (at most 8) with that
+// cause removed or reduced (docs/classification.md, "Predictions"): host threads' call chains,
+// launch -> device op, stream order, cross-stream waits, blocking calls. Each prediction is its
+// fix alone; the text adds what it saves after the fixes ranked above it (those increments sum
+// to all the fixes together). When the unchanged graph does not reproduce the traced steps
+// within 1%, or under half the device's busy time is in ops linked to their launch, the rule's
+// estimates stay and each prediction says why. Rule estimates left (a straggler) are scaled to
+// the device time the re-run fixes leave.
 void replay_predictions(const StepReplay& run, std::vector<Finding>* findings,
                         const FindingRules& rules);
 

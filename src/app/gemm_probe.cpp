@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ft/core/allocator.h"
+#include "ft/core/rng.h"
 #include "ft/trainer/matmul.h"
 #include "ft/trainer/precision.h"
 
@@ -33,12 +34,9 @@ struct Layer {
         dx(x.size()),
         dw(w.size()),
         w_bf16(w.size()) {
-    uint32_t s = 12345;  // fixed pseudo-random operands in [-0.5, 0.5)
+    Rng rng(12345);  // fixed pseudo-random operands in [-0.5, 0.5)
     const auto fill = [&](std::vector<float>& v) {
-      for (float& f : v) {
-        s = s * 1664525u + 1013904223u;
-        f = static_cast<float>(s >> 8) / 16777216.0f - 0.5f;
-      }
+      for (float& f : v) f = static_cast<float>(rng.uniform() - 0.5);
     };
     fill(w);
     fill(x);

@@ -117,19 +117,6 @@ std::vector<Finding> find_issues(const Trace& trace, const std::vector<StepBreak
 void predict_findings(const std::vector<const StepBreakdown*>& steady,
                       std::vector<Finding>* findings, double host_lead_ms = -1);
 
-// On a trace with a busy device on the training rank, replaces the predictions of the findings
-// whose fix the step graph can express (data, memory, sync, pcie, host, comm, and precision when
-// SIMT fp32 GEMMs run) by a re-run of the graph of the first steady steps (at most 8) with that
-// cause removed or reduced (docs/classification.md, "Predictions"): host threads' call chains,
-// launch -> device op, stream order, cross-stream waits, blocking calls. Each prediction is its
-// fix alone; the text adds what it saves after the fixes ranked above it (those increments sum
-// to all the fixes together). When the unchanged graph does not reproduce the traced steps
-// within 1%, or under half the device's busy time is in ops linked to their launch, the rule's
-// estimates stay and each prediction says why. Rule estimates left (a straggler) are scaled to
-// the device time the re-run fixes leave.
-void replay_predictions(const Trace& trace, const std::vector<const StepBreakdown*>& steady,
-                        std::vector<Finding>* findings, const FindingRules& rules);
-
 // The device's idle time per step (ms, by WaitClass) over the first steady steps (at most 8) as
 // the step graph charges it (each idle stretch to what held back the op that ends it: its launch
 // and the host chain before it, a wait on another stream, or a delay the trace does not explain)
