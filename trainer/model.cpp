@@ -41,6 +41,7 @@ GptModel::GptModel(const GptConfig& config, CachingAllocator& alloc, const Model
   sharding_ = resolve_stage(config_, sharding_);
   layout_ = make_stage_layout(config_, sharding_);
   setup_tensor_parallel();  // layout_ becomes this rank's shard when ModelSharding::tp > 1
+  if (options.lora.enabled()) setup_lora();  // the block linears leave layout_ for NF4
   params_ = Buffer<float>(alloc_, layout_.total, "params");
   grads_ = Buffer<float>(alloc_, layout_.total, "grads");
   std::memset(params_.data(), 0, layout_.total * sizeof(float));
@@ -51,6 +52,10 @@ GptModel::GptModel(const GptConfig& config, CachingAllocator& alloc, const Model
 GptModel::~GptModel() = default;
 
 void GptModel::set_options(const ModelOptions& o) {
+  if (o.lora.enabled() != (lora_ != nullptr) ||
+      (lora_ && (o.precision != Precision::kFp32 || o.lora.rank != lora_->cfg.rank))) {
+    throw ConfigError("QLoRA (its rank, fp32) is fixed when the model is built");
+  }
   options_ = o;
   const size_t elem = o.precision == Precision::kBf16 ? 2 : 4;
   params_lp_.reset();
@@ -105,7 +110,7 @@ void GptModel::init_weights(uint64_t seed) {
   // A pipeline stage draws the whole model's random stream and keeps its slice, and a
   // tensor-parallel rank keeps its shard of that (one tensor at a time), so that the
   // ranks together equal the single-process model.
-  const bool direct = whole_model() && tp_ == 1;
+  const bool direct = whole_model() && tp_ == 1 && !lora_;
   const ParamLayout full = ParamLayout::make(config_);
   std::vector<float> scratch;
   for (int i = 0; i < kNumParamTensors; ++i) {
@@ -126,13 +131,14 @@ void GptModel::init_weights(uint64_t seed) {
     }
     if (!direct) {
       const float* stage = p + stage_slice_offset(i);  // full_layout_.sizes[i] elements
-      if (tp_ > 1 && tp_sharded(i)) {
+      if ((tp_ > 1 && tp_sharded(i)) || lora_) {
         load_full_tensor(i, stage);
       } else {
         std::memcpy(param(i), stage, layout_.sizes[i] * sizeof(float));
       }
     }
   }
+  if (lora_) lora_init(seed);
   refresh_low_precision();
 }
 
@@ -144,28 +150,25 @@ void GptModel::layer_forward(int l, const float* x, float* x_out, LayerActs& a, 
   const int C = config_.channels, N = B * T;
   const int Cl = C / tp_, NHl = config_.num_heads / tp_;
   const bool tp = tp_ > 1;
-  const Precision prec = options_.precision;
   const size_t C_ = C, Cl_ = Cl;
   ops::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x,
                          param(kLn1w) + l * C_, param(kLn1b) + l * C_, N, C);
-  gemm_.forward(a.qkv.data(), a.ln1.data(), param(kQkvw) + l * 3 * Cl_ * C, lp_weight(kQkvw, l),
-                param(kQkvb) + l * 3 * Cl_, N, C, 3 * Cl, prec);
+  linear_forward(kQkvw, l, a.qkv.data(), a.ln1.data(), param(kQkvb) + l * 3 * Cl_, N, C, 3 * Cl);
   if (options_.attention == AttentionImpl::kFlash) {
     ops::attention_flash_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, NHl);
   } else {
     ops::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, NHl);
   }
-  gemm_.forward(a.res2.data(), a.atty.data(), param(kAttprojw) + l * C_ * Cl,
-                lp_weight(kAttprojw, l), tp ? nullptr : param(kAttprojb) + l * C_, N, Cl, C, prec);
+  linear_forward(kAttprojw, l, a.res2.data(), a.atty.data(),
+                 tp ? nullptr : param(kAttprojb) + l * C_, N, Cl, C);
   if (tp) tp_reduce_output(a.res2.data(), param(kAttprojb) + l * C_, N, C);
   ops::residual_forward(a.res2.data(), a.res2.data(), x, static_cast<size_t>(N) * C);
   ops::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
                          param(kLn2w) + l * C_, param(kLn2b) + l * C_, N, C);
-  gemm_.forward(a.fch.data(), a.ln2.data(), param(kFcw) + l * 4 * Cl_ * C, lp_weight(kFcw, l),
-                param(kFcb) + l * 4 * Cl_, N, C, 4 * Cl, prec);
+  linear_forward(kFcw, l, a.fch.data(), a.ln2.data(), param(kFcb) + l * 4 * Cl_, N, C, 4 * Cl);
   ops::gelu_forward(a.fch_gelu.data(), a.fch.data(), static_cast<size_t>(N) * 4 * Cl);
-  gemm_.forward(x_out, a.fch_gelu.data(), param(kFcprojw) + l * C_ * 4 * Cl, lp_weight(kFcprojw, l),
-                tp ? nullptr : param(kFcprojb) + l * C_, N, 4 * Cl, C, prec);
+  linear_forward(kFcprojw, l, x_out, a.fch_gelu.data(), tp ? nullptr : param(kFcprojb) + l * C_,
+                 N, 4 * Cl, C);
   if (tp) tp_reduce_output(x_out, param(kFcprojb) + l * C_, N, C);
   ops::residual_forward(x_out, x_out, a.res2.data(), static_cast<size_t>(N) * C);
 }
@@ -180,27 +183,27 @@ void GptModel::layer_backward(int l, const float* x, float* dres, LayerActs& a, 
   const int Cl = C / tp_, NHl = config_.num_heads / tp_;
   const bool tp = tp_ > 1;
   const size_t C_ = C, Cl_ = Cl, BT = static_cast<size_t>(N);
-  const Precision prec = options_.precision;
   const bool acc = !first_micro;
+  // Layer l's slice of a gradient tensor of `per` elements per layer; null when frozen (QLoRA).
+  auto g = [&](int index, size_t per) -> float* {
+    return lora_ ? nullptr : grad(index) + per * static_cast<size_t>(l);
+  };
   Buffer<float> dbt(alloc_, BT * C, "grad.dbt");     // (B, T, C) scratch
   // (B, T, 4Cl) scratch, also dqkv (B, T, 3Cl)
   Buffer<float> dbig(alloc_, BT * 4 * Cl, "grad.dbig");
   // MLP: x_out = res2 + fch_gelu @ fcprojw^T + b
-  gemm_.backward(dbig.data(), grad(kFcprojw) + l * C_ * 4 * Cl, grad(kFcprojb) + l * C_, dres,
-                 a.fch_gelu.data(), param(kFcprojw) + l * C_ * 4 * Cl, lp_weight(kFcprojw, l), N,
-                 4 * Cl, C, acc, prec);
+  linear_backward(kFcprojw, l, dbig.data(), g(kFcprojw, C_ * 4 * Cl), g(kFcprojb, C_), dres,
+                  a.fch_gelu.data(), N, 4 * Cl, C, acc);
   ops::gelu_backward(dbig.data(), a.fch.data(), dbig.data(), BT * 4 * Cl);
-  gemm_.backward(dbt.data(), grad(kFcw) + l * 4 * Cl_ * C, grad(kFcb) + l * 4 * Cl_, dbig.data(),
-                 a.ln2.data(), param(kFcw) + l * 4 * Cl_ * C, lp_weight(kFcw, l), N, C, 4 * Cl, acc,
-                 prec);
+  linear_backward(kFcw, l, dbt.data(), g(kFcw, 4 * Cl_ * C), g(kFcb, 4 * Cl_), dbig.data(),
+                  a.ln2.data(), N, C, 4 * Cl, acc);
   if (tp) tp_reduce_input_grad(dbt.data(), N, C);
-  ops::layernorm_backward(dres, grad(kLn2w) + l * C_, grad(kLn2b) + l * C_, dbt.data(),
+  ops::layernorm_backward(dres, g(kLn2w, C_), g(kLn2b, C_), dbt.data(),
                           a.res2.data(), param(kLn2w) + l * C_, a.ln2_mean.data(),
                           a.ln2_rstd.data(), N, C);
   // Attention: res2 = x + atty @ attprojw^T + b
-  gemm_.backward(dbt.data(), grad(kAttprojw) + l * C_ * Cl, grad(kAttprojb) + l * C_, dres,
-                 a.atty.data(), param(kAttprojw) + l * C_ * Cl, lp_weight(kAttprojw, l), N, Cl, C,
-                 acc, prec);
+  linear_backward(kAttprojw, l, dbt.data(), g(kAttprojw, C_ * Cl), g(kAttprojb, C_), dres,
+                  a.atty.data(), N, Cl, C, acc);
   float* dqkv = dbig.data();  // (B, T, 3Cl)
   if (options_.attention == AttentionImpl::kFlash) {
     ops::attention_flash_backward(dqkv, dbt.data(), a.qkv.data(), a.atty.data(), a.att.data(), B, T,
@@ -209,11 +212,10 @@ void GptModel::layer_backward(int l, const float* x, float* dres, LayerActs& a, 
     // The kernel keeps its (T, T) gradient tile per thread in L2; no (B, NH, T, T) scratch.
     ops::attention_backward(dqkv, nullptr, dbt.data(), a.qkv.data(), a.att.data(), B, T, Cl, NHl);
   }
-  gemm_.backward(dbt.data(), grad(kQkvw) + l * 3 * Cl_ * C, grad(kQkvb) + l * 3 * Cl_, dqkv,
-                 a.ln1.data(), param(kQkvw) + l * 3 * Cl_ * C, lp_weight(kQkvw, l), N, C, 3 * Cl,
-                 acc, prec);
+  linear_backward(kQkvw, l, dbt.data(), g(kQkvw, 3 * Cl_ * C), g(kQkvb, 3 * Cl_), dqkv,
+                  a.ln1.data(), N, C, 3 * Cl, acc);
   if (tp) tp_reduce_input_grad(dbt.data(), N, C);
-  ops::layernorm_backward(dres, grad(kLn1w) + l * C_, grad(kLn1b) + l * C_, dbt.data(), x,
+  ops::layernorm_backward(dres, g(kLn1w, C_), g(kLn1b, C_), dbt.data(), x,
                           param(kLn1w) + l * C_, a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
 }
 
@@ -226,6 +228,7 @@ void GptModel::run_forward(const int32_t* inputs, int B, int T, Workspace& w, bo
   }
   const size_t BT = static_cast<size_t>(N);
   const bool per_layer = keep && options_.checkpointing == Checkpointing::kNone;
+  if (lora_) lora_->training = keep;  // adapter dropout in training forwards only
   // Keep every block input when training; ping-pong two buffers for eval.
   const int nx = keep ? L + 1 : 2;
   w.xs.clear();
@@ -298,7 +301,7 @@ double GptModel::head_chunk(Workspace& w, const int32_t* targets, int r0, int ro
     gemm_.backward_bf16_dout(dlnf_rows, grad(kWte), w.logits_bf16.data(), lnf, lp_weight(kWte, 0),
                              rows, C, Vp, !overwrite_dwte);
   } else {
-    gemm_.backward(dlnf_rows, grad(kWte), nullptr, w.logits.data(), lnf, param(kWte),
+    gemm_.backward(dlnf_rows, lora_ ? nullptr : grad(kWte), nullptr, w.logits.data(), lnf, param(kWte),
                    lp_weight(kWte, 0), rows, C, Vp, !overwrite_dwte, options_.precision);
   }
   return loss_sum;
@@ -322,7 +325,9 @@ double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets,
   const size_t BT = static_cast<size_t>(N);
   Workspace w;
   run_forward(inputs, B, T, w, /*keep=*/true);
-  if (first_micro) {
+  if (first_micro && lora_) {
+    std::memset(lora_grads(), 0, lora_num_params() * sizeof(float));  // the adapters accumulate
+  } else if (first_micro) {
     // Gradients that are only ever accumulated (+=) start from zero; the
     // matmul weight gradients are overwritten by their first GEMM instead.
     for (int i : {kWpe, kLn1w, kLn1b, kQkvb, kAttprojb, kLn2w, kLn2b, kFcb, kFcprojb, kLnfw, kLnfb}) {
@@ -344,7 +349,8 @@ double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets,
     w.logits_bf16.reset();
     FT_RANGE("bwd.lnf", RangeKind::kCompute);
     std::memset(dres.data(), 0, BT * C * sizeof(float));
-    ops::layernorm_backward(dres.data(), grad(kLnfw), grad(kLnfb), dlnf.data(), w.xs[L].data(),
+    ops::layernorm_backward(dres.data(), lora_ ? nullptr : grad(kLnfw),
+                            lora_ ? nullptr : grad(kLnfb), dlnf.data(), w.xs[L].data(),
                             param(kLnfw), w.lnf_mean.data(), w.lnf_rstd.data(), N, C);
   }
   const bool recompute = options_.checkpointing == Checkpointing::kBlock;
@@ -359,7 +365,7 @@ double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets,
     layer_backward(l, w.xs[l].data(), dres.data(), a, B, T, first_micro);
     if (grad_ready_) grad_ready_(l);
   }
-  {
+  if (!lora_) {  // QLoRA: the embeddings are frozen
     FT_RANGE("bwd.encoder", RangeKind::kCompute);
     ops::encoder_backward(grad(kWte), grad(kWpe), dres.data(), inputs, B, T, C);
   }

@@ -1,11 +1,13 @@
 // model_internal.h: GptModel's private workspaces, shared by model.cpp and model_stage.cpp.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
 #include "ft/core/allocator.h"
 #include "ft/trainer/model.h"
+#include "ft/trainer/nf4.h"
 
 namespace ft::trainer {
 
@@ -80,6 +82,22 @@ struct GptModel::StageState {
   int shared_owner = -1;  // slot whose last block's activations shared_acts still hold
   Buffer<float> grad;     // (B, T, C) gradient of the residual stream (in: output, out: input)
   Buffer<float> dlnf;     // (B, T, C) last stage: gradient of the final LayerNorm output
+};
+
+// What QLoRA adds to the model.
+struct GptModel::LoraState {
+  LoraConfig cfg;
+  std::array<std::vector<Nf4Tensor>, kNumParamTensors> nf4;  // [block linear][layer]
+  // Per targeted linear: offset of layer 0's A in the adapter buffer; layer l's A is at
+  // a_off + l * stride, its B right after A.
+  std::array<size_t, kNumParamTensors> a_off{}, stride{};
+  size_t count = 0;
+  Buffer<float> params, grads;  // (count)
+  // Adapter activations h = drop(x) A^T (N, r) per layer and linear, for the backward.
+  std::vector<Buffer<float>> h;  // [l * kNumParamTensors + index]
+  size_t h_rows = 0;
+  uint64_t dropout_key = 0;
+  bool training = false;  // dropout applies only in a training forward
 };
 
 }  // namespace ft::trainer

@@ -139,6 +139,10 @@ void GptModel::setup_tensor_parallel() {
 }
 
 void GptModel::load_full_tensor(int index, const float* full) {
+  if (lora_) {  // QLoRA: the block linears are quantized to NF4
+    lora_load(index, full);
+    return;
+  }
   if (tp_ == 1 || !tp_sharded(index)) {
     std::memcpy(param(index), full, layout_.sizes[index] * sizeof(float));
     return;
@@ -147,6 +151,7 @@ void GptModel::load_full_tensor(int index, const float* full) {
 }
 
 std::vector<float> GptModel::gather_full_params() {
+  if (lora_) return lora_merged_params();  // QLoRA: the merged model (W + scale B A)
   std::vector<float> full(full_layout_.total);
   for (int i = 0; i < kNumParamTensors; ++i) {
     float* dst = full.data() + full_layout_.offsets[i];

@@ -92,8 +92,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
         dw += partial[static_cast<size_t>(k) * 2 * C + i];
         db += partial[static_cast<size_t>(k) * 2 * C + C + i];
       }
-      dweight[i] += dw;
-      dbias[i] += db;
+      if (dweight) dweight[i] += dw;
+      if (dbias) dbias[i] += db;
     }
   }
 }

@@ -12,7 +12,7 @@ namespace ft::trainer {
 namespace {
 
 void check(const Nf4Tensor& w, const LoraShape& s) {
-  if (s.N < 1 || s.IC < 1 || s.OC < 1 || s.rank < 1 || !(s.dropout >= 0 && s.dropout < 1)) {
+  if (s.N < 1 || s.IC < 1 || s.OC < 1 || s.rank < 0 || !(s.dropout >= 0 && s.dropout < 1)) {
     throw Error(fmt::format("lora_linear: bad shape N={} IC={} OC={} r={} dropout={}", s.N, s.IC,
                             s.OC, s.rank, s.dropout));
   }
@@ -47,6 +47,18 @@ struct Workspace {
   }
 };
 
+// dx (N,IC) = dout (N,OC) W (OC,IC), written; W dequantized a tile of its rows at a time.
+void base_input_grad(float* dx, const float* dout, const Nf4Tensor& w, const LoraShape& s,
+                     float* tile) {
+  const size_t ic = static_cast<size_t>(s.IC);
+  for (int o0 = 0; o0 < s.OC; o0 += kLoraTileRows) {
+    const int rows = std::min(kLoraTileRows, s.OC - o0);
+    dequantize_nf4(w, static_cast<size_t>(o0) * ic, static_cast<size_t>(rows) * ic, tile);
+    ops::sgemm(false, false, s.N, s.IC, rows, dout + o0, s.OC, tile, s.IC, o0 == 0 ? 0.0f : 1.0f,
+               dx, s.IC);
+  }
+}
+
 }  // namespace
 
 size_t lora_workspace_floats(const LoraShape& s, bool dropout_mask) {
@@ -72,6 +84,7 @@ void lora_linear_forward(float* out, float* h, const float* x, const Nf4Tensor& 
     for (int n = 0; n < s.N; ++n)
       for (int o = 0; o < s.OC; ++o) out[static_cast<size_t>(n) * s.OC + o] += bias[o];
   }
+  if (s.rank == 0) return;  // a frozen NF4 linear without an adapter
   // The adapter: h = drop(x) A^T (N, r); out += scale * h B^T.
   const float* xd = dropped(x, keep, s, ws.xd);
   ops::sgemm(false, true, s.N, s.rank, s.IC, xd, s.IC, A, s.IC, 0.0f, h, s.rank);
@@ -87,6 +100,10 @@ void lora_linear_backward(float* dx, float* dA, float* dB, const float* dout, co
   const Workspace ws(workspace, s, keep != nullptr);
   const size_t ic = static_cast<size_t>(s.IC);
   const size_t nr = static_cast<size_t>(s.N) * static_cast<size_t>(s.rank);
+  if (s.rank == 0) {  // no adapter: dx = dout W only
+    if (dx) base_input_grad(dx, dout, w, s, ws.tile);
+    return;
+  }
   // dh = scale * dout B   // (N, r)
   ops::sgemm(false, false, s.N, s.rank, s.OC, dout, s.OC, B, s.rank, 0.0f, ws.dh, s.rank);
   for (size_t i = 0; i < nr; ++i) ws.dh[i] *= s.scale;
@@ -97,13 +114,8 @@ void lora_linear_backward(float* dx, float* dA, float* dB, const float* dout, co
   const float* xd = dropped(x, keep, s, ws.xd);
   ops::sgemm(true, false, s.rank, s.IC, s.N, ws.dh, s.rank, xd, s.IC, 1.0f, dA, s.IC);
   if (!dx) return;
-  // dx = dout W (a tile of W's rows at a time, summed) + mask(dh A).   // (N, IC)
-  for (int o0 = 0; o0 < s.OC; o0 += kLoraTileRows) {
-    const int rows = std::min(kLoraTileRows, s.OC - o0);
-    dequantize_nf4(w, static_cast<size_t>(o0) * ic, static_cast<size_t>(rows) * ic, ws.tile);
-    ops::sgemm(false, false, s.N, s.IC, rows, dout + o0, s.OC, ws.tile, s.IC, o0 == 0 ? 0.0f : 1.0f,
-               dx, s.IC);
-  }
+  // dx = dout W + mask(dh A).   // (N, IC)
+  base_input_grad(dx, dout, w, s, ws.tile);
   if (!keep) {
     ops::sgemm(false, false, s.N, s.IC, s.rank, ws.dh, s.rank, A, s.IC, 1.0f, dx, s.IC);
     return;

@@ -12,7 +12,7 @@ namespace ft::trainer {
 struct LoraShape {
   int N = 0;           // rows of x (B*T)
   int IC = 0, OC = 0;  // W is (OC, IC)
-  int rank = 0;        // r: A is (r, IC), B is (OC, r)
+  int rank = 0;        // r: A is (r, IC), B is (OC, r); 0: no adapter (A, B, h unused)
   float scale = 1;     // alpha / r
   float dropout = 0;   // p of the adapter's input dropout (the mask is the caller's)
 };
@@ -35,5 +35,9 @@ void lora_linear_forward(float* out, float* h, const float* x, const Nf4Tensor& 
 void lora_linear_backward(float* dx, float* dA, float* dB, const float* dout, const float* x,
                           const float* h, const Nf4Tensor& w, const float* A, const float* B,
                           const uint8_t* keep, const LoraShape& s, float* workspace);
+
+// Dropout keep-mask for n inputs (1: kept) with drop probability p, drawn from `key` alone:
+// the same key gives the same mask, so a recomputed forward needs no stored mask.
+void lora_dropout_mask(uint8_t* keep, size_t n, float p, uint64_t key);
 
 }  // namespace ft::trainer

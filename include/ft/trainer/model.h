@@ -10,6 +10,7 @@
 
 #include "ft/core/allocator.h"
 #include "ft/trainer/gpt_config.h"
+#include "ft/trainer/lora.h"
 #include "ft/trainer/matmul.h"
 #include "ft/trainer/precision.h"
 
@@ -33,6 +34,7 @@ struct ModelOptions {
   Precision precision = Precision::kFp32;
   Checkpointing checkpointing = Checkpointing::kNone;
   AttentionImpl attention = AttentionImpl::kFlash;
+  LoraConfig lora;  // rank > 0: QLoRA (NF4 block linears, frozen; only adapters train)
 };
 
 // Bytes of saved activations for one micro-batch, by what keeps them.
@@ -129,6 +131,23 @@ class GptModel {
   // `layer` is the local block index (0..local_layers()-1), as in layout().
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
 
+  // ---- QLoRA (model_lora.cpp): options().lora.enabled() ----------------------------
+  // The four block linears of every layer are held in NF4 (frozen, never whole in fp32); the
+  // other tensors (embeddings, LayerNorms, biases) are frozen fp32 in params(), whose layout()
+  // gives the linears size 0, and grads() is empty. Only the adapters train:
+  // lora_params()/lora_grads() hold, per layer and per targeted linear in ParamIndex order,
+  // A (r, IC) then B (OC, r). Whole model, one rank, fp32 only (ConfigError otherwise).
+  bool qlora() const { return lora_ != nullptr; }
+  size_t lora_num_params() const;
+  float* lora_params();
+  float* lora_grads();
+  const float* lora_grads() const;
+  // Keys the adapters' dropout masks: the same key draws the same masks, so a recomputed block
+  // sees its forward's masks. The trainer sets one key per micro-batch.
+  void set_lora_dropout_key(uint64_t key);
+  // Bytes the NF4 weights hold (codes, absmax bytes, second-level scales).
+  size_t nf4_bytes() const;
+
   // ---- Pipeline stages (model_stage.cpp) ----------------------------------
   // A stage holds blocks [first_layer(), first_layer() + local_layers()) of the
   // config's num_layers; layout() has the 16 tensors with only the local blocks
@@ -172,6 +191,18 @@ class GptModel {
   void layer_backward(int l, const float* x, float* dres, LayerActs& a, int B, int T,
                       bool first_micro);
   const void* lp_weight(int index, int layer);
+  // Block linear `index` of layer l: out (N,OC) = inp (N,IC) W^T + bias, through the GEMM or,
+  // under QLoRA, the NF4 weight and its adapter. Backward writes dinp (if non-null) and, for a
+  // trained weight, dweight/dbias (null under QLoRA: frozen; the adapter's gradients instead).
+  void linear_forward(int index, int l, float* out, const float* inp, const float* bias, int N,
+                      int IC, int OC);
+  void linear_backward(int index, int l, float* dinp, float* dweight, float* dbias,
+                       const float* dout, const float* inp, int N, int IC, int OC, bool acc);
+  struct LoraState;
+  void setup_lora();
+  void lora_load(int index, const float* full);
+  void lora_init(uint64_t seed);
+  std::vector<float> lora_merged_params() const;
   void setup_tensor_parallel();
   // Row-parallel output: sum the TP ranks' partials in place, then add the bias (may be null).
   void tp_reduce_output(float* out, const float* bias, int N, int C);
@@ -197,6 +228,7 @@ class GptModel {
   ModelSharding sharding_;
   GradReadyHook grad_ready_;
   std::unique_ptr<StageState> stage_;  // pipeline-stage workspaces (model_stage.cpp)
+  std::unique_ptr<LoraState> lora_;    // QLoRA: NF4 weights and adapters (model_lora.cpp)
   StageSlot& stage_slot(int slot, const char* what);
   int tp_ = 1, tp_rank_ = 0;  // tensor-parallel degree and this rank's place
   ParamLayout full_layout_;   // the unsharded layout (== layout_ when tp_ == 1)

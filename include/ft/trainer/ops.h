@@ -26,7 +26,7 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int N, int C);
 // dinp (N,C) ACCUMULATES (it is the residual stream's gradient);
-// dweight (C), dbias (C) accumulate.
+// dweight (C), dbias (C) accumulate; either may be null (a frozen LayerNorm).
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int N, int C);
