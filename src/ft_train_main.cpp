@@ -48,6 +48,22 @@ void print_header(const TrainConfig& c, Trainer& t) {
              ft::trainer::checkpointing_name(c.options.checkpointing),
              fmt::format("{}{}", ft::trainer::attention_name(c.options.attention),
                          c.attention_auto ? " (auto)" : ""));
+  if (model.qlora()) {
+    // The bytes the model state holds: frozen fp32 tensors, NF4 linears, adapters with their
+    // gradients and AdamW moments; full fine-tuning holds 16 bytes per parameter.
+    const size_t frozen = model.num_params() * sizeof(float), nf4 = model.nf4_bytes();
+    const size_t adapters = model.lora_num_params() * sizeof(float) * 4;
+    const size_t linears = model.full_layout().total - model.num_params();
+    fmt::print("  qlora r={} alpha={} on {}: NF4 linears {} ({:.2f} bits/weight), frozen fp32 {}, "
+               "adapters {:.3f}M params ({} with grads and AdamW); model state {} vs {} for full "
+               "fine-tuning ({:.1f}x less)\n",
+               c.options.lora.rank, c.options.lora.alpha, c.options.lora.targets_text(),
+               ft::format_bytes(nf4), 8.0 * nf4 / std::max<size_t>(linears, 1),
+               ft::format_bytes(frozen), model.lora_num_params() / 1e6, ft::format_bytes(adapters),
+               ft::format_bytes(frozen + nf4 + adapters),
+               ft::format_bytes(model.full_layout().total * 16),
+               16.0 * model.full_layout().total / std::max<size_t>(frozen + nf4 + adapters, 1));
+  }
   fmt::print("  activations saved {} (without checkpointing {}, saved {})\n",
              ft::format_bytes(act.saved_bytes), ft::format_bytes(act.no_checkpoint_bytes),
              ft::format_bytes(act.no_checkpoint_bytes - act.saved_bytes));
@@ -205,6 +221,7 @@ int run(int argc, char** argv) {
   if (g_interrupted) fmt::print(stderr, "ft-train: interrupted after step {}\n", t.next_step() - 1);
   if (profiler) finish_profiler(*profiler, c, t);
   if (!c.save_dir.empty()) t.save(c.save_dir);
+  if (!c.merge_lora.empty()) t.write_merged(c.merge_lora);
   if (!c.export_llmc.empty()) {
     t.sync_host_state();  // --device cuda: the device's parameters into the host model
     // Tensor parallel: the shards are gathered (collective); rank 0 writes the whole model.

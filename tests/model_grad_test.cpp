@@ -74,7 +74,7 @@ void check_against_double(AttentionImpl attn, Checkpointing ckpt, size_t head_ch
   const GptConfig g = tiny_config();
   const int B = 2, T = 8;
   CachingAllocator alloc;
-  GptModel m(g, alloc, {Precision::kFp32, ckpt, attn});
+  GptModel m(g, alloc, {Precision::kFp32, ckpt, attn, {}});
   if (head_chunk_bytes) m.set_head_chunk_bytes(head_chunk_bytes);
   randomize(m, 7);
   std::vector<int32_t> in, tg;
@@ -162,8 +162,8 @@ TEST(ModelGrad, BlockCheckpointingGivesIdenticalGradients) {
   std::vector<int32_t> in, tg;
   make_batch(in, tg, B, T, 256, 5);
   double l0, l1;
-  auto g0 = grads_for({Precision::kFp32, Checkpointing::kNone, AttentionImpl::kFlash}, in, tg, B, T, &l0);
-  auto g1 = grads_for({Precision::kFp32, Checkpointing::kBlock, AttentionImpl::kFlash}, in, tg, B, T, &l1);
+  auto g0 = grads_for({Precision::kFp32, Checkpointing::kNone, AttentionImpl::kFlash, {}}, in, tg, B, T, &l0);
+  auto g1 = grads_for({Precision::kFp32, Checkpointing::kBlock, AttentionImpl::kFlash, {}}, in, tg, B, T, &l1);
   const double d = rel_diff(g1, g0);
   std::printf("block vs none: loss %.9f vs %.9f, grad max rel diff %.3e (tolerance: bitwise equal)\n", l1, l0, d);
   EXPECT_EQ(l0, l1);
@@ -175,10 +175,10 @@ TEST(ModelGrad, LowPrecisionWithinToleranceOfFp32) {
   std::vector<int32_t> in, tg;
   make_batch(in, tg, B, T, 256, 6);
   double l32, l16b, l16;
-  auto g32 = grads_for({Precision::kFp32, Checkpointing::kNone, AttentionImpl::kFlash}, in, tg, B, T, &l32);
-  auto gbf = grads_for({Precision::kBf16, Checkpointing::kNone, AttentionImpl::kFlash}, in, tg, B, T, &l16b);
+  auto g32 = grads_for({Precision::kFp32, Checkpointing::kNone, AttentionImpl::kFlash, {}}, in, tg, B, T, &l32);
+  auto gbf = grads_for({Precision::kBf16, Checkpointing::kNone, AttentionImpl::kFlash, {}}, in, tg, B, T, &l16b);
   // fp16 runs with a loss scale of 1024 (as the scaler would), then unscales.
-  auto gfp = grads_for({Precision::kFp16, Checkpointing::kNone, AttentionImpl::kFlash}, in, tg, B, T, &l16, 1024.0f);
+  auto gfp = grads_for({Precision::kFp16, Checkpointing::kNone, AttentionImpl::kFlash, {}}, in, tg, B, T, &l16, 1024.0f);
   for (auto& x : gfp) x /= 1024.0f;
   const double dbf = rel_diff(gbf, g32), dfp = rel_diff(gfp, g32);
   std::printf("loss fp32 %.6f bf16 %.6f fp16 %.6f\n", l32, l16b, l16);
@@ -197,8 +197,8 @@ TEST(ModelGrad, Fp16OverflowYieldsNonFiniteGradients) {
   make_batch(in, tg, B, T, 256, 8);
   double l;
   // A loss scale of 2^30 pushes the scaled gradients past fp16's 65504.
-  auto g16 = grads_for({Precision::kFp16, Checkpointing::kNone, AttentionImpl::kFlash}, in, tg, B, T, &l, 1073741824.0f);
-  auto g32 = grads_for({Precision::kFp32, Checkpointing::kNone, AttentionImpl::kFlash}, in, tg, B, T, &l, 1073741824.0f);
+  auto g16 = grads_for({Precision::kFp16, Checkpointing::kNone, AttentionImpl::kFlash, {}}, in, tg, B, T, &l, 1073741824.0f);
+  auto g32 = grads_for({Precision::kFp32, Checkpointing::kNone, AttentionImpl::kFlash, {}}, in, tg, B, T, &l, 1073741824.0f);
   EXPECT_TRUE(ops::has_nonfinite(g16.data(), g16.size()));
   EXPECT_FALSE(ops::has_nonfinite(g32.data(), g32.size()));
 }
@@ -208,7 +208,7 @@ TEST(ModelGrad, AccumulatedMicroBatchesEqualOneLargeBatch) {
   std::vector<int32_t> in, tg;
   make_batch(in, tg, B * K, T, 256, 9);
   CachingAllocator alloc;
-  const ModelOptions o{Precision::kFp32, Checkpointing::kNone, AttentionImpl::kFlash};
+  const ModelOptions o{Precision::kFp32, Checkpointing::kNone, AttentionImpl::kFlash, {}};
   GptModel big(small_config(), alloc, o), acc(small_config(), alloc, o);
   randomize(big, 4);
   randomize(acc, 4);
@@ -228,8 +228,8 @@ TEST(ModelGrad, AccumulatedMicroBatchesEqualOneLargeBatch) {
 
 TEST(ModelGrad, ActivationMemoryShrinksWithBlockCheckpointing) {
   CachingAllocator alloc;
-  GptModel none(small_config(), alloc, {Precision::kFp32, Checkpointing::kNone, AttentionImpl::kFlash});
-  GptModel block(small_config(), alloc, {Precision::kFp32, Checkpointing::kBlock, AttentionImpl::kFlash});
+  GptModel none(small_config(), alloc, {Precision::kFp32, Checkpointing::kNone, AttentionImpl::kFlash, {}});
+  GptModel block(small_config(), alloc, {Precision::kFp32, Checkpointing::kBlock, AttentionImpl::kFlash, {}});
   const auto a = none.activation_memory(8, 32), b = block.activation_memory(8, 32);
   EXPECT_EQ(a.no_checkpoint_bytes, b.no_checkpoint_bytes);
   EXPECT_LT(b.saved_bytes, a.saved_bytes / 3);

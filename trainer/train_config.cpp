@@ -66,10 +66,27 @@ void TrainConfig::validate() const {
   parse_h2d_mode(h2d);  // throws ConfigError naming the value
   need(h2d_payload_mb >= 0 && h2d_payload_mb <= 65536, "--h2d-payload-mb must be in [0, 65536]");
   parallel.validate();
+  if (options.lora.enabled()) {
+    need(!init_from.empty(),
+         "--qlora fine-tunes a trained model: give it --init-from MODEL.bin (llm.c format; "
+         "ft-train --export-llmc writes one)");
+    need(device == DeviceKind::kCpu, "--qlora runs on --device cpu only");
+    need(parallel.dp * parallel.tp * parallel.pp == 1 && parallel.zero == 0,
+         "--qlora runs on one process (no --dp/--tp/--pp/--zero)");
+    need(options.precision == Precision::kFp32,
+         "--qlora dequantizes its NF4 weights into fp32 GEMM operands: --precision must be fp32");
+    need(options.lora.rank <= model.channels,
+         fmt::format("--lora-rank {} must be in [1, {}] (the channels)", options.lora.rank,
+                     model.channels));
+    need(options.lora.alpha > 0 && std::isfinite(options.lora.alpha), "--lora-alpha must be > 0");
+    need(options.lora.dropout >= 0 && options.lora.dropout < 1, "--lora-dropout must be in [0, 1)");
+    need(options.lora.attn || options.lora.mlp, "--lora-targets names no linear");
+  }
+  need(merge_lora.empty() || options.lora.enabled(), "--merge-lora needs --qlora");
 }
 
 nlohmann::json TrainConfig::to_json() const {
-  return {
+  nlohmann::json j = {
       {"layers", model.num_layers}, {"heads", model.num_heads}, {"channels", model.channels},
       {"vocab", model.vocab_size}, {"padded_vocab", model.padded_vocab},
       {"max_seq_len", model.max_seq_len}, {"micro_batch", micro_batch}, {"seq_len", seq_len},
@@ -89,6 +106,12 @@ nlohmann::json TrainConfig::to_json() const {
       {"dp", parallel.dp}, {"tp", parallel.tp}, {"pp", parallel.pp}, {"zero", parallel.zero},
       {"bucket_mb", parallel.bucket_mb}, {"overlap", parallel.overlap},
       {"device", device_name(device)}, {"tf32", tf32}};
+  if (options.lora.enabled()) {
+    j["qlora"] = {{"rank", options.lora.rank}, {"alpha", shortest(options.lora.alpha)},
+                  {"dropout", shortest(options.lora.dropout)},
+                  {"targets", options.lora.targets_text()}, {"base", init_from}};
+  }
+  return j;
 }
 
 std::string TrainConfig::to_config_file() const {
@@ -115,6 +138,13 @@ std::string TrainConfig::to_config_file() const {
     << "\nbucket-mb = " << parallel.bucket_mb
     << "\noverlap = " << (parallel.overlap ? "true" : "false")
     << "\ndevice = " << device_name(device) << "\ntf32 = " << (tf32 ? "true" : "false") << "\n";
+  if (options.lora.enabled()) {
+    o << "qlora = true\nlora-rank = " << options.lora.rank
+      << "\nlora-alpha = " << fmt::format("{}", options.lora.alpha)
+      << "\nlora-dropout = " << fmt::format("{}", options.lora.dropout)
+      << "\nlora-targets = " << options.lora.targets_text() << "\n";
+    if (!init_from.empty()) o << "init-from = " << init_from << "\n";
+  }
   return o.str();
 }
 
@@ -131,6 +161,10 @@ struct RawFlags {
   bool no_shuffle = false;
   bool no_overlap = false;
   int micro_batches = 0;
+  bool qlora = false;
+  int lora_rank = 8;
+  float lora_alpha = 16, lora_dropout = 0;
+  std::string lora_targets = "attn,mlp";
 };
 
 // The options that take one of a fixed set of values: the canonical names their parsers
@@ -208,6 +242,12 @@ po::options_description training_options(TrainConfig& c, RawFlags& raw) {
     ("resume", po::value(&c.resume_dir), "resume from the checkpoint in DIR")
     ("init-from", po::value(&c.init_from), "initialise weights from an llm.c model file")
     ("export-llmc", po::value(&c.export_llmc), "write the final weights as an llm.c model file")
+    ("qlora", po::bool_switch(&raw.qlora), "fine-tune --init-from's model: NF4 block linears (frozen) plus LoRA adapters, which alone train")
+    ("lora-rank", po::value(&raw.lora_rank)->default_value(8), "--qlora: adapter rank r")
+    ("lora-alpha", po::value(&raw.lora_alpha)->default_value(16.0f, "16"), "--qlora: adapter scale numerator (scale = alpha / r)")
+    ("lora-targets", po::value(&raw.lora_targets)->default_value("attn,mlp"), "--qlora: linears that get adapters: attn | mlp | attn,mlp")
+    ("lora-dropout", po::value(&raw.lora_dropout)->default_value(0.0f, "0"), "--qlora: dropout on the adapters' input")
+    ("merge-lora", po::value(&c.merge_lora), "--qlora: at the end, write the merged model to DIR (checkpoint.ft and llm.c model.bin)")
     ("val-every", po::value(&c.val_every)->default_value(0), "validate every N steps (0: at the end)")
     ("val-batches", po::value(&c.val_batches)->default_value(8), "micro-batches per validation")
     ("warmup-excluded", po::value(&c.warmup_steps_excluded)->default_value(2), "steps excluded from mean tokens/s")
@@ -320,6 +360,19 @@ TrainConfig finish_config(TrainConfig c, const RawFlags& raw, const po::variable
                                     raw.micro_batches, c.grad_accum));
     }
     c.grad_accum = raw.micro_batches;
+  }
+  if (raw.qlora) {
+    c.options.lora.rank = raw.lora_rank;
+    if (raw.lora_rank < 1) throw ConfigError("--lora-rank must be >= 1");
+    c.options.lora.alpha = raw.lora_alpha;
+    c.options.lora.dropout = raw.lora_dropout;
+    parse_lora_targets(raw.lora_targets, c.options.lora);
+  } else {
+    for (const char* k : {"lora-rank", "lora-alpha", "lora-targets", "lora-dropout"}) {
+      if (vm.count(k) && !vm[k].defaulted()) {
+        throw ConfigError(fmt::format("--{} needs --qlora", k));
+      }
+    }
   }
   c.model.max_seq_len = raw.max_seq_len > 0 ? raw.max_seq_len : c.seq_len;
   c.model.padded_vocab =

@@ -174,10 +174,12 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
     zero_ = std::make_unique<ZeroOptimizer>(*model_, *groups_.dp, *alloc_, sync_->layout(),
                                             sync_->staging(), groups_.tp.get());
   } else {
-    adam_m_ = Buffer<float>(*alloc_, n, "adam.m");
-    adam_v_ = Buffer<float>(*alloc_, n, "adam.v");
-    std::memset(adam_m_.data(), 0, n * sizeof(float));
-    std::memset(adam_v_.data(), 0, n * sizeof(float));
+    // QLoRA: AdamW state for the adapters only (the rest of the model is frozen).
+    const size_t trained = model_->qlora() ? model_->lora_num_params() : n;
+    adam_m_ = Buffer<float>(*alloc_, trained, "adam.m");
+    adam_v_ = Buffer<float>(*alloc_, trained, "adam.v");
+    std::memset(adam_m_.data(), 0, trained * sizeof(float));
+    std::memset(adam_v_.data(), 0, trained * sizeof(float));
   }
   scaler_.scale = config_.options.precision == Precision::kFp16 ? config_.loss_scale : 1.0f;
   scaler_.growth_interval = config_.loss_scale_window;
@@ -309,6 +311,8 @@ StepMetrics Trainer::step() {
     for (int k = 0; k < K; ++k) {
       next_batch(k);
       if (sync_ && k == K - 1) sync_->arm();  // only the last micro-batch communicates
+      // QLoRA: one dropout-mask key per micro-batch of the run (a resumed run redraws the same).
+      model_->set_lora_dropout_key(static_cast<uint64_t>(step_) * K + k);
       loss_sum += model_->forward_backward(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
     }
   }
@@ -373,6 +377,7 @@ StepMetrics Trainer::step() {
 
 double Trainer::grad_sum_squares() {
   if (backend_->device() == DeviceKind::kCuda) return backend_->grad_sum_squares();
+  if (model_->qlora()) return ops::sum_squares(model_->lora_grads(), model_->lora_num_params());
   if (model_->tp_size() == 1 && !pipeline_) {
     return ops::sum_squares(model_->grads(), model_->num_params());
   }
@@ -405,10 +410,19 @@ double Trainer::apply_update(float lr, float grad_scale) {
     backend_->adamw_step(s, lr, grad_scale, adam_t_);
     return 0;
   }
-  const ParamLayout& L = model_->layout();
   // Chunks of 1 MiB of parameters: the low-precision copy of each chunk is made
   // right after its update, while it is still in cache.
   constexpr size_t kChunk = 256 * 1024;
+  if (model_->qlora()) {  // the adapters alone, all of them matrices (decayed)
+    for (size_t off = 0, end = model_->lora_num_params(); off < end; off += kChunk) {
+      const size_t n = std::min(kChunk, end - off);
+      ops::adamw_update(model_->lora_params() + off, model_->lora_grads() + off,
+                        adam_m_.data() + off, adam_v_.data() + off, n, lr, config_.beta1,
+                        config_.beta2, config_.eps, config_.weight_decay, grad_scale, adam_t_);
+    }
+    return 0;
+  }
+  const ParamLayout& L = model_->layout();
   for (int i = 0; i < kNumParamTensors; ++i) {
     const float wd = ParamLayout::decays(i) ? config_.weight_decay : 0.0f;
     for (size_t off = L.offsets[i], end = off + L.sizes[i]; off < end; off += kChunk) {

@@ -16,6 +16,7 @@ namespace ft::trainer {
 
 namespace {
 constexpr const char* kCheckpointFile = "checkpoint.ft";
+constexpr const char* kAdapterFile = "adapters.ft";  // --qlora: the adapters and their state
 constexpr const char* kParallelFile = "parallel.json";
 constexpr int kCheckpointVersion = 1;
 
@@ -53,7 +54,9 @@ void Trainer::save(const std::string& dir) {
   const auto rs = rng_.state();
   nlohmann::json layout = layout_json(config_.parallel, world);
   layout["rank"] = wr;
-  nlohmann::json meta = {{"format", "ft-checkpoint"},
+  // QLoRA saves the adapters alone (with their AdamW state); the base is --init-from's file.
+  const bool lora = model_->qlora();
+  nlohmann::json meta = {{"format", lora ? "ft-lora-adapters" : "ft-checkpoint"},
                          {"version", kCheckpointVersion},
                          {"next_step", step_},
                          {"adam_t", adam_t_},
@@ -70,18 +73,26 @@ void Trainer::save(const std::string& dir) {
                          {"parallel", layout}};
   CheckpointWriter w;
   const size_t bytes = model_->num_params() * sizeof(float);
-  w.add_section("params", model_->params(), bytes);
-  if (zero_) {
+  if (lora) {
+    const size_t ab = model_->lora_num_params() * sizeof(float);
+    meta["num_adapter_params"] = model_->lora_num_params();
+    meta["qlora"] = config_.to_json().at("qlora");
+    w.add_section("adapters", model_->lora_params(), ab);
+    w.add_section("adam_m", adam_m_.data(), ab);
+    w.add_section("adam_v", adam_v_.data(), ab);
+  } else if (zero_) {
     // ZeRO: this rank's shard of the optimizer state (ShardLayout order).
+    w.add_section("params", model_->params(), bytes);
     meta["shard_size"] = zero_->shard_size();
     w.add_section("adam_m", zero_->m(), zero_->shard_size() * sizeof(float));
     w.add_section("adam_v", zero_->v(), zero_->shard_size() * sizeof(float));
   } else {
+    w.add_section("params", model_->params(), bytes);
     w.add_section("adam_m", adam_m_.data(), bytes);
     w.add_section("adam_v", adam_v_.data(), bytes);
   }
   w.set_meta(meta);
-  w.commit(file_dir / kCheckpointFile);
+  w.commit(file_dir / (lora ? kAdapterFile : kCheckpointFile));
   if (world > 1) {
     // Complete only once every rank's file is in place: parallel.json is written last.
     groups_.world->barrier();
@@ -103,7 +114,8 @@ void Trainer::load(const std::string& dir) {
   const fs::path root(dir), marker = root / kParallelFile;
   const nlohmann::json mine = layout_json(config_.parallel, world);
   int expected_step = -1;
-  fs::path path = root / kCheckpointFile;
+  const bool lora = model_->qlora();
+  fs::path path = root / (lora ? kAdapterFile : kCheckpointFile);
   if (fs::exists(marker)) {
     nlohmann::json j;
     try {
@@ -134,12 +146,18 @@ void Trainer::load(const std::string& dir) {
         dir, kParallelFile));
   }
   if (!fs::exists(path)) {
+    if (lora && fs::exists(root / kCheckpointFile)) {
+      throw ConfigError(fmt::format(
+          "'{}' holds a full checkpoint, not QLoRA adapters: fine-tune it with --qlora "
+          "--init-from (an llm.c file: ft-train --resume {} --steps N --export-llmc FILE writes one)",
+          dir, dir));
+    }
     throw IoError(fmt::format("no checkpoint at '{}'", path.string()));
   }
   CheckpointReader r(path);
   const nlohmann::json& meta = r.meta();
   try {
-    if (meta.at("format") != "ft-checkpoint" ||
+    if (meta.at("format") != (lora ? "ft-lora-adapters" : "ft-checkpoint") ||
         meta.at("version").get<int>() != kCheckpointVersion) {
       throw FormatError(
           fmt::format("'{}' is not a version-{} ft checkpoint", path.string(), kCheckpointVersion));
@@ -154,6 +172,15 @@ void Trainer::load(const std::string& dir) {
           path.string(), c.at("layers").get<int>(), c.at("heads").get<int>(),
           c.at("channels").get<int>(), c.at("vocab").get<int>(), c.at("max_seq_len").get<int>(),
           g.describe()));
+    }
+    if (lora && (meta.at("qlora").at("rank") != config_.options.lora.rank ||
+                 meta.at("qlora").at("targets") != config_.options.lora.targets_text() ||
+                 meta.at("num_adapter_params").get<size_t>() != model_->lora_num_params())) {
+      throw ConfigError(fmt::format(
+          "adapters '{}' are rank {} on {}, but this run has --lora-rank {} --lora-targets {}",
+          path.string(), meta.at("qlora").at("rank").get<int>(),
+          meta.at("qlora").at("targets").get<std::string>(), config_.options.lora.rank,
+          config_.options.lora.targets_text()));
     }
     if (meta.at("num_params").get<size_t>() != model_->num_params()) {
       throw FormatError(fmt::format("checkpoint '{}' has {} parameters, expected {}", path.string(),
@@ -173,8 +200,13 @@ void Trainer::load(const std::string& dir) {
           dir, kParallelFile, expected_step, wr, meta.at("next_step").get<int>()));
     }
     const size_t bytes = model_->num_params() * sizeof(float);
-    r.read("params", model_->params(), bytes);
-    if (zero_) {
+    if (lora) {
+      const size_t ab = model_->lora_num_params() * sizeof(float);
+      r.read("adapters", model_->lora_params(), ab);
+      r.read("adam_m", adam_m_.data(), ab);
+      r.read("adam_v", adam_v_.data(), ab);
+    } else if (zero_) {
+      r.read("params", model_->params(), bytes);
       if (meta.value("shard_size", size_t{0}) != zero_->shard_size()) {
         throw FormatError(
             fmt::format("checkpoint '{}' holds an optimizer shard of {} elements, "
@@ -184,6 +216,7 @@ void Trainer::load(const std::string& dir) {
       r.read("adam_m", zero_->m(), zero_->shard_size() * sizeof(float));
       r.read("adam_v", zero_->v(), zero_->shard_size() * sizeof(float));
     } else {
+      r.read("params", model_->params(), bytes);
       r.read("adam_m", adam_m_.data(), bytes);
       r.read("adam_v", adam_v_.data(), bytes);
     }
@@ -210,6 +243,47 @@ void Trainer::load(const std::string& dir) {
   }
   model_->refresh_low_precision();
   backend_->upload_state(model_->params(), adam_m_.data(), adam_v_.data());  // cuda: to the device
+}
+
+void Trainer::write_merged(const std::string& dir) const {
+  if (!model_->qlora()) throw ConfigError("--merge-lora needs --qlora");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError(fmt::format("cannot create '{}': {}", dir, ec.message()));
+  // The merged weights W + (alpha / r) B A with every other tensor as trained (frozen).
+  const std::vector<float> full = model_->gather_full_params();
+  write_llmc_model(fs::path(dir) / "model.bin", config_.model, full.data());
+  // An ft checkpoint of the merged model for a plain (full) run: fresh optimizer state at step 0.
+  TrainConfig plain = config_;
+  plain.options.lora = LoraConfig{};
+  plain.init_from.clear();
+  const std::vector<float> zeros(full.size(), 0.0f);
+  const auto rs = rng_.state();
+  nlohmann::json meta = {{"format", "ft-checkpoint"},
+                         {"version", kCheckpointVersion},
+                         {"next_step", 0},
+                         {"adam_t", 0},
+                         {"config", plain.to_json()},
+                         {"loss_scale", 1.0f},
+                         {"loss_scale_clean_steps", 0},
+                         {"loss_scale_overflows", 0},
+                         {"data_position", 0},
+                         {"data_epoch", 0},
+                         {"data_chunk", 0},
+                         {"data_row", 0},
+                         {"rng", {rs[0], rs[1], rs[2], rs[3]}},
+                         {"num_params", full.size()},
+                         {"parallel", layout_json(ParallelConfig{}, 1)},
+                         {"merged_from", {{"base", config_.init_from},
+                                          {"qlora", config_.to_json().at("qlora")},
+                                          {"step", step_}}}};
+  CheckpointWriter w;
+  w.add_section("params", full.data(), full.size() * sizeof(float));
+  w.add_section("adam_m", zeros.data(), zeros.size() * sizeof(float));
+  w.add_section("adam_v", zeros.data(), zeros.size() * sizeof(float));
+  w.set_meta(meta);
+  w.commit(fs::path(dir) / kCheckpointFile);
 }
 
 }  // namespace ft::trainer

@@ -168,15 +168,15 @@ void check_blocks(const ModelOptions& o, int layers, const char* label) {
 }
 
 TEST(TensorParallel, BlocksMatchUnshardedFlash) {
-  check_blocks({Precision::kFp32, Checkpointing::kNone, AttentionImpl::kFlash}, 2, "flash");
+  check_blocks({Precision::kFp32, Checkpointing::kNone, AttentionImpl::kFlash, {}}, 2, "flash");
 }
 
 TEST(TensorParallel, BlocksMatchUnshardedNaiveAttention) {
-  check_blocks({Precision::kFp32, Checkpointing::kNone, AttentionImpl::kMaterialized}, 1, "naive");
+  check_blocks({Precision::kFp32, Checkpointing::kNone, AttentionImpl::kMaterialized, {}}, 1, "naive");
 }
 
 TEST(TensorParallel, BlocksMatchUnshardedWithRecompute) {
-  check_blocks({Precision::kFp32, Checkpointing::kBlock, AttentionImpl::kFlash}, 2, "recompute");
+  check_blocks({Precision::kFp32, Checkpointing::kBlock, AttentionImpl::kFlash, {}}, 2, "recompute");
 }
 
 TEST(TensorParallel, ShardedInitEqualsOneProcessInit) {

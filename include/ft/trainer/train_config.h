@@ -54,6 +54,9 @@ struct TrainConfig {
   std::string resume_dir;
   std::string init_from;   // llm.c model file to load weights from
   std::string export_llmc; // write an llm.c model file at the end
+  // --qlora (options.lora.rank > 0): fine-tune --init-from's model with NF4 block linears and
+  // adapters; --save then writes the adapters alone, --merge-lora DIR the merged model.
+  std::string merge_lora;
   int val_every = 0;       // 0: validate at the end only
   int val_batches = 8;
   int warmup_steps_excluded = 2;  // steps excluded from the mean throughput

@@ -76,6 +76,9 @@ class Trainer {
   // Restores model, optimizer (this rank's shard under ZeRO), loss scaler, data position and
   // RNG from DIR; a multi-rank checkpoint must match this run's layout (ConfigError otherwise).
   void load(const std::string& dir);
+  // --qlora: writes the merged model (NF4 base dequantized + (alpha / r) B A) to DIR as an llm.c
+  // model.bin and an ft checkpoint.ft a plain run can --resume (fresh AdamW state, step 0).
+  void write_merged(const std::string& dir) const;
 
   int next_step() const { return step_; }
   bool done() const { return step_ >= config_.steps; }
