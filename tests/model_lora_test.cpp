@@ -196,6 +196,7 @@ TEST(QloraModel, HoldsNoFp32BlockLinearsAndNoFrozenGradients) {
   const size_t linears =
       full.sizes[kQkvw] + full.sizes[kAttprojw] + full.sizes[kFcw] + full.sizes[kFcprojw];
   EXPECT_EQ(q.num_params(), full.total - linears);
+  EXPECT_EQ(q.grads(), nullptr);  // frozen: no gradient buffer at all
   const double bits = 8.0 * q.nf4_bytes() / linears;
   EXPECT_GT(bits, 4.0);
   EXPECT_LT(bits, 4.3);

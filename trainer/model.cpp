@@ -43,9 +43,11 @@ GptModel::GptModel(const GptConfig& config, CachingAllocator& alloc, const Model
   setup_tensor_parallel();  // layout_ becomes this rank's shard when ModelSharding::tp > 1
   if (options.lora.enabled()) setup_lora();  // the block linears leave layout_ for NF4
   params_ = Buffer<float>(alloc_, layout_.total, "params");
-  grads_ = Buffer<float>(alloc_, layout_.total, "grads");
+  // QLoRA: every tensor in layout_ is frozen; the adapters hold their own gradients.
+  const size_t ngrads = lora_ ? 0 : layout_.total;
+  grads_ = Buffer<float>(alloc_, ngrads, "grads");
   std::memset(params_.data(), 0, layout_.total * sizeof(float));
-  std::memset(grads_.data(), 0, layout_.total * sizeof(float));
+  if (ngrads) std::memset(grads_.data(), 0, ngrads * sizeof(float));
   set_options(options);
 }
 

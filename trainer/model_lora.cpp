@@ -138,7 +138,7 @@ void GptModel::lora_load(int index, const float* full) {
   const auto [OC, IC] = linear_shape(index, config_.channels);
   const size_t per = static_cast<size_t>(OC) * static_cast<size_t>(IC);
   for (int l = 0; l < config_.num_layers; ++l) {
-    lora_->nf4[index][l] = quantize_nf4(full + per * static_cast<size_t>(l), per);
+    lora_->nf4[index][l] = quantize_nf4(full + per * static_cast<size_t>(l), per, &alloc_);
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "ft/core/error.h"
 #include "ft/trainer/gpt_config.h"
+#include "ft/trainer/lora_linear.h"
 #include "ft/trainer/matmul.h"
 #include "ft/trainer/model.h"
 
@@ -35,6 +36,8 @@ std::vector<std::pair<std::string, size_t>> MemoryEstimate::components() const {
           {"grads", grads},
           {"optimizer", optimizer},
           {"low_precision_weights", low_precision_weights},
+          {"nf4", nf4},
+          {"adapters", adapters},
           {"activations", activations},
           {"head_transient", head_transient},
           {"block_transient", block_transient},
@@ -51,6 +54,52 @@ ParallelLayout ParallelLayout::of(const trainer::ParallelConfig& p) {
 }
 
 namespace {
+
+// QLoRA's terms (whole model, one rank, fp32): the model states of frozen tensors, NF4 linears
+// and adapters, the adapters' saved activations, and the block phase's scratch, as GptModel
+// under QLoRA allocates them (model_lora.cpp). Returns the largest scratch one block linear
+// takes (it replaces the GEMM transients: the NF4 path runs ft's sgemm directly).
+size_t predict_qlora(const trainer::TrainConfig& config, MemoryEstimate& m) {
+  const trainer::GptConfig& g = config.model;
+  const trainer::LoraConfig& lora = config.options.lora;
+  const trainer::ParamLayout pl = trainer::ParamLayout::make(g);
+  const size_t L = g.num_layers, C = g.channels, r = lora.rank;
+  const size_t N = static_cast<size_t>(config.micro_batch) * config.seq_len;
+  size_t linears = 0, adapter = 0, saved = 0, scratch = 0;
+  const struct {
+    int index;
+    size_t oc, ic;
+  } lins[] = {{trainer::kQkvw, 3 * C, C},
+              {trainer::kAttprojw, C, C},
+              {trainer::kFcw, 4 * C, C},
+              {trainer::kFcprojw, C, 4 * C}};
+  for (const auto& li : lins) {
+    linears += pl.sizes[static_cast<size_t>(li.index)];
+    // Per layer: codes, absmax bytes and second-level scales, each its own allocation.
+    const size_t n = li.oc * li.ic, blocks = (n + trainer::kNf4Block - 1) / trainer::kNf4Block;
+    const size_t groups = (blocks + trainer::kNf4AbsmaxBlock - 1) / trainer::kNf4AbsmaxBlock;
+    m.nf4 += L * (rounded((n + 1) / 2) + rounded(blocks) + rounded(4 * groups));
+    const bool adapted = lora.targets(li.index);
+    if (adapted) {
+      adapter += L * r * (li.ic + li.oc);
+      saved += L * rounded(4 * N * r);  // h = drop(x) A^T
+    }
+    // One linear's scratch: its dequantized tile, h and dh (or, frozen, only the tile), and
+    // with dropout drop(x), its gradient and the keep mask.
+    const size_t rr = adapted ? r : 0;
+    const bool drop = adapted && lora.dropout > 0;
+    scratch = std::max(scratch, rounded(4 * (trainer::kLoraTileRows * li.ic + 2 * N * rr +
+                                             (drop ? 2 * N * li.ic : 0))) +
+                                    (drop ? rounded(N * li.ic) : 0));
+  }
+  m.params = rounded(4 * (pl.total - linears));
+  m.grads = 0;
+  m.low_precision_weights = 0;
+  m.adapters = 2 * rounded(4 * adapter);
+  m.optimizer = 2 * rounded(4 * adapter);
+  m.activations += saved;
+  return scratch;
+}
 
 // One stage of one rank (the whole model when tp = pp = 1).
 MemoryEstimate predict_stage(const trainer::TrainConfig& config, const ParallelLayout& layout,
@@ -156,6 +205,10 @@ MemoryEstimate predict_stage(const trainer::TrainConfig& config, const ParallelL
     fwd_gemm = std::max(fwd_gemm, trainer::Gemm::transient_bytes(Call::kForward, n, sh[0], sh[1],
                                                                  prec, true, false, kRound));
   }
+  if (config.options.lora.enabled()) {
+    if (tp > 1 || pp > 1) throw ConfigError("--qlora runs on one rank (no --tp or --pp)");
+    bwd_gemm = fwd_gemm = predict_qlora(config, m);
+  }
   if (Ls > 0) {
     m.block_transient =
         std::max(2 * act + rounded(16 * BT * C / t) + bwd_gemm, (recompute ? act : 0) + fwd_gemm);
@@ -164,7 +217,8 @@ MemoryEstimate predict_stage(const trainer::TrainConfig& config, const ParallelL
   const bool head_wins = m.head_transient >= m.block_transient;
   m.phase_at_peak = head_wins ? "lm-head" : "block backward";
   if (pp > 1) m.phase_at_peak += fmt::format(" (stage {} of {})", stage, pp);
-  m.peak = m.params + m.grads + m.optimizer + m.low_precision_weights + m.batch + m.activations +
+  m.peak = m.params + m.grads + m.optimizer + m.low_precision_weights + m.nf4 + m.adapters +
+           m.batch + m.activations +
            std::max(m.head_transient, m.block_transient);
   return m;
 }

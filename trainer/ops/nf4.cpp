@@ -71,9 +71,12 @@ size_t Nf4Tensor::bytes() const {
   return codes.size() + absmax8.size() + absmax_c2.size() * sizeof(float) + sizeof(float);
 }
 
-Nf4Tensor quantize_nf4(const float* w, size_t n) {
+Nf4Tensor quantize_nf4(const float* w, size_t n, CachingAllocator* alloc) {
   Nf4Tensor q;
   q.n = n;
+  q.codes = Nf4Tensor::Vec<uint8_t>(CachedStdAllocator<uint8_t>(alloc, "nf4.codes"));
+  q.absmax8 = Nf4Tensor::Vec<uint8_t>(CachedStdAllocator<uint8_t>(alloc, "nf4.absmax"));
+  q.absmax_c2 = Nf4Tensor::Vec<float>(CachedStdAllocator<float>(alloc, "nf4.scales"));
   const size_t blocks = (n + kNf4Block - 1) / kNf4Block;
   std::vector<float> absmax(blocks, 0.0f);
   for (size_t b = 0; b < blocks; ++b) {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "ft/core/std_allocator.h"
+
 namespace ft::trainer {
 
 inline constexpr size_t kNf4Block = 64;         // weights per absmax (QLoRA's block size)
@@ -32,10 +34,13 @@ inline constexpr float kE4m3Max = 448.0f;
 // onto E4M3's range: a_b ~ m + c2 * e4m3(byte) / 448.
 struct Nf4Tensor {
   size_t n = 0;
-  std::vector<uint8_t> codes;    // (n + 1) / 2 bytes: weight 2i in the low nibble, 2i+1 high
-  std::vector<uint8_t> absmax8;  // one E4M3 byte per block of 64
-  std::vector<float> absmax_c2;  // one fp32 scale per 256 blocks
-  float absmax_mean = 0;         // m
+  // Held by the CachingAllocator quantize_nf4 was given (the global heap otherwise).
+  template <typename T>
+  using Vec = std::vector<T, CachedStdAllocator<T>>;
+  Vec<uint8_t> codes;     // (n + 1) / 2 bytes: weight 2i in the low nibble, 2i+1 high
+  Vec<uint8_t> absmax8;   // one E4M3 byte per block of 64
+  Vec<float> absmax_c2;   // one fp32 scale per 256 blocks
+  float absmax_mean = 0;  // m
 
   size_t blocks() const { return absmax8.size(); }
   // The absmax of block b as stored (after double quantization).
@@ -44,8 +49,9 @@ struct Nf4Tensor {
   size_t bytes() const;
 };
 
-// Quantizes w[0..n). Non-finite weights are an error (Error naming the index).
-Nf4Tensor quantize_nf4(const float* w, size_t n);
+// Quantizes w[0..n). Non-finite weights are an error (Error naming the index). The result's
+// storage comes from `alloc` when given (counted in its statistics and budget).
+Nf4Tensor quantize_nf4(const float* w, size_t n, CachingAllocator* alloc = nullptr);
 // Restores weights [first, first + count) into out (fp32), or as bf16 bits (round to nearest
 // even) for a GEMM operand; only the blocks that range touches are read.
 void dequantize_nf4(const Nf4Tensor& q, size_t first, size_t count, float* out);

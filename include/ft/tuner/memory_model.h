@@ -18,6 +18,12 @@ struct MemoryEstimate {
   size_t grads = 0;      // fp32 gradients: 4 P (/ dp with ZeRO-2)
   size_t optimizer = 0;  // AdamW m and v: 8 P (/ dp with ZeRO-1 and 2)
   size_t low_precision_weights = 0;  // bf16 (2 P) or fp16-rounded (4 P) shadow; fp32: 0
+  // QLoRA (--qlora): params holds the frozen fp32 tensors only (no grads); the block linears
+  // are NF4 (~4.13 bits a weight: codes, E4M3 absmaxes, fp32 scales), and the adapters
+  // (r (IC + OC) per targeted linear and layer) keep fp32 values and gradients here, their
+  // AdamW moments in `optimizer`.
+  size_t nf4 = 0;
+  size_t adapters = 0;
   // Activations kept from forward to backward (Korthikanti et al. style, ft's fp32 storage):
   // per block 4 B T (16 C + 4) bytes plus attention state (B NH T lse for flash, B NH T^2
   // probabilities for naive); with block recompute only the residual stream at each block
@@ -57,7 +63,10 @@ struct ParallelLayout {
 // models of 120-290 MB peak across precisions, recompute and attention variants; small models
 // read up to ~7% low, because a recycled large block keeps up to 1 MiB unsplit tail that the
 // model does not predict. Accumulation does not change the peak (micro-batches
-// run one after another). Throws ConfigError for an invalid model shape.
+// run one after another). QLoRA (one rank, fp32): frozen tensors without gradients, NF4
+// linears, adapters with their AdamW state, the adapters' saved activations (N r floats per
+// adapted linear and layer) and the dequantization tile and adapter scratch of one linear in
+// place of the GEMM transients. Throws ConfigError for an invalid model shape.
 MemoryEstimate predict_memory(const trainer::TrainConfig& config, const ParallelLayout& layout = {});
 
 // The published rule of thumb for comparison (Korthikanti et al., 16-bit activations):
