@@ -170,6 +170,7 @@ int run(int argc, char** argv) {
   std::unique_ptr<ft::app::TrainingProfile> profiler;
   Trainer t(c, std::move(world));
   c = t.config();
+  const size_t mem_at_start = t.memory_stats().allocated;
   std::ofstream metrics;
   if (!c.metrics.empty()) {
     metrics.open(c.metrics, std::ios::out | std::ios::trunc);
@@ -240,18 +241,20 @@ int run(int argc, char** argv) {
   }
   sum.val_loss = last_val;
   sum.memory = t.memory_stats();
+  sum.mem_at_start = mem_at_start;
   sum.activations = t.backend().activation_memory(c.micro_batch, c.seq_len);
   if (metrics) metrics << nlohmann::json{{"summary", sum.to_json()}}.dump() << "\n";
   if (c.quiet && t.groups().world->rank() != 0) return g_interrupted ? 130 : 0;  // rank 0 reports
   fmt::print(
         "summary: {} steps, mean {:.0f} tok/s ({:.1f} ms/step, MFU {:.1f}%) after {} warm-up "
         "steps, final loss {:.4f}, val loss {}, peak memory {} (reserved {}, {:.1f}% of it unused at peak; "
-        "cache fragmentation {:.1f}%)\n",
+        "cache fragmentation {:.1f}%; {} held before step 0)\n",
         sum.steps_run, sum.mean_tokens_per_s, sum.mean_step_ms, 100 * sum.mean_mfu,
         c.warmup_steps_excluded, sum.final_loss,
         sum.val_loss >= 0 ? fmt::format("{:.4f}", sum.val_loss) : std::string("n/a"),
         ft::format_bytes(sum.memory.peak_allocated), ft::format_bytes(sum.memory.peak_reserved),
-        100 * sum.reserved_unused_at_peak(), 100 * sum.memory.fragmentation());
+        100 * sum.reserved_unused_at_peak(), 100 * sum.memory.fragmentation(),
+        ft::format_bytes(sum.mem_at_start));
   if (counted) {
     fmt::print("loader: waited {:.3f} ms/step for data ({:.1f}% of step time), preprocessing {:.3f} ms/step\n",
                sum.mean_data_wait_ms, 100 * sum.data_wait_share(), sum.mean_data_preprocess_ms);

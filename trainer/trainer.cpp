@@ -46,6 +46,7 @@ nlohmann::json TrainSummary::to_json() const {
                       {"comm_exposed_share", comm_exposed_share()},
                       {"skipped_steps", skipped_steps},
                       {"mem_peak", memory.peak_allocated},
+                      {"mem_at_start", mem_at_start},
                       {"mem_reserved_peak", memory.peak_reserved},
                       {"fragmentation", memory.fragmentation()},
                       {"reserved_unused_at_peak", reserved_unused_at_peak()},

@@ -43,6 +43,10 @@ struct TrainSummary {
   double val_loss = -1;          // < 0 when not measured
   uint64_t skipped_steps = 0;
   AllocatorStats memory;
+  // Bytes the engine's allocator held once the trainer was built, before step 0: the model
+  // states (parameters, gradients, optimizer state; NF4 and adapters under --qlora) plus the
+  // loader's staged batches.
+  size_t mem_at_start = 0;
   ActivationMemory activations;
   // 1 - peak allocated / peak reserved: memory the allocator held but never used.
   double reserved_unused_at_peak() const {
