@@ -8,7 +8,10 @@
 #include <random>
 #include <vector>
 
+#include "ft/core/allocator.h"
 #include "ft/core/error.h"
+#include "ft/trainer/matmul.h"
+#include "ft/trainer/precision.h"
 
 namespace {
 using namespace ft::trainer;
@@ -151,6 +154,64 @@ TEST(LoraLinear, AWeightOfTheWrongSizeIsRefused) {
   EXPECT_THROW(lora_linear_forward(out.data(), h.data(), c.x.data(), c.q, nullptr, c.A.data(),
                                    c.B.data(), nullptr, s, ws.data()),
                ft::Error);
+}
+
+// bf16 operands: the frozen weight's GEMMs take x (or dout) and W's tiles rounded to bf16 with
+// fp32 accumulation. Against the fp32 path, the output and dx move by exactly what rounding the
+// operands moves the fp64 products (tolerance 1e-4 of the values: fp32 accumulation); the
+// adapter's gradients stay fp32 and do not move.
+TEST(LoraLinear, Bf16OperandsDifferFromFp32OnlyByTheirRounding) {
+  Case c = make(9, 70, 130, 4, 0.25f, 4);
+  ft::CachingAllocator alloc;
+  Gemm gemm(alloc);
+  const int N = c.s.N, IC = c.s.IC, OC = c.s.OC, r = c.s.rank;
+  struct Out {
+    std::vector<float> out, dx, dA, dB;
+  };
+  auto run = [&](bool bf16) {
+    LoraShape s = c.s;
+    s.bf16 = bf16;
+    std::vector<float> ws(lora_workspace_floats(s, true));
+    Out o{std::vector<float>(static_cast<size_t>(N) * OC), std::vector<float>(c.x.size()),
+          std::vector<float>(c.A.size(), 0.0f), std::vector<float>(c.B.size(), 0.0f)};
+    std::vector<float> h(static_cast<size_t>(N) * r);
+    lora_linear_forward(o.out.data(), h.data(), c.x.data(), c.q, c.bias.data(), c.A.data(),
+                        c.B.data(), c.keep.data(), s, ws.data(), &gemm);
+    lora_linear_backward(o.dx.data(), o.dA.data(), o.dB.data(), c.g.data(), c.x.data(), h.data(),
+                         c.q, c.A.data(), c.B.data(), c.keep.data(), s, ws.data(), &gemm);
+    return o;
+  };
+  const Out f = run(false), b = run(true);
+  auto bf = [](double v) {
+    return static_cast<double>(bf16_to_fp32_scalar(fp32_to_bf16_scalar(static_cast<float>(v))));
+  };
+  double moved = 0;
+  for (int n = 0; n < N; ++n) {
+    for (int o = 0; o < OC; ++o) {
+      double d = 0;  // what bf16 operands change in x Wq^T
+      for (int i = 0; i < IC; ++i) {
+        const double x = c.x[static_cast<size_t>(n) * IC + i],
+                     w = c.wq[static_cast<size_t>(o) * IC + i];
+        d += bf(x) * bf(w) - x * w;
+      }
+      const size_t k = static_cast<size_t>(n) * OC + o;
+      EXPECT_NEAR(b.out[k] - f.out[k], d, 1e-4 * (1 + std::fabs(f.out[k]))) << n << "," << o;
+      moved = std::max(moved, std::fabs(d));
+    }
+    for (int i = 0; i < IC; ++i) {
+      double d = 0;  // dx's base part: dout W
+      for (int o = 0; o < OC; ++o) {
+        const double g = c.g[static_cast<size_t>(n) * OC + o],
+                     w = c.wq[static_cast<size_t>(o) * IC + i];
+        d += bf(g) * bf(w) - g * w;
+      }
+      const size_t k = static_cast<size_t>(n) * IC + i;
+      EXPECT_NEAR(b.dx[k] - f.dx[k], d, 1e-4 * (1 + std::fabs(f.dx[k]))) << n << "," << i;
+    }
+  }
+  EXPECT_GT(moved, 1e-4);  // the bf16 path did round
+  EXPECT_EQ(b.dA, f.dA);
+  EXPECT_EQ(b.dB, f.dB);
 }
 
 }  // namespace

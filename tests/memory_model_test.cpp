@@ -23,11 +23,14 @@ namespace fs = std::filesystem;
 
 fs::path corpus() {
   static const fs::path p = [] {
-    const fs::path d = fs::temp_directory_path() / ("ft_memory_model_" + std::to_string(::getpid()));
+    const fs::path d =
+        fs::temp_directory_path() / ("ft_memory_model_" + std::to_string(::getpid()));
     fs::create_directories(d);
     ft::test::remove_at_exit(d);
     std::string text;
-    for (int i = 0; i < 3000; ++i) text += "And God said, Let there be light: and there was light. " + std::to_string(i) + "\n\n";
+    for (int i = 0; i < 3000; ++i)
+      text +=
+          "And God said, Let there be light: and there was light. " + std::to_string(i) + "\n\n";
     write_file_atomic(d / "c.txt", text);
     return d / "c.txt";
   }();
@@ -63,14 +66,22 @@ TEST(MemoryModel, PredictsMeasuredPeakWithinTenPercent) {
   // Shapes large enough that the allocator's unsplit tails (up to 1 MiB per recycled large
   // block) stay small against the peak; the small-model error is reported separately below.
   const std::vector<std::string> cases = {
-      "--layers 3 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --attention flash",
-      "--layers 3 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --checkpoint block --attention flash",
-      "--layers 2 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --attention naive",
-      "--layers 2 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --precision bf16 --attention flash",
-      "--layers 2 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --precision fp16 --attention flash",
-      "--layers 2 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --precision bf16 --head-chunk-mb 4",
-      "--layers 4 --heads 4 --channels 256 --vocab 256 --seq-len 512 --micro-batch 4 --checkpoint block --precision bf16",
-      "--layers 2 --heads 8 --channels 512 --vocab 256 --seq-len 128 --micro-batch 4 --attention naive --precision bf16",
+      "--layers 3 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --attention "
+      "flash",
+      "--layers 3 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --checkpoint "
+      "block --attention flash",
+      "--layers 2 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --attention "
+      "naive",
+      "--layers 2 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --precision "
+      "bf16 --attention flash",
+      "--layers 2 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --precision "
+      "fp16 --attention flash",
+      "--layers 2 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --precision "
+      "bf16 --head-chunk-mb 4",
+      "--layers 4 --heads 4 --channels 256 --vocab 256 --seq-len 512 --micro-batch 4 --checkpoint "
+      "block --precision bf16",
+      "--layers 2 --heads 8 --channels 512 --vocab 256 --seq-len 128 --micro-batch 4 --attention "
+      "naive --precision bf16",
       "--layers 2 --heads 2 --channels 64 --vocab 5000 --seq-len 64 --micro-batch 8",
   };
 
@@ -91,7 +102,8 @@ TEST(MemoryModel, PredictsMeasuredPeakWithinTenPercent) {
 }
 
 TEST(MemoryModel, ShardingAndRecomputeShrinkTheRightParts) {
-  trainer::TrainConfig c = parse("--layers 4 --heads 4 --channels 128 --vocab 256 --seq-len 128 --micro-batch 8");
+  trainer::TrainConfig c =
+      parse("--layers 4 --heads 4 --channels 128 --vocab 256 --seq-len 128 --micro-batch 8");
   const MemoryEstimate base = predict_memory(c);
   const MemoryEstimate z1 = predict_memory(c, {4, 1});
   const MemoryEstimate z2 = predict_memory(c, {4, 2});
@@ -174,6 +186,8 @@ TEST(MemoryModel, PredictsQloraPeakAndItsSaving) {
       wide + "--attention naive --lora-rank 16 --lora-targets attn",
       wide + "--attention flash --checkpoint block --lora-dropout 0.1",
       deep + "--attention flash --lora-dropout 0.1",
+      wide + "--attention flash --precision bf16",
+      deep + "--attention flash --precision bf16 --lora-dropout 0.1",
   };
   double worst = 0;
   for (const std::string& extra : cases) {
@@ -193,8 +207,8 @@ TEST(MemoryModel, PredictsQloraPeakAndItsSaving) {
     const double measured = static_cast<double>(t.allocator().stats().peak_allocated);
     const double err = (static_cast<double>(est.peak) - measured) / measured;
     worst = std::max(worst, std::abs(err));
-    std::printf("qlora %-100s predicted %10zu measured %10.0f error %+6.2f%% (%s)\n",
-                extra.c_str(), est.peak, measured, 100 * err, est.phase_at_peak.c_str());
+    std::printf("qlora %-100s predicted %10zu measured %10.0f error %+6.2f%% (%s)\n", extra.c_str(),
+                est.peak, measured, 100 * err, est.phase_at_peak.c_str());
     EXPECT_LE(std::abs(err), kTolerance) << extra;
     // The NF4 term is the held bytes rounded to the allocator's blocks (3 allocations per
     // linear and layer, 12 per layer; the held bytes add the mean, 4 bytes, per tensor).
@@ -204,10 +218,11 @@ TEST(MemoryModel, PredictsQloraPeakAndItsSaving) {
     trainer::TrainConfig full = c;
     full.options.lora = trainer::LoraConfig{};
     const MemoryEstimate f = predict_memory(full);
-    const double q_states = static_cast<double>(est.params + est.grads + est.optimizer + est.nf4 + est.adapters);
+    const double q_states =
+        static_cast<double>(est.params + est.grads + est.optimizer + est.nf4 + est.adapters);
     const double f_states = static_cast<double>(f.params + f.grads + f.optimizer);
-    std::printf("  model states %.1f MiB vs full fine-tuning %.1f MiB (%.1fx)\n", q_states / 1048576,
-                f_states / 1048576, f_states / q_states);
+    std::printf("  model states %.1f MiB vs full fine-tuning %.1f MiB (%.1fx)\n",
+                q_states / 1048576, f_states / 1048576, f_states / q_states);
     EXPECT_GT(f_states / q_states, 3.0);
   }
   std::printf("qlora worst relative error %.2f%%\n", 100 * worst);
@@ -217,7 +232,8 @@ TEST(MemoryModel, KorthikantiFormula) {
   // GPT-3 175B-like layer, s=2048, b=1, h=12288, a=96: 34 s b h + 5 a s^2 b.
   const double bytes = korthikanti_activation_bytes_per_layer(1, 2048, 12288, 96, false);
   EXPECT_DOUBLE_EQ(bytes, 2048.0 * 12288 * 34 + 5.0 * 96 * 2048 * 2048);
-  EXPECT_DOUBLE_EQ(korthikanti_activation_bytes_per_layer(1, 2048, 12288, 96, true), 2.0 * 2048 * 12288);
+  EXPECT_DOUBLE_EQ(korthikanti_activation_bytes_per_layer(1, 2048, 12288, 96, true),
+                   2.0 * 2048 * 12288);
 }
 
 }  // namespace

@@ -148,7 +148,7 @@ TEST(Qlora, RefusesWhatItCannotRun) {
       {"--qlora", "--init-from"},
       {"--lora-rank 4", "needs --qlora"},
       {"--merge-lora " + (d / "m").string(), "needs --qlora"},
-      {"--qlora --init-from x.bin --precision bf16", "fp32"},
+      {"--qlora --init-from x.bin --precision fp16", "fp32 or bf16"},
       {"--qlora --init-from x.bin --lora-targets attn,ffn", "ffn"},
       {"--qlora --init-from x.bin --lora-dropout 1", "--lora-dropout"},
   };

@@ -55,8 +55,8 @@ GptModel::~GptModel() = default;
 
 void GptModel::set_options(const ModelOptions& o) {
   if (o.lora.enabled() != (lora_ != nullptr) ||
-      (lora_ && (o.precision != Precision::kFp32 || o.lora.rank != lora_->cfg.rank))) {
-    throw ConfigError("QLoRA (its rank, fp32) is fixed when the model is built");
+      (lora_ && (o.precision != options_.precision || o.lora.rank != lora_->cfg.rank))) {
+    throw ConfigError("QLoRA (its rank, its precision) is fixed when the model is built");
   }
   options_ = o;
   const size_t elem = o.precision == Precision::kBf16 ? 2 : 4;
@@ -300,7 +300,8 @@ double GptModel::head_chunk(Workspace& w, const int32_t* targets, int r0, int ro
   FT_RANGE("bwd.head", RangeKind::kCompute, r0);
   float* dlnf_rows = dlnf + static_cast<size_t>(r0) * C;  // (rows, C)
   if (options_.precision == Precision::kBf16) {
-    gemm_.backward_bf16_dout(dlnf_rows, grad(kWte), w.logits_bf16.data(), lnf, lp_weight(kWte, 0),
+    gemm_.backward_bf16_dout(dlnf_rows, lora_ ? nullptr : grad(kWte), w.logits_bf16.data(), lnf,
+                             lp_weight(kWte, 0),
                              rows, C, Vp, !overwrite_dwte);
   } else {
     gemm_.backward(dlnf_rows, lora_ ? nullptr : grad(kWte), nullptr, w.logits.data(), lnf, param(kWte),

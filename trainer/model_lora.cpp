@@ -44,6 +44,22 @@ uint64_t mix64(uint64_t z) {  // splitmix64's finaliser
   return z ^ (z >> 31);
 }
 
+// The LoRA linear's shape for block linear `index` (rank 0 where it has no adapter; dropout
+// only in a training forward).
+LoraShape shape_of(const LoraConfig& cfg, int index, bool training, int N, int IC, int OC,
+                   bool bf16) {
+  const bool adapter = cfg.targets(index);
+  LoraShape shape;
+  shape.N = N;
+  shape.IC = IC;
+  shape.OC = OC;
+  shape.rank = adapter ? cfg.rank : 0;
+  shape.scale = cfg.scale();
+  shape.dropout = adapter && training ? cfg.dropout : 0.0f;
+  shape.bf16 = bf16;
+  return shape;
+}
+
 }  // namespace
 
 bool LoraConfig::targets(int index) const {
@@ -79,11 +95,10 @@ void GptModel::setup_lora() {
   if (tp_ > 1 || !whole_model()) {
     throw ConfigError("--qlora needs the whole model on one rank (no --tp or --pp)");
   }
-  if (options_.precision != Precision::kFp32) {
-    throw ConfigError(fmt::format(
-        "--qlora runs its GEMMs in fp32 (the NF4 weights are dequantized into fp32 tiles); "
-        "--precision {} is not supported with it",
-        precision_name(options_.precision)));
+  if (options_.precision == Precision::kFp16) {
+    throw ConfigError(
+        "--qlora dequantizes its NF4 weights into fp32 or bf16 GEMM operands; --precision fp16 "
+        "is not supported with it");
   }
   if (!cfg.attn && !cfg.mlp) throw ConfigError("--lora-targets names no linear");
   if (!(cfg.dropout >= 0 && cfg.dropout < 1)) {
@@ -198,12 +213,8 @@ void GptModel::linear_forward(int index, int l, float* out, const float* inp, co
   }
   LoraState& s = *lora_;
   const bool adapter = s.cfg.targets(index);
-  LoraShape shape{N,
-                  IC,
-                  OC,
-                  adapter ? s.cfg.rank : 0,
-                  s.cfg.scale(),
-                  adapter && s.training ? s.cfg.dropout : 0.0f};
+  const LoraShape shape =
+      shape_of(s.cfg, index, s.training, N, IC, OC, options_.precision == Precision::kBf16);
   const float* A = adapter ? s.params.data() + s.a_off[index] + s.stride[index] * l : nullptr;
   const float* B = adapter ? A + static_cast<size_t>(s.cfg.rank) * IC : nullptr;
   float* h = nullptr;
@@ -225,7 +236,8 @@ void GptModel::linear_forward(int index, int l, float* out, const float* inp, co
                       s.dropout_key ^ mix64((static_cast<uint64_t>(l) << 8) | index));
   }
   Buffer<float> ws(alloc_, lora_workspace_floats(shape, keep.data() != nullptr), "lora.ws");
-  lora_linear_forward(out, h, inp, s.nf4[index][l], bias, A, B, keep.data(), shape, ws.data());
+  lora_linear_forward(out, h, inp, s.nf4[index][l], bias, A, B, keep.data(), shape, ws.data(),
+                      &gemm_);
 }
 
 void GptModel::linear_backward(int index, int l, float* dinp, float* dweight, float* dbias,
@@ -239,12 +251,8 @@ void GptModel::linear_backward(int index, int l, float* dinp, float* dweight, fl
   }
   LoraState& s = *lora_;
   const bool adapter = s.cfg.targets(index);
-  LoraShape shape{N,
-                  IC,
-                  OC,
-                  adapter ? s.cfg.rank : 0,
-                  s.cfg.scale(),
-                  adapter && s.training ? s.cfg.dropout : 0.0f};
+  const LoraShape shape =
+      shape_of(s.cfg, index, s.training, N, IC, OC, options_.precision == Precision::kBf16);
   float* A = adapter ? s.params.data() + s.a_off[index] + s.stride[index] * l : nullptr;
   float* dA = adapter ? s.grads.data() + s.a_off[index] + s.stride[index] * l : nullptr;
   const size_t r_ic = static_cast<size_t>(shape.rank) * IC;
@@ -258,7 +266,7 @@ void GptModel::linear_backward(int index, int l, float* dinp, float* dweight, fl
   }
   Buffer<float> ws(alloc_, lora_workspace_floats(shape, keep.data() != nullptr), "lora.ws");
   lora_linear_backward(dinp, dA, adapter ? dA + r_ic : nullptr, dout, inp, h, s.nf4[index][l], A,
-                       adapter ? A + r_ic : nullptr, keep.data(), shape, ws.data());
+                       adapter ? A + r_ic : nullptr, keep.data(), shape, ws.data(), &gemm_);
 }
 
 void lora_dropout_mask(uint8_t* keep, size_t n, float p, uint64_t key) {

@@ -73,8 +73,9 @@ void TrainConfig::validate() const {
     need(device == DeviceKind::kCpu, "--qlora runs on --device cpu only");
     need(parallel.dp * parallel.tp * parallel.pp == 1 && parallel.zero == 0,
          "--qlora runs on one process (no --dp/--tp/--pp/--zero)");
-    need(options.precision == Precision::kFp32,
-         "--qlora dequantizes its NF4 weights into fp32 GEMM operands: --precision must be fp32");
+    need(options.precision != Precision::kFp16,
+         "--qlora dequantizes its NF4 weights into fp32 or bf16 GEMM operands: --precision must "
+         "be fp32 or bf16");
     need(options.lora.rank <= model.channels,
          fmt::format("--lora-rank {} must be in [1, {}] (the channels)", options.lora.rank,
                      model.channels));

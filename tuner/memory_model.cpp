@@ -84,17 +84,23 @@ size_t predict_qlora(const trainer::TrainConfig& config, MemoryEstimate& m) {
       adapter += L * r * (li.ic + li.oc);
       saved += L * rounded(4 * N * r);  // h = drop(x) A^T
     }
-    // One linear's scratch: its dequantized tile, h and dh (or, frozen, only the tile), and
-    // with dropout drop(x), its gradient and the keep mask.
-    const size_t rr = adapted ? r : 0;
+    // One linear's scratch (lora_workspace_floats: its dequantized tile, h and dh, with dropout
+    // drop(x) and its gradient, in bf16 the converted operands) and the dropout keep mask.
     const bool drop = adapted && lora.dropout > 0;
-    scratch = std::max(scratch, rounded(4 * (trainer::kLoraTileRows * li.ic + 2 * N * rr +
-                                             (drop ? 2 * N * li.ic : 0))) +
+    trainer::LoraShape shape;
+    shape.N = static_cast<int>(N);
+    shape.IC = static_cast<int>(li.ic);
+    shape.OC = static_cast<int>(li.oc);
+    shape.rank = adapted ? lora.rank : 0;
+    shape.bf16 = config.options.precision == trainer::Precision::kBf16;
+    scratch = std::max(scratch, rounded(4 * trainer::lora_workspace_floats(shape, drop)) +
                                     (drop ? rounded(N * li.ic) : 0));
   }
   m.params = rounded(4 * (pl.total - linears));
   m.grads = 0;
-  m.low_precision_weights = 0;
+  // bf16: the frozen tensors' shadow (GptModel keeps one over its whole flat buffer).
+  m.low_precision_weights =
+      config.options.precision == trainer::Precision::kBf16 ? rounded(2 * (pl.total - linears)) : 0;
   m.adapters = 2 * rounded(4 * adapter);
   m.optimizer = 2 * rounded(4 * adapter);
   m.activations += saved;

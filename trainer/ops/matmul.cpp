@@ -412,6 +412,15 @@ void Gemm::backward_bf16_dout(float* dinp, float* dweight, const uint16_t* dout,
   }
 }
 
+void Gemm::bf16_gemm(float* c, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b,
+                     int64_t b_rs, int64_t b_cs, int M, int K, int N, bool accumulate) {
+  FT_RANGE("matmul.bf16", RangeKind::kCompute, N);
+  GemmKey k{M, K, N, a_rs, a_cs, b_rs, b_cs, dt::bf16, accumulate, false};
+  impl_->run(k, a, b, c, nullptr, stats_.primitives_created);
+  ++stats_.calls;
+  stats_.flops += 2.0 * M * K * N;
+}
+
 size_t Gemm::transient_bytes(Call call, int N, int IC, int OC, Precision p, bool has_bias,
                              bool accumulate_dweight, size_t round_to) {
   auto r = [round_to](size_t b) { return b == 0 ? 0 : (b + round_to - 1) / round_to * round_to; };

@@ -58,6 +58,12 @@ class Gemm {
                           LowPrecisionWeight weight_lp, int N, int IC, int OC,
                           bool accumulate_dweight);
 
+  // bf16 operands already converted, fp32 accumulation: C (M,N) = A (M,K) B (K,N), or += when
+  // `accumulate`. A's element (i, k) is at a[i * a_rs + k * a_cs], B's (k, j) at
+  // b[k * b_rs + j * b_cs] (a transposed or column-sliced view is strides). C is contiguous.
+  // For callers that convert their own operands (QLoRA's NF4 tiles).
+  void bf16_gemm(float* c, const uint16_t* a, int64_t a_rs, int64_t a_cs, const uint16_t* b,
+                 int64_t b_rs, int64_t b_cs, int M, int K, int N, bool accumulate);
   // Peak bytes one call takes from the allocator at once, as the call would route it: the
   // converted operands (bf16 / fp16) plus oneDNN's scratchpad, each rounded to `round_to`
   // like the caching allocator's blocks. For memory prediction (tuner); creates the oneDNN

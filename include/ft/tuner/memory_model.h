@@ -63,7 +63,7 @@ struct ParallelLayout {
 // models of 120-290 MB peak across precisions, recompute and attention variants; small models
 // read up to ~7% low, because a recycled large block keeps up to 1 MiB unsplit tail that the
 // model does not predict. Accumulation does not change the peak (micro-batches
-// run one after another). QLoRA (one rank, fp32): frozen tensors without gradients, NF4
+// run one after another). QLoRA (one rank, fp32 or bf16): frozen tensors without gradients, NF4
 // linears, adapters with their AdamW state, the adapters' saved activations (N r floats per
 // adapted linear and layer) and the dequantization tile and adapter scratch of one linear in
 // place of the GEMM transients. Throws ConfigError for an invalid model shape.
