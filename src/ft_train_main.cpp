@@ -40,7 +40,7 @@ void print_header(const TrainConfig& c, Trainer& t) {
                                                "memory below are per rank)",
                                                model.tp_size(), model.num_params() / 1e6)
                                  : std::string(),
-             ft::trainer::flops_per_token(g, c.seq_len));
+             ft::trainer::flops_per_token(g, c.seq_len, !model.qlora()));
   fmt::print("  batch B={} T={} K={} (global {} tokens)  precision {}  checkpoint {}  attention {}\n",
              c.micro_batch, c.seq_len, c.grad_accum,
              static_cast<long>(c.micro_batch) * c.seq_len * c.grad_accum * c.parallel.dp,

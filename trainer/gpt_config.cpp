@@ -60,8 +60,8 @@ size_t count_params_for_flops(const GptConfig& c) {
   return p.total - static_cast<size_t>(c.padded_vocab - c.vocab_size) * c.channels;
 }
 
-double flops_per_token(const GptConfig& c, int T) {
-  return 6.0 * static_cast<double>(count_params_for_flops(c)) +
+double flops_per_token(const GptConfig& c, int T, bool weight_grads) {
+  return (weight_grads ? 6.0 : 4.0) * static_cast<double>(count_params_for_flops(c)) +
          12.0 * c.num_layers * static_cast<double>(c.channels) * T;
 }
 

@@ -364,7 +364,7 @@ StepMetrics Trainer::step() {
   m.step_ms = ms_since(t0);
   const double tokens = static_cast<double>(B) * T * K * dp.world_size();
   m.tokens_per_s = tokens / (m.step_ms / 1000.0);
-  m.mfu = peak_gflops_ > 0 ? flops_per_token(config_.model, T) * m.tokens_per_s /
+  m.mfu = peak_gflops_ > 0 ? flops_per_token(config_.model, T, !model_->qlora()) * m.tokens_per_s /
                                   (peak_gflops_ * 1e9) / groups_.world->world_size()
                             : 0.0;
   const AllocatorStats s = backend_->memory_stats();

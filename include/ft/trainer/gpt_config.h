@@ -55,7 +55,8 @@ struct ParamLayout {
 // Parameters N for MFU: counts the tied embedding (real V rows) once, so the
 // LM-head GEMM is counted, and the position embedding.
 size_t count_params_for_flops(const GptConfig& c);
-// Training flops per token: 6N + 12 L C T.
-double flops_per_token(const GptConfig& c, int T);
+// Training flops per token: 6N + 12 L C T; 4N + 12 L C T without weight gradients (QLoRA's
+// frozen base: forward and input gradients only; the adapters' flops are not counted).
+double flops_per_token(const GptConfig& c, int T, bool weight_grads = true);
 
 }  // namespace ft::trainer
