@@ -281,6 +281,7 @@ json sweep_report_json(const SweepReport& r) {
   if (r.best_tokens_per_s) j["best_tokens_per_s"] = *r.best_tokens_per_s;
   j["speedup"] = r.speedup;
   j["speedup_basis"] = r.speedup_basis;
+  if (!r.fitted_to_memory.empty()) j["fitted_to_memory"] = r.fitted_to_memory;
   j["confirmed_ratio"] = r.confirmed_ratio;
   j["confirmation"] = confirmation_json(r);
   j["stop_reason"] = r.stop_reason;
@@ -332,6 +333,10 @@ std::string render_sweep_markdown(const SweepReport& r) {
   std::string s = fmt::format("# ft-tune sweep ({})\n\n", md(r.strategy));
   s += fmt::format("- best: **{}** ({}x the baseline's throughput; {})\n", md(r.best_change),
                    fixed(r.speedup, 2), md(r.speedup_basis));
+  if (!r.fitted_to_memory.empty()) {
+    s += fmt::format("- the requested baseline is predicted over the memory limit; fitted: **{}**\n",
+                     md(r.fitted_to_memory));
+  }
   s += fmt::format("- trials run: {} ({} s of trial time), diagnoses: {}, seed {}\n", r.trials_run,
                    fixed(r.trial_time_s, 1), r.diagnoses, r.seed);
   s += fmt::format("- stopped: {}\n", md(r.stop_reason));
@@ -382,6 +387,12 @@ std::string render_sweep_html(const SweepReport& r) {
   out += "</div>\n";
   out += fmt::format("<p>Speed-up measured by: {}.</p>\n<p><b>Stopped:</b> {}</p>\n",
                      h(r.speedup_basis), h(r.stop_reason));
+  if (!r.fitted_to_memory.empty()) {
+    out += fmt::format(
+        "<p><b>Fitted to memory:</b> the requested baseline is predicted over the memory limit; "
+        "the baseline is {}.</p>\n",
+        h(r.fitted_to_memory));
+  }
   out += fmt::format("<p><b>Verification:</b> {}</p>", h(r.verification_rules));
   if (r.grid_size > 0) out += fmt::format("<p>{}.</p>", h(guided_saving_text(r)));
   out += "</section>\n";

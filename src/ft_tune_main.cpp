@@ -482,6 +482,12 @@ int run(int argc, char** argv) {
   print_calibration(o);
   write_outputs(out, o, opt);
   if (const int rc = report_exit(o, out, "best.cfg"); rc != 0) return rc;
+  if (!o.requested_baseline.empty()) {
+    std::cout << fmt::format(
+        "fitted to --memory-limit: the requested baseline is predicted over it; the baseline "
+        "is {}\n",
+        describe_diff(o.requested_baseline, o.baseline));
+  }
   std::cout << fmt::format(
       "best: {} ({} trials run; stopped: {})\nwrote {}/best.cfg and "
       "report.{{md,html,json}}\n",

@@ -195,6 +195,68 @@ TEST(TuneCli, OomTimeoutAndPredictedSkipAreRecordedAndTheSweepGoesOn) {
   EXPECT_NE(read_file(c / "report.md").find("the baseline trial failed"), std::string::npos);
 }
 
+// A memory limit too small for the baseline: the memory model prunes the memory-knob
+// configurations predicted over it unrun, the fitting ones are measured, the fastest whose loss
+// converges becomes the baseline, and the pruning is checked by the trial nearest the limit.
+// Pretraining fits by recompute / micro-batch split; a fine-tuning run whose model states alone
+// exceed the limit fits only as QLoRA.
+TEST(TuneCli, ABudgetTooSmallForPlainTrainingIsFittedAndTrains) {
+  struct Case {
+    std::string name, model, extra;
+    bool qlora;
+  };
+  const std::string shape =
+      " --layers 4 --heads 4 --channels 256 --threads 2 --data " + corpus().string();
+  const fs::path base = temp_dir("fit_base") / "base.bin";
+  ASSERT_EQ(sh(kBin + "/ft-train" + shape +
+               " --seq-len 32 --micro-batch 4 --steps 1 --quiet "
+               "--export-llmc " +
+               base.string())
+                .status,
+            0);
+  const Case cases[] = {
+      // Measured: 58.6 MiB plain (model states 51 MiB); QLoRA 13.5 MiB.
+      {"qlora", shape + " --seq-len 32 --micro-batch 4 --init-from " + base.string(),
+       " --memory-limit 30M", true},
+      // Activations dominate (measured 39.8 MiB; recompute 23.7 MiB, micro-batch 4 10.2 MiB):
+      // a smaller micro-batch (with or without recompute) fits, recompute alone is pruned.
+      {"activations",
+       " --layers 2 --heads 2 --channels 32 --threads 2 --data " + corpus().string() +
+           " --seq-len 256 --micro-batch 16 --attention naive",
+       " --memory-limit 16M", false},
+  };
+  for (const Case& c : cases) {
+    const fs::path d = temp_dir("fit_" + c.name);
+    Result r =
+        tune("--out " + d.string() +
+             " --trial-steps 4 --verify-steps 20 --budget-trials 6 --lr 1e-3" + c.model + c.extra);
+    ASSERT_EQ(r.status, 0) << c.name << "\n" << r.out;
+    EXPECT_NE(r.out.find("fitted to --memory-limit"), std::string::npos) << r.out;
+    const auto e = journal(d);
+    ASSERT_GE(e.size(), 2u);
+    int fit_trials = 0;
+    for (const auto& t : e) {
+      if (t.phase != "fit") continue;
+      ++fit_trials;
+      EXPECT_EQ(t.result.status, TrialStatus::kOk) << t.change;
+      EXPECT_GT(t.predicted_mem, 0);
+      EXPECT_EQ(t.config.count("qlora") > 0, c.qlora) << t.change;
+    }
+    EXPECT_GE(fit_trials, 1);
+    const json j = report(d);
+    ASSERT_TRUE(j.contains("fitted_to_memory")) << j.dump(1);
+    const std::string md = read_file(d / "report.md");
+    EXPECT_NE(md.find("pruning confirmed"), std::string::npos) << md;
+    EXPECT_NE(md.find("loss converges"), std::string::npos) << md;
+    // best.cfg trains inside the limit.
+    const std::string cfg = read_file(d / "best.cfg");
+    EXPECT_EQ(cfg.find("qlora = true") != std::string::npos, c.qlora) << cfg;
+    Result t = sh(kBin + "/ft-train --config " + (d / "best.cfg").string() + " --steps 3 --quiet");
+    EXPECT_EQ(t.status, 0) << t.out;
+    fs::remove_all(d);
+  }
+}
+
 TEST(TuneCli, TrialSecondsCalibratesTheTrialLengthFromTheBaseline) {
   // --trial-seconds with --trial-steps as the floor: a calibration run of the baseline, then
   // every grid trial long enough for ~0.3 s of the baseline's steps (more than the floor of 3).

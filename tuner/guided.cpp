@@ -335,6 +335,7 @@ void Sweep::accept(const Config& knobs, int trial_id) {
 
 void Sweep::guided() {
   planned_left_ = -1;
+  if (!fit_to_memory()) return;
   calibrate();
   const JournalEntry& b = short_trial("baseline", o_.baseline, 0);
   out_.baseline_trial = out_.best_trial = b.id;

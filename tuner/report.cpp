@@ -79,6 +79,9 @@ reports::SweepReport sweep_report(const SweepOutcome& o, const SweepOptions& opt
   r.baseline = o.baseline;
   r.best = o.best;
   r.best_change = describe_diff(o.baseline, o.best);
+  if (!o.requested_baseline.empty()) {
+    r.fitted_to_memory = describe_diff(o.requested_baseline, o.baseline);
+  }
   r.baseline_trial = o.baseline_trial;
   r.best_trial = o.best_trial;
   const JournalEntry* b = at(o, o.baseline_trial);

@@ -348,6 +348,7 @@ std::optional<std::vector<size_t>> Sweep::confirm(const std::vector<Config>& can
 }
 
 void Sweep::grid() {
+  if (!fit_to_memory()) return;
   const auto space =
       o_.space.empty() ? default_space(o_.baseline, o_.train_flags, o_.batch, o_.ranks) : o_.space;
   const std::vector<Config> configs =

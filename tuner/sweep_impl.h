@@ -135,6 +135,13 @@ class Sweep {
   std::optional<std::vector<size_t>> confirm(const std::vector<Config>& cands, int round);
   void grid();
   void guided();
+  // Before the sweep: when the memory model predicts the baseline over --memory-limit, the
+  // configurations of the memory knobs (activation checkpointing, micro-batch split with
+  // accumulation at the same global batch, ZeRO stages under --dp, QLoRA for a fine-tuning run
+  // when no full-training configuration fits) are predicted, those over the limit pruned unrun,
+  // the fitting ones measured, and the fastest whose loss converges becomes the baseline. The
+  // pruning is checked against the measured trial nearest the limit. False: the sweep stops.
+  bool fit_to_memory();
   // Guided: a candidate change and whether it is a loss-stability change (verified, not timed).
   struct Candidate {
     Config knobs;
@@ -175,7 +182,7 @@ class Sweep {
   // noise, else the baseline.
   void guided_confirm();
 
-  const SweepOptions& o_;
+  SweepOptions o_;  // a copy: fit_to_memory() may replace the baseline
   Journal& journal_;
   const TrialFn& run_;
   const DiagnoseFn& diag_;

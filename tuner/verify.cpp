@@ -112,6 +112,46 @@ VerifyResult verify_curve(const Curve& baseline, const Curve& candidate, const V
   return r;
 }
 
+VerifyResult verify_converges(const Curve& c, const VerifyRules& rules) {
+  VerifyResult r;
+  const size_t n = c.losses.size();
+  if (n < 2 || c.tokens.size() != n) {
+    r.reason = "no loss curve of at least two steps";
+    return r;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(c.losses[i])) {
+      r.reason = fmt::format("non-finite loss (NaN/inf) at step {}", i + 1);
+      return r;
+    }
+  }
+  const size_t tail =
+      std::max<size_t>(1, static_cast<size_t>(std::lround(rules.tail_fraction * n)));
+  r.compared_points = static_cast<int>(n);
+  r.base_final = c.losses.front();
+  r.cand_final = mean(c.losses, n - tail, n);
+  r.limit = r.base_final - rules.abs_tol;
+  if (n >= 2 * tail) {
+    const double before = mean(c.losses, n - 2 * tail, n - tail);
+    if (r.cand_final > before * (1 + rules.diverge_rel) + rules.abs_tol) {
+      r.reason = fmt::format("diverging: the last {} points average {:.4f}, the {} before {:.4f}",
+                             tail, r.cand_final, tail, before);
+      return r;
+    }
+  }
+  if (r.cand_final > r.limit) {
+    r.reason = fmt::format("not converging: smoothed final loss {:.4f}, first loss {:.4f}",
+                           r.cand_final, r.base_final);
+    return r;
+  }
+  r.accepted = true;
+  r.reason = fmt::format(
+      "converges: smoothed final loss {:.4f} from a first loss of {:.4f}; no NaN or divergence "
+      "over {} steps",
+      r.cand_final, r.base_final, n);
+  return r;
+}
+
 std::string describe_rules(const VerifyRules& v) {
   return fmt::format(
       "compared at the baseline's token points (candidate linearly interpolated; overlap >= "

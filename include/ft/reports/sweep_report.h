@@ -71,6 +71,9 @@ struct SweepReport {
   std::optional<double> baseline_tokens_per_s, best_tokens_per_s;
   double speedup = 1;         // best over baseline throughput
   std::string speedup_basis;  // what the speedup was measured by
+  // When the user's baseline was predicted over --memory-limit: what the sweep changed to fit
+  // it (the baseline above is then the fitted one); empty otherwise.
+  std::string fitted_to_memory;
   double confirmed_ratio = 0;
   std::vector<SweepConfirmRow> confirmation;
   std::string stop_reason;

@@ -187,6 +187,9 @@ struct SweepOutcome {
   std::vector<JournalEntry> trials;  // in id order (also the journal)
   std::vector<Decision> decisions;
   Config baseline, best;    // knob configs (the user's steps), best.cfg is `best`
+  // The user's baseline when it was predicted over --memory-limit and a fitted configuration
+  // replaced it as `baseline` (empty otherwise).
+  Config requested_baseline;
   int baseline_trial = -1;  // short-trial ids
   int best_trial = -1;
   int baseline_verify = -1;  // verify-run ids: baseline and each accepted change

@@ -52,6 +52,12 @@ double interpolate_loss(const Curve& c, double tokens);
 VerifyResult verify_curve(const Curve& baseline, const Curve& candidate,
                           const VerifyRules& rules = {});
 
+// One curve alone, for a configuration with no runnable reference (the baseline does not fit
+// the memory limit): accepted when every loss is finite, the tail does not rise over the
+// window before it (the divergence rule) and the smoothed tail lies below the first loss by at
+// least abs_tol.
+VerifyResult verify_converges(const Curve& curve, const VerifyRules& rules = {});
+
 std::string describe_rules(const VerifyRules& rules);  // one sentence, for reports
 
 }  // namespace ft::tuner
