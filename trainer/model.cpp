@@ -42,6 +42,22 @@ GptModel::GptModel(const GptConfig& config, CachingAllocator& alloc, const Model
   layout_ = make_stage_layout(config_, sharding_);
   setup_tensor_parallel();  // layout_ becomes this rank's shard when ModelSharding::tp > 1
   if (options.lora.enabled()) setup_lora();  // the block linears leave layout_ for NF4
+  if (sharding_.zero3) {
+    if (tp_ > 1 || !whole_model() || lora_ || options.precision != Precision::kFp32) {
+      throw ConfigError("--zero 3 runs fp32 on the whole model (no --tp, --pp, --qlora or "
+                        "--precision bf16/fp16 yet)");
+    }
+    // The block tensors leave the flat buffers: a BlockParams holds them.
+    for (int i = 0; i < kNumParamTensors; ++i) {
+      if (i != kWte && i != kWpe && i != kLnfw && i != kLnfb) layout_.sizes[i] = 0;
+    }
+    size_t off = 0;
+    for (int i = 0; i < kNumParamTensors; ++i) {
+      layout_.offsets[i] = off;
+      off += layout_.sizes[i];
+    }
+    layout_.total = off;
+  }
   params_ = Buffer<float>(alloc_, layout_.total, "params");
   // QLoRA: every tensor in layout_ is frozen; the adapters hold their own gradients.
   const size_t ngrads = lora_ ? 0 : layout_.total;
@@ -97,6 +113,17 @@ void GptModel::refresh_low_precision(size_t offset, size_t n) {
   }
 }
 
+const float* GptModel::bparam(int index, int l) {
+  if (blocks_) return blocks_->param(index, l);
+  return param(index) + layout_.sizes[index] / local_layers() * static_cast<size_t>(l);
+}
+
+float* GptModel::bgrad(int index, int l) {
+  if (lora_) return nullptr;  // QLoRA: frozen
+  if (blocks_) return blocks_->grad(index, l);
+  return grad(index) + layout_.sizes[index] / local_layers() * static_cast<size_t>(l);
+}
+
 const void* GptModel::lp_weight(int index, int layer) {
   if (options_.precision == Precision::kFp32) return nullptr;
   const size_t per = index == kWte ? layout_.sizes[index] : layout_.sizes[index] / local_layers();
@@ -112,7 +139,7 @@ void GptModel::init_weights(uint64_t seed) {
   // A pipeline stage draws the whole model's random stream and keeps its slice, and a
   // tensor-parallel rank keeps its shard of that (one tensor at a time), so that the
   // ranks together equal the single-process model.
-  const bool direct = whole_model() && tp_ == 1 && !lora_;
+  const bool direct = whole_model() && tp_ == 1 && !lora_ && !sharding_.zero3;
   const ParamLayout full = ParamLayout::make(config_);
   std::vector<float> scratch;
   for (int i = 0; i < kNumParamTensors; ++i) {
@@ -133,7 +160,7 @@ void GptModel::init_weights(uint64_t seed) {
     }
     if (!direct) {
       const float* stage = p + stage_slice_offset(i);  // full_layout_.sizes[i] elements
-      if ((tp_ > 1 && tp_sharded(i)) || lora_) {
+      if ((tp_ > 1 && tp_sharded(i)) || lora_ || sharding_.zero3) {
         load_full_tensor(i, stage);
       } else {
         std::memcpy(param(i), stage, layout_.sizes[i] * sizeof(float));
@@ -152,26 +179,25 @@ void GptModel::layer_forward(int l, const float* x, float* x_out, LayerActs& a, 
   const int C = config_.channels, N = B * T;
   const int Cl = C / tp_, NHl = config_.num_heads / tp_;
   const bool tp = tp_ > 1;
-  const size_t C_ = C, Cl_ = Cl;
   ops::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x,
-                         param(kLn1w) + l * C_, param(kLn1b) + l * C_, N, C);
-  linear_forward(kQkvw, l, a.qkv.data(), a.ln1.data(), param(kQkvb) + l * 3 * Cl_, N, C, 3 * Cl);
+                         bparam(kLn1w, l), bparam(kLn1b, l), N, C);
+  linear_forward(kQkvw, l, a.qkv.data(), a.ln1.data(), bparam(kQkvb, l), N, C, 3 * Cl);
   if (options_.attention == AttentionImpl::kFlash) {
     ops::attention_flash_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, NHl);
   } else {
     ops::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, NHl);
   }
   linear_forward(kAttprojw, l, a.res2.data(), a.atty.data(),
-                 tp ? nullptr : param(kAttprojb) + l * C_, N, Cl, C);
-  if (tp) tp_reduce_output(a.res2.data(), param(kAttprojb) + l * C_, N, C);
+                 tp ? nullptr : bparam(kAttprojb, l), N, Cl, C);
+  if (tp) tp_reduce_output(a.res2.data(), bparam(kAttprojb, l), N, C);
   ops::residual_forward(a.res2.data(), a.res2.data(), x, static_cast<size_t>(N) * C);
   ops::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
-                         param(kLn2w) + l * C_, param(kLn2b) + l * C_, N, C);
-  linear_forward(kFcw, l, a.fch.data(), a.ln2.data(), param(kFcb) + l * 4 * Cl_, N, C, 4 * Cl);
+                         bparam(kLn2w, l), bparam(kLn2b, l), N, C);
+  linear_forward(kFcw, l, a.fch.data(), a.ln2.data(), bparam(kFcb, l), N, C, 4 * Cl);
   ops::gelu_forward(a.fch_gelu.data(), a.fch.data(), static_cast<size_t>(N) * 4 * Cl);
-  linear_forward(kFcprojw, l, x_out, a.fch_gelu.data(), tp ? nullptr : param(kFcprojb) + l * C_,
+  linear_forward(kFcprojw, l, x_out, a.fch_gelu.data(), tp ? nullptr : bparam(kFcprojb, l),
                  N, 4 * Cl, C);
-  if (tp) tp_reduce_output(x_out, param(kFcprojb) + l * C_, N, C);
+  if (tp) tp_reduce_output(x_out, bparam(kFcprojb, l), N, C);
   ops::residual_forward(x_out, x_out, a.res2.data(), static_cast<size_t>(N) * C);
 }
 
@@ -184,27 +210,25 @@ void GptModel::layer_backward(int l, const float* x, float* dres, LayerActs& a, 
   const int C = config_.channels, N = B * T;
   const int Cl = C / tp_, NHl = config_.num_heads / tp_;
   const bool tp = tp_ > 1;
-  const size_t C_ = C, Cl_ = Cl, BT = static_cast<size_t>(N);
-  const bool acc = !first_micro;
-  // Layer l's slice of a gradient tensor of `per` elements per layer; null when frozen (QLoRA).
-  auto g = [&](int index, size_t per) -> float* {
-    return lora_ ? nullptr : grad(index) + per * static_cast<size_t>(l);
-  };
+  const size_t BT = static_cast<size_t>(N);
+  // ZeRO-3 reduces every micro-batch's block gradients from a fresh buffer: written, not summed.
+  const bool acc = !first_micro && !blocks_;
+  auto g = [&](int index) { return bgrad(index, l); };
   Buffer<float> dbt(alloc_, BT * C, "grad.dbt");     // (B, T, C) scratch
   // (B, T, 4Cl) scratch, also dqkv (B, T, 3Cl)
   Buffer<float> dbig(alloc_, BT * 4 * Cl, "grad.dbig");
   // MLP: x_out = res2 + fch_gelu @ fcprojw^T + b
-  linear_backward(kFcprojw, l, dbig.data(), g(kFcprojw, C_ * 4 * Cl), g(kFcprojb, C_), dres,
+  linear_backward(kFcprojw, l, dbig.data(), g(kFcprojw), g(kFcprojb), dres,
                   a.fch_gelu.data(), N, 4 * Cl, C, acc);
   ops::gelu_backward(dbig.data(), a.fch.data(), dbig.data(), BT * 4 * Cl);
-  linear_backward(kFcw, l, dbt.data(), g(kFcw, 4 * Cl_ * C), g(kFcb, 4 * Cl_), dbig.data(),
+  linear_backward(kFcw, l, dbt.data(), g(kFcw), g(kFcb), dbig.data(),
                   a.ln2.data(), N, C, 4 * Cl, acc);
   if (tp) tp_reduce_input_grad(dbt.data(), N, C);
-  ops::layernorm_backward(dres, g(kLn2w, C_), g(kLn2b, C_), dbt.data(),
-                          a.res2.data(), param(kLn2w) + l * C_, a.ln2_mean.data(),
+  ops::layernorm_backward(dres, g(kLn2w), g(kLn2b), dbt.data(),
+                          a.res2.data(), bparam(kLn2w, l), a.ln2_mean.data(),
                           a.ln2_rstd.data(), N, C);
   // Attention: res2 = x + atty @ attprojw^T + b
-  linear_backward(kAttprojw, l, dbt.data(), g(kAttprojw, C_ * Cl), g(kAttprojb, C_), dres,
+  linear_backward(kAttprojw, l, dbt.data(), g(kAttprojw), g(kAttprojb), dres,
                   a.atty.data(), N, Cl, C, acc);
   float* dqkv = dbig.data();  // (B, T, 3Cl)
   if (options_.attention == AttentionImpl::kFlash) {
@@ -214,11 +238,11 @@ void GptModel::layer_backward(int l, const float* x, float* dres, LayerActs& a, 
     // The kernel keeps its (T, T) gradient tile per thread in L2; no (B, NH, T, T) scratch.
     ops::attention_backward(dqkv, nullptr, dbt.data(), a.qkv.data(), a.att.data(), B, T, Cl, NHl);
   }
-  linear_backward(kQkvw, l, dbt.data(), g(kQkvw, 3 * Cl_ * C), g(kQkvb, 3 * Cl_), dqkv,
+  linear_backward(kQkvw, l, dbt.data(), g(kQkvw), g(kQkvb), dqkv,
                   a.ln1.data(), N, C, 3 * Cl, acc);
   if (tp) tp_reduce_input_grad(dbt.data(), N, C);
-  ops::layernorm_backward(dres, g(kLn1w, C_), g(kLn1b, C_), dbt.data(), x,
-                          param(kLn1w) + l * C_, a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+  ops::layernorm_backward(dres, g(kLn1w), g(kLn1b), dbt.data(), x,
+                          bparam(kLn1w, l), a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
 }
 
 void GptModel::run_forward(const int32_t* inputs, int B, int T, Workspace& w, bool keep) {
@@ -245,7 +269,9 @@ void GptModel::run_forward(const int32_t* inputs, int B, int T, Workspace& w, bo
   for (int l = 0; l < L; ++l) {
     const float* x = w.xs[keep ? l : l % 2].data();
     float* x_out = w.xs[keep ? l + 1 : (l + 1) % 2].data();
+    if (blocks_) blocks_->acquire(l, false);  // ZeRO-3: gathered for this use, then freed
     layer_forward(l, x, x_out, w.acts[per_layer ? l : 0], B, T);
+    if (blocks_) blocks_->release(l);
   }
   const float* x_last = w.xs[keep ? L : L % 2].data();
   FT_RANGE("fwd.head", RangeKind::kCompute);
@@ -359,6 +385,7 @@ double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets,
   const bool recompute = options_.checkpointing == Checkpointing::kBlock;
   for (int l = L - 1; l >= 0; --l) {
     LayerActs& a = w.acts[recompute ? 0 : l];
+    if (blocks_) blocks_->acquire(l, true);  // ZeRO-3: gathered again, with a gradient buffer
     // The last block's activations are still in the shared set from forward.
     if (recompute && l != L - 1) {
       FT_RANGE("recompute.block", RangeKind::kCompute, l);
@@ -367,6 +394,7 @@ double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets,
     }
     layer_backward(l, w.xs[l].data(), dres.data(), a, B, T, first_micro);
     if (grad_ready_) grad_ready_(l);
+    if (blocks_) blocks_->release(l);
   }
   if (!lora_) {  // QLoRA: the embeddings are frozen
     FT_RANGE("bwd.encoder", RangeKind::kCompute);

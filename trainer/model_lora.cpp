@@ -206,8 +206,7 @@ std::vector<float> GptModel::lora_merged_params() const {
 void GptModel::linear_forward(int index, int l, float* out, const float* inp, const float* bias,
                               int N, int IC, int OC) {
   if (!lora_) {
-    const size_t per = static_cast<size_t>(OC) * static_cast<size_t>(IC);
-    gemm_.forward(out, inp, param(index) + per * l, lp_weight(index, l), bias, N, IC, OC,
+    gemm_.forward(out, inp, bparam(index, l), lp_weight(index, l), bias, N, IC, OC,
                   options_.precision);
     return;
   }
@@ -244,8 +243,7 @@ void GptModel::linear_backward(int index, int l, float* dinp, float* dweight, fl
                                const float* dout, const float* inp, int N, int IC, int OC,
                                bool acc) {
   if (!lora_) {
-    const size_t per = static_cast<size_t>(OC) * static_cast<size_t>(IC);
-    gemm_.backward(dinp, dweight, dbias, dout, inp, param(index) + per * l, lp_weight(index, l), N,
+    gemm_.backward(dinp, dweight, dbias, dout, inp, bparam(index, l), lp_weight(index, l), N,
                    IC, OC, acc, options_.precision);
     return;
   }

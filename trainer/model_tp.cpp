@@ -143,6 +143,12 @@ void GptModel::load_full_tensor(int index, const float* full) {
     lora_load(index, full);
     return;
   }
+  if (sharding_.zero3) {  // ZeRO-3: this rank's share; the non-block tensors also whole here
+    if (!blocks_) throw Error("zero3: load_full_tensor before the block provider is attached");
+    blocks_->load_full_tensor(index, full);
+    if (layout_.sizes[index]) std::memcpy(param(index), full, layout_.sizes[index] * sizeof(float));
+    return;
+  }
   if (tp_ == 1 || !tp_sharded(index)) {
     std::memcpy(param(index), full, layout_.sizes[index] * sizeof(float));
     return;
@@ -152,6 +158,7 @@ void GptModel::load_full_tensor(int index, const float* full) {
 
 std::vector<float> GptModel::gather_full_params() {
   if (lora_) return lora_merged_params();  // QLoRA: the merged model (W + scale B A)
+  if (blocks_) return blocks_->gather_full_params();  // ZeRO-3: collective over DP
   std::vector<float> full(full_layout_.total);
   for (int i = 0; i < kNumParamTensors; ++i) {
     float* dst = full.data() + full_layout_.offsets[i];

@@ -11,7 +11,9 @@ void ParallelConfig::validate() const {
   if (dp < 1 || tp < 1 || pp < 1) {
     throw ConfigError(fmt::format("--dp {} --tp {} --pp {}: every degree must be >= 1", dp, tp, pp));
   }
-  if (zero < 0 || zero > 2) throw ConfigError(fmt::format("--zero {}: expected 0, 1 or 2", zero));
+  if (zero < 0 || zero > 3) {
+    throw ConfigError(fmt::format("--zero {}: expected 0, 1, 2 or 3", zero));
+  }
   if (!(bucket_mb > 0)) throw ConfigError("--bucket-mb must be > 0");
   if (straggle_work < 0) throw ConfigError("--straggle-work must be >= 0");
 }

@@ -263,7 +263,7 @@ po::options_description training_options(TrainConfig& c, RawFlags& raw) {
     ("dp", po::value(&c.parallel.dp)->default_value(1), "data-parallel degree (mpirun -np = dp*tp*pp)")
     ("tp", po::value(&c.parallel.tp)->default_value(1), "tensor-parallel degree")
     ("pp", po::value(&c.parallel.pp)->default_value(1), "pipeline stages (1F1B over the step's micro-batches)")
-    ("zero", po::value(&c.parallel.zero)->default_value(0), "ZeRO stage: 0 | 1 (shard optimizer states) | 2 (and gradients)")
+    ("zero", po::value(&c.parallel.zero)->default_value(0), "ZeRO stage: 0 | 1 (shard optimizer states) | 2 (and gradients) | 3 (and parameters, gathered per block)")
     ("bucket-mb", po::value(&c.parallel.bucket_mb)->default_value(25.0, "25"), "DP gradient bucket size in MiB")
     ("overlap", po::value(&c.parallel.overlap)->default_value(true), "all-reduce gradient buckets during backward")
     ("no-overlap", po::bool_switch(&raw.no_overlap), "same as --overlap false")

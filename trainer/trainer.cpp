@@ -22,6 +22,7 @@
 #include "ft/trainer/pipeline.h"
 #include "ft/trainer/tensor_parallel.h"
 #include "ft/trainer/tokenizer_gpt2.h"
+#include "ft/trainer/zero3.h"
 #include "ft/trainer/zero_optimizer.h"
 
 namespace ft::trainer {
@@ -95,6 +96,12 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
         "after the data-parallel reduction, whose shard boundaries differ between stages)",
         config_.parallel.zero, pp));
   }
+  if (config_.parallel.zero == 3 &&
+      (config_.parallel.tp > 1 || config_.options.precision != Precision::kFp32)) {
+    throw ConfigError(
+        "--zero 3 runs fp32 over data parallelism only for now (no --tp, no --precision "
+        "bf16/fp16)");
+  }
   const bool cuda = config_.device == DeviceKind::kCuda;
   if (cuda) {
     // Checked before the device, so the refusal is the same with or without a GPU.
@@ -152,7 +159,10 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
   ModelSharding sharding =
       pp > 1 ? pipeline_sharding(config_.model.num_layers, pp, groups_.pp_stage) : ModelSharding{};
   sharding.tp = groups_.tp.get();  // size > 1: this rank holds 1/tp of the heads and MLP
+  sharding.zero3 = config_.parallel.zero == 3;
   model_ = std::make_unique<GptModel>(config_.model, *alloc_, config_.options, sharding);
+  // ZeRO-3 before the weights: every tensor loaded is kept as this rank's share.
+  if (sharding.zero3) zero3_ = std::make_unique<Zero3>(*model_, *groups_.dp, *alloc_);
   // Auto: bf16 logits in L3-sized chunks (48 MiB: less memory, no measured loss of
   // speed); fp32 logits whole up to 1 GiB, which measured 10-20% faster on config (B)
   // than 48 MiB chunks (docs/benchmarks.md).
@@ -164,14 +174,16 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
   rng_.reseed(config_.seed ^ 0x5eedull);
   const size_t n = model_->num_params();
   const ParallelConfig& par = config_.parallel;
-  if (groups_.dp->world_size() > 1 || par.zero > 0) {
+  if ((groups_.dp->world_size() > 1 || par.zero > 0) && !zero3_) {
     GradSyncOptions so;
     so.overlap = par.overlap;
     so.reduce_scatter = par.zero == 2;
     so.bucket_bytes = static_cast<size_t>(par.bucket_mb * (1 << 20));
     sync_ = std::make_unique<GradSync>(*model_, *groups_.dp, *alloc_, so);
   }
-  if (par.zero > 0) {
+  if (zero3_) {
+    // ZeRO-3 holds its own shards of the parameters, gradients and AdamW moments.
+  } else if (par.zero > 0) {
     zero_ = std::make_unique<ZeroOptimizer>(*model_, *groups_.dp, *alloc_, sync_->layout(),
                                             sync_->staging(), groups_.tp.get());
   } else {
@@ -314,11 +326,14 @@ StepMetrics Trainer::step() {
       if (sync_ && k == K - 1) sync_->arm();  // only the last micro-batch communicates
       // QLoRA: one dropout-mask key per micro-batch of the run (a resumed run redraws the same).
       model_->set_lora_dropout_key(static_cast<uint64_t>(step_) * K + k);
+      if (zero3_ && k == 0) zero3_->zero_grads();
+      if (zero3_ && k == K - 1) zero3_->arm();  // the non-block gradients are reduced once
       loss_sum += model_->forward_backward(batch_.inputs(), batch_.targets(), B, T, dloss, k == 0);
     }
   }
   double loss = loss_sum / K;
   if (sync_) comm_ms += sync_->finish();
+  if (zero3_) comm_ms += zero3_->take_comm_ms();  // gathers and reduce-scatters, all blocking
   if (dp.world_size() > 1) {
     const auto tc = Clock::now();
     dp.all_reduce_sum(&loss, 1);
@@ -379,6 +394,7 @@ StepMetrics Trainer::step() {
 double Trainer::grad_sum_squares() {
   if (backend_->device() == DeviceKind::kCuda) return backend_->grad_sum_squares();
   if (model_->qlora()) return ops::sum_squares(model_->lora_grads(), model_->lora_num_params());
+  if (zero3_) return zero3_->grad_sum_squares();
   if (model_->tp_size() == 1 && !pipeline_) {
     return ops::sum_squares(model_->grads(), model_->num_params());
   }
@@ -402,6 +418,11 @@ double Trainer::grad_sum_squares() {
 
 double Trainer::apply_update(float lr, float grad_scale) {
   ++adam_t_;
+  if (zero3_) {
+    const AdamWSettings s{config_.beta1, config_.beta2, config_.eps, config_.weight_decay};
+    zero3_->update(lr, s, grad_scale, adam_t_);
+    return zero3_->take_comm_ms();
+  }
   if (zero_) {
     const AdamWSettings s{config_.beta1, config_.beta2, config_.eps, config_.weight_decay};
     return zero_->update(lr, s, grad_scale, adam_t_);
@@ -475,9 +496,27 @@ double Trainer::evaluate() {
     return acc[1] > 0 ? acc[0] / acc[1] : -1;
   }
   double acc[2] = {0, 0};  // loss sum, batches
-  for (int i = groups_.dp_rank; i < config_.val_batches && loader.next(b); i += d) {
-    acc[0] += backend_->forward_loss(b.inputs(), b.targets(), B, T);
-    acc[1] += 1;
+  if (zero3_ && d > 1) {
+    // Every forward gathers collectively: the ranks agree each round whether any has a batch,
+    // and a rank without one runs an uncounted forward (of zero tokens) alongside.
+    const std::vector<int32_t> zeros(static_cast<size_t>(B) * T, 0);
+    for (int i = groups_.dp_rank;; i += d) {
+      const bool have = i < config_.val_batches && loader.next(b);
+      double any = have ? 1 : 0;
+      dp.all_reduce_max(&any, 1);
+      if (any == 0) break;
+      const double l = have ? backend_->forward_loss(b.inputs(), b.targets(), B, T)
+                            : backend_->forward_loss(zeros.data(), zeros.data(), B, T);
+      if (have) {
+        acc[0] += l;
+        acc[1] += 1;
+      }
+    }
+  } else {
+    for (int i = groups_.dp_rank; i < config_.val_batches && loader.next(b); i += d) {
+      acc[0] += backend_->forward_loss(b.inputs(), b.targets(), B, T);
+      acc[1] += 1;
+    }
   }
   if (d > 1) dp.all_reduce_sum(acc, 2);
   return acc[1] > 0 ? acc[0] / acc[1] : -1;

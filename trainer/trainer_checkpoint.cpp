@@ -10,6 +10,7 @@
 #include "ft/trainer/checkpoint_io.h"
 #include "ft/trainer/grad_sync.h"
 #include "ft/trainer/trainer.h"
+#include "ft/trainer/zero3.h"
 #include "ft/trainer/zero_optimizer.h"
 
 namespace ft::trainer {
@@ -80,6 +81,13 @@ void Trainer::save(const std::string& dir) {
     w.add_section("adapters", model_->lora_params(), ab);
     w.add_section("adam_m", adam_m_.data(), ab);
     w.add_section("adam_v", adam_v_.data(), ab);
+  } else if (zero3_) {
+    // ZeRO-3: this rank's shards of the parameters and AdamW state (Zero3Layout order).
+    const size_t sb = zero3_->shard_size() * sizeof(float);
+    meta["shard_size"] = zero3_->shard_size();
+    w.add_section("params", zero3_->params(), sb);
+    w.add_section("adam_m", zero3_->m(), sb);
+    w.add_section("adam_v", zero3_->v(), sb);
   } else if (zero_) {
     // ZeRO: this rank's shard of the optimizer state (ShardLayout order).
     w.add_section("params", model_->params(), bytes);
@@ -205,6 +213,16 @@ void Trainer::load(const std::string& dir) {
       r.read("adapters", model_->lora_params(), ab);
       r.read("adam_m", adam_m_.data(), ab);
       r.read("adam_v", adam_v_.data(), ab);
+    } else if (zero3_) {
+      if (meta.value("shard_size", size_t{0}) != zero3_->shard_size()) {
+        throw FormatError(fmt::format("checkpoint '{}' holds a ZeRO-3 shard of {} elements, expected {}",
+                                      path.string(), meta.value("shard_size", size_t{0}),
+                                      zero3_->shard_size()));
+      }
+      const size_t sb = zero3_->shard_size() * sizeof(float);
+      r.read("params", zero3_->params(), sb);
+      r.read("adam_m", zero3_->m(), sb);
+      r.read("adam_v", zero3_->v(), sb);
     } else if (zero_) {
       r.read("params", model_->params(), bytes);
       if (meta.value("shard_size", size_t{0}) != zero_->shard_size()) {
@@ -241,6 +259,7 @@ void Trainer::load(const std::string& dir) {
     throw FormatError(
         fmt::format("checkpoint '{}' metadata is malformed: {}", path.string(), e.what()));
   }
+  if (zero3_) zero3_->gather_non_block();  // collective: every rank loads
   model_->refresh_low_precision();
   backend_->upload_state(model_->params(), adam_m_.data(), adam_v_.data());  // cuda: to the device
 }

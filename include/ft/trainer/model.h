@@ -46,6 +46,21 @@ struct ActivationMemory {
 
 class Communicator;
 
+// ZeRO-3 (ft/trainer/zero3.h): where the blocks' parameters and gradients live while a block is
+// in use. The model calls acquire before a block's forward (and its backward), release after.
+class BlockParams {
+ public:
+  virtual ~BlockParams() = default;
+  virtual void acquire(int layer, bool backward) = 0;
+  virtual void release(int layer) = 0;
+  // Block tensor `index`'s slice for `layer` (valid between acquire and release).
+  virtual const float* param(int index, int layer) const = 0;
+  virtual float* grad(int index, int layer) = 0;  // written (not accumulated) by backward
+  // The whole tensor `index` (llm.c layout) for this rank to keep its share of.
+  virtual void load_full_tensor(int index, const float* full) = 0;
+  virtual std::vector<float> gather_full_params() = 0;  // collective
+};
+
 // Which part of the model this rank holds, for tensor and pipeline parallelism.
 // The default is the whole model on one rank.
 struct ModelSharding {
@@ -54,6 +69,9 @@ struct ModelSharding {
   int num_layers = -1;         // -1: all blocks
   bool has_embedding = true;   // first stage: wte/wpe lookup
   bool has_head = true;        // last stage: final LayerNorm, LM head and loss
+  // ZeRO-3: the block tensors are not held (layout() gives them size 0): a BlockParams
+  // (set_block_params) provides them. Whole model, one TP rank, fp32.
+  bool zero3 = false;
 };
 
 // Called on the training thread when backward has finished writing the gradients
@@ -131,6 +149,9 @@ class GptModel {
   // `layer` is the local block index (0..local_layers()-1), as in layout().
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
 
+  // ZeRO-3 (ModelSharding::zero3): the provider of the block tensors; not owned.
+  void set_block_params(BlockParams* b) { blocks_ = b; }
+
   // ---- QLoRA (model_lora.cpp): options().lora.enabled() ----------------------------
   // The four block linears of every layer are held in NF4 (frozen, never whole in fp32); the
   // other tensors (embeddings, LayerNorms, biases) are frozen fp32 in params(), whose layout()
@@ -191,6 +212,10 @@ class GptModel {
   void layer_backward(int l, const float* x, float* dres, LayerActs& a, int B, int T,
                       bool first_micro);
   const void* lp_weight(int index, int layer);
+  // Block tensor `index`'s slice for layer l, and its gradient (null when frozen under QLoRA):
+  // in the flat buffers, or under ZeRO-3 in the gathered block.
+  const float* bparam(int index, int l);
+  float* bgrad(int index, int l);
   // Block linear `index` of layer l: out (N,OC) = inp (N,IC) W^T + bias, through the GEMM or,
   // under QLoRA, the NF4 weight and its adapter. Backward writes dinp (if non-null) and, for a
   // trained weight, dweight/dbias (null under QLoRA: frozen; the adapter's gradients instead).
@@ -229,6 +254,7 @@ class GptModel {
   GradReadyHook grad_ready_;
   std::unique_ptr<StageState> stage_;  // pipeline-stage workspaces (model_stage.cpp)
   std::unique_ptr<LoraState> lora_;    // QLoRA: NF4 weights and adapters (model_lora.cpp)
+  BlockParams* blocks_ = nullptr;      // ZeRO-3: the gathered blocks
   StageSlot& stage_slot(int slot, const char* what);
   int tp_ = 1, tp_rank_ = 0;  // tensor-parallel degree and this rank's place
   ParamLayout full_layout_;   // the unsharded layout (== layout_ when tp_ == 1)

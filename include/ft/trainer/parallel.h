@@ -12,14 +12,14 @@ struct ParallelConfig {
   int dp = 1;                 // data-parallel degree
   int tp = 1;                 // tensor-parallel degree (Megatron column/row split)
   int pp = 1;                 // pipeline stages (1F1B over the step's micro-batches)
-  int zero = 0;               // 0 | 1 (optimizer states sharded) | 2 (+ gradients reduce-scattered)
+  int zero = 0;  // 0 | 1 (optimizer states sharded) | 2 (+ gradients) | 3 (+ parameters)
   double bucket_mb = 25;      // gradient bucket size for the DP all-reduce (MiB of fp32)
   bool overlap = true;        // all-reduce buckets on a comm thread while backward runs
   double comm_timeout_s = 120;  // any single collective longer than this fails the job
   int straggle_rank = -1;     // fault injection: this world rank does extra real compute ...
   int straggle_work = 0;      // ... of this many GEMM passes (C x C x B*T) every step
   int size() const { return dp * tp * pp; }
-  void validate() const;  // throws ConfigError (degrees >= 1, zero in 0..2, bucket > 0)
+  void validate() const;  // throws ConfigError (degrees >= 1, zero in 0..3, bucket > 0)
 };
 
 // This rank's coordinates and its three groups. World rank layout (TP innermost,

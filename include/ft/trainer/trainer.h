@@ -57,6 +57,7 @@ struct TrainSummary {
 
 class GradSync;
 class ZeroOptimizer;
+class Zero3;
 
 class Trainer {
  public:
@@ -134,6 +135,7 @@ class Trainer {
   Buffer<float> adam_m_, adam_v_;  // (num_params); unused under ZeRO
   std::unique_ptr<GradSync> sync_;        // data parallelism (dp > 1) or ZeRO
   std::unique_ptr<ZeroOptimizer> zero_;   // ZeRO-1/2: AdamW state of this rank's shard
+  std::unique_ptr<Zero3> zero3_;          // ZeRO-3: parameter, gradient and AdamW shards
   std::unique_ptr<ModelBackend> backend_;  // --device cuda: the device model; cpu: model_
   std::unique_ptr<BatchUploader> uploader_;  // --device cuda: batches to the device (--h2d)
   LossScaler scaler_;

@@ -1,0 +1,222 @@
+// zero3.cpp: ZeRO-3: parameter, gradient and AdamW shards; block parameters gathered for each
+// use, block gradients reduce-scattered as each block's backward completes.
+#include "ft/trainer/zero3.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "ft/core/annotate.h"
+#include "ft/core/error.h"
+#include "ft/trainer/ops.h"
+
+namespace ft::trainer {
+
+namespace {
+
+constexpr int kBlockTensors[] = {kLn1w, kLn1b, kQkvw, kQkvb, kAttprojw, kAttprojb,
+                                 kLn2w, kLn2b, kFcw,  kFcb,  kFcprojw,  kFcprojb};
+constexpr int kNonBlockTensors[] = {kWte, kWpe, kLnfw, kLnfb};
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+bool Zero3Layout::block_tensor(int index) {
+  return std::find(std::begin(kBlockTensors), std::end(kBlockTensors), index) !=
+         std::end(kBlockTensors);
+}
+
+Zero3Layout::Zero3Layout(const GptConfig& config, int ranks) {
+  const ParamLayout full = ParamLayout::make(config);
+  const size_t L = static_cast<size_t>(config.num_layers), D = static_cast<size_t>(ranks);
+  size_t block = 0, non_block = 0;
+  for (int i : kBlockTensors) {
+    per_unit_[static_cast<size_t>(i)] = full.sizes[static_cast<size_t>(i)] / L;
+    in_unit_[static_cast<size_t>(i)] = block;
+    block += per_unit_[static_cast<size_t>(i)];
+  }
+  for (int i : kNonBlockTensors) {
+    per_unit_[static_cast<size_t>(i)] = full.sizes[static_cast<size_t>(i)];
+    in_unit_[static_cast<size_t>(i)] = non_block;
+    non_block += per_unit_[static_cast<size_t>(i)];
+  }
+  elems_.assign(L, block);
+  elems_.push_back(non_block);
+  for (size_t e : elems_) {
+    const size_t p = (e + D - 1) / D;
+    part_.push_back(p);
+    shard_off_.push_back(shard_size_);
+    shard_size_ += p;
+  }
+}
+
+Zero3::Zero3(GptModel& model, Communicator& dp, CachingAllocator& alloc)
+    : model_(model),
+      dp_(dp),
+      alloc_(alloc),
+      layout_(model.config(), dp.world_size()),
+      rank_(dp.rank()),
+      ranks_(dp.world_size()) {
+  const size_t n = layout_.shard_size();
+  params_ = Buffer<float>(alloc_, n, "zero3.params");
+  grads_ = Buffer<float>(alloc_, n, "zero3.grads");
+  m_ = Buffer<float>(alloc_, n, "zero3.adam_m");
+  v_ = Buffer<float>(alloc_, n, "zero3.adam_v");
+  for (Buffer<float>* b : {&params_, &grads_, &m_, &v_})
+    std::memset(b->data(), 0, n * sizeof(float));
+  held_.resize(static_cast<size_t>(model.config().num_layers));
+  // This shard by tensor: the part of each unit this rank holds, cut at tensor boundaries.
+  const int L = model.config().num_layers;
+  for (int u = 0; u <= L; ++u) {
+    const size_t part = layout_.part(u), lo_r = part * static_cast<size_t>(rank_);
+    const size_t hi_r = std::min(lo_r + part, layout_.unit_elems(u));
+    for (int i = 0; i < kNumParamTensors; ++i) {
+      if (Zero3Layout::block_tensor(i) != (u < L)) continue;
+      const size_t lo = std::max(lo_r, layout_.offset_in_unit(i));
+      const size_t hi = std::min(hi_r, layout_.offset_in_unit(i) + layout_.unit_size(i));
+      if (lo < hi) {
+        pieces_.push_back({layout_.shard_offset(u) + (lo - lo_r), hi - lo, ParamLayout::decays(i)});
+      }
+    }
+  }
+  model_.set_block_params(this);
+  model_.set_grad_ready_hook([this](int layer) { on_grad_ready(layer); });
+}
+
+Zero3::~Zero3() {
+  model_.set_grad_ready_hook({});
+  model_.set_block_params(nullptr);
+}
+
+void Zero3::acquire(int layer, bool backward) {
+  const size_t part = layout_.part(layer), n = part * static_cast<size_t>(ranks_);
+  Held& h = held_[static_cast<size_t>(layer)];
+  if (!h.params.data()) {
+    h.params = Buffer<float>(alloc_, n, "zero3.gathered");
+    FT_RANGE("zero3.all_gather", RangeKind::kComm, layer);
+    const auto t0 = Clock::now();
+    dp_.all_gather(params_.data() + layout_.shard_offset(layer), h.params.data(), part);
+    comm_ms_ += ms_since(t0);
+  }
+  if (backward && !h.grads.data()) {
+    h.grads = Buffer<float>(alloc_, n, "zero3.block_grads");
+    std::memset(h.grads.data(), 0, n * sizeof(float));
+  }
+}
+
+void Zero3::release(int layer) { held_[static_cast<size_t>(layer)] = Held{}; }
+
+const float* Zero3::param(int index, int layer) const {
+  const Held& h = held_[static_cast<size_t>(layer)];
+  if (!h.params.data())
+    throw Error(fmt::format("zero3: block {} used before it was gathered", layer));
+  return h.params.data() + layout_.offset_in_unit(index);
+}
+
+float* Zero3::grad(int index, int layer) {
+  Held& h = held_[static_cast<size_t>(layer)];
+  if (!h.grads.data()) throw Error(fmt::format("zero3: block {} has no gradient buffer", layer));
+  return h.grads.data() + layout_.offset_in_unit(index);
+}
+
+void Zero3::reduce_unit(int u, const float* unit_grads) {
+  const size_t part = layout_.part(u), n = part * static_cast<size_t>(ranks_);
+  FT_RANGE("zero3.reduce_scatter", RangeKind::kComm, u);
+  const auto t0 = Clock::now();
+  Buffer<float> send(alloc_, n, "zero3.rs_send"), recv(alloc_, part, "zero3.rs_recv");
+  const size_t e = layout_.unit_elems(u);
+  std::memcpy(send.data(), unit_grads, e * sizeof(float));
+  std::memset(send.data() + e, 0, (n - e) * sizeof(float));
+  dp_.reduce_scatter_sum(send.data(), recv.data(), part);
+  float* g = grads_.data() + layout_.shard_offset(u);
+  for (size_t i = 0; i < part; ++i) g[i] += recv.data()[i];
+  comm_ms_ += ms_since(t0);
+}
+
+void Zero3::on_grad_ready(int layer) {
+  if (layer >= 0) {
+    reduce_unit(layer, held_[static_cast<size_t>(layer)].grads.data());
+    return;
+  }
+  if (!armed_) return;  // the non-block gradients accumulate until the last micro-batch
+  armed_ = false;
+  reduce_unit(model_.config().num_layers, model_.grads());
+}
+
+void Zero3::zero_grads() { std::memset(grads_.data(), 0, layout_.shard_size() * sizeof(float)); }
+
+double Zero3::grad_sum_squares() {
+  double sq = ops::sum_squares(grads_.data(), layout_.shard_size());
+  const auto t0 = Clock::now();
+  dp_.all_reduce_sum(&sq, 1);
+  comm_ms_ += ms_since(t0);
+  return sq;
+}
+
+void Zero3::update(float lr, const AdamWSettings& s, float grad_scale, int t) {
+  for (const Piece& p : pieces_) {
+    ops::adamw_update(params_.data() + p.shard, grads_.data() + p.shard, m_.data() + p.shard,
+                      v_.data() + p.shard, p.n, lr, s.beta1, s.beta2, s.eps,
+                      p.decays ? s.weight_decay : 0.0f, grad_scale, t);
+  }
+  gather_non_block();
+}
+
+void Zero3::gather_non_block() {
+  const int u = model_.config().num_layers;
+  const size_t part = layout_.part(u);
+  Buffer<float> buf(alloc_, part * static_cast<size_t>(ranks_), "zero3.gathered");
+  FT_RANGE("zero3.all_gather", RangeKind::kComm, u);
+  const auto t0 = Clock::now();
+  dp_.all_gather(params_.data() + layout_.shard_offset(u), buf.data(), part);
+  // The model's flat buffer holds exactly the non-block tensors, in the unit's order.
+  std::memcpy(model_.params(), buf.data(), layout_.unit_elems(u) * sizeof(float));
+  comm_ms_ += ms_since(t0);
+}
+
+double Zero3::take_comm_ms() {
+  const double ms = comm_ms_;
+  comm_ms_ = 0;
+  return ms;
+}
+
+void Zero3::load_full_tensor(int index, const float* full) {
+  const bool block = Zero3Layout::block_tensor(index);
+  const int L = model_.config().num_layers;
+  const size_t per = layout_.unit_size(index), off = layout_.offset_in_unit(index);
+  for (int l = 0; l < (block ? L : 1); ++l) {
+    const int u = block ? l : L;
+    const size_t part = layout_.part(u), lo_r = part * static_cast<size_t>(rank_);
+    const size_t lo = std::max(lo_r, off), hi = std::min(lo_r + part, off + per);
+    if (lo >= hi) continue;
+    std::memcpy(params_.data() + layout_.shard_offset(u) + (lo - lo_r),
+                full + per * static_cast<size_t>(l) + (lo - off), (hi - lo) * sizeof(float));
+  }
+}
+
+std::vector<float> Zero3::gather_full_params() {
+  const ParamLayout full_layout = ParamLayout::make(model_.config());
+  std::vector<float> full(full_layout.total);
+  const int L = model_.config().num_layers;
+  for (int u = 0; u <= L; ++u) {
+    const size_t part = layout_.part(u);
+    Buffer<float> buf(alloc_, part * static_cast<size_t>(ranks_), "zero3.gathered");
+    dp_.all_gather(params_.data() + layout_.shard_offset(u), buf.data(), part);
+    for (int i = 0; i < kNumParamTensors; ++i) {
+      if (Zero3Layout::block_tensor(i) != (u < L)) continue;
+      const size_t per = layout_.unit_size(i);
+      std::memcpy(full.data() + full_layout.offsets[static_cast<size_t>(i)] +
+                      (u < L ? per * static_cast<size_t>(u) : 0),
+                  buf.data() + layout_.offset_in_unit(i), per * sizeof(float));
+    }
+  }
+  return full;
+}
+
+}  // namespace ft::trainer
