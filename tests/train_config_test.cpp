@@ -75,7 +75,7 @@ TEST(OptionTable, ListsEveryOptionWithTypeDefaultAndHelp) {
   EXPECT_EQ(get("metrics").default_value, "");
   EXPECT_EQ(get("precision").default_value, "fp32");
   EXPECT_EQ(get("precision").allowed, (std::vector<std::string>{"fp32", "bf16", "fp16"}));
-  EXPECT_EQ(get("zero").allowed, (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_EQ(get("zero").allowed, (std::vector<std::string>{"0", "1", "2", "3"}));
   EXPECT_TRUE(get("micro-batch").allowed.empty());
 }
 

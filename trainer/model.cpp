@@ -43,9 +43,8 @@ GptModel::GptModel(const GptConfig& config, CachingAllocator& alloc, const Model
   setup_tensor_parallel();  // layout_ becomes this rank's shard when ModelSharding::tp > 1
   if (options.lora.enabled()) setup_lora();  // the block linears leave layout_ for NF4
   if (sharding_.zero3) {
-    if (tp_ > 1 || !whole_model() || lora_ || options.precision != Precision::kFp32) {
-      throw ConfigError("--zero 3 runs fp32 on the whole model (no --tp, --pp, --qlora or "
-                        "--precision bf16/fp16 yet)");
+    if (tp_ > 1 || !whole_model() || lora_) {
+      throw ConfigError("--zero 3 runs on the whole model (no --tp, --pp or --qlora yet)");
     }
     // The block tensors leave the flat buffers: a BlockParams holds them.
     for (int i = 0; i < kNumParamTensors; ++i) {
@@ -126,6 +125,7 @@ float* GptModel::bgrad(int index, int l) {
 
 const void* GptModel::lp_weight(int index, int layer) {
   if (options_.precision == Precision::kFp32) return nullptr;
+  if (blocks_ && index != kWte) return blocks_->param_lp(index, layer);  // ZeRO-3: gathered
   const size_t per = index == kWte ? layout_.sizes[index] : layout_.sizes[index] / local_layers();
   const size_t off = layout_.offsets[index] + per * static_cast<size_t>(layer);
   const size_t elem = options_.precision == Precision::kBf16 ? 2 : 4;

@@ -178,7 +178,7 @@ const std::map<std::string, std::vector<std::string>>& choices() {
       {"device", {"cpu", "cuda"}},
       {"h2d", {"pinned", "pageable"}},
       {"tokenizer", {"byte", "gpt2"}},
-      {"zero", {"0", "1", "2"}}};
+      {"zero", {"0", "1", "2", "3"}}};
   return kChoices;
 }
 

@@ -96,11 +96,10 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
         "after the data-parallel reduction, whose shard boundaries differ between stages)",
         config_.parallel.zero, pp));
   }
-  if (config_.parallel.zero == 3 &&
-      (config_.parallel.tp > 1 || config_.options.precision != Precision::kFp32)) {
+  if (config_.parallel.zero == 3 && config_.parallel.tp > 1) {
     throw ConfigError(
-        "--zero 3 runs fp32 over data parallelism only for now (no --tp, no --precision "
-        "bf16/fp16)");
+        "--zero 3 runs over data parallelism only for now (no --tp: a TP shard of a block is "
+        "not yet cut into ZeRO-3 units)");
   }
   const bool cuda = config_.device == DeviceKind::kCuda;
   if (cuda) {

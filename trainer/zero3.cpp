@@ -11,6 +11,7 @@
 #include "ft/core/annotate.h"
 #include "ft/core/error.h"
 #include "ft/trainer/ops.h"
+#include "ft/trainer/precision.h"
 
 namespace ft::trainer {
 
@@ -62,7 +63,8 @@ Zero3::Zero3(GptModel& model, Communicator& dp, CachingAllocator& alloc)
       alloc_(alloc),
       layout_(model.config(), dp.world_size()),
       rank_(dp.rank()),
-      ranks_(dp.world_size()) {
+      ranks_(dp.world_size()),
+      precision_(model.options().precision) {
   const size_t n = layout_.shard_size();
   params_ = Buffer<float>(alloc_, n, "zero3.params");
   grads_ = Buffer<float>(alloc_, n, "zero3.grads");
@@ -87,36 +89,133 @@ Zero3::Zero3(GptModel& model, Communicator& dp, CachingAllocator& alloc)
   }
   model_.set_block_params(this);
   model_.set_grad_ready_hook([this](int layer) { on_grad_ready(layer); });
+  thread_ = std::thread([this] { thread_loop(); });
 }
 
 Zero3::~Zero3() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
   model_.set_grad_ready_hook({});
   model_.set_block_params(nullptr);
 }
 
-void Zero3::acquire(int layer, bool backward) {
-  const size_t part = layout_.part(layer), n = part * static_cast<size_t>(ranks_);
-  Held& h = held_[static_cast<size_t>(layer)];
-  if (!h.params.data()) {
-    h.params = Buffer<float>(alloc_, n, "zero3.gathered");
-    FT_RANGE("zero3.all_gather", RangeKind::kComm, layer);
-    const auto t0 = Clock::now();
-    dp_.all_gather(params_.data() + layout_.shard_offset(layer), h.params.data(), part);
-    comm_ms_ += ms_since(t0);
+void Zero3::post(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.push_back(std::move(task));
   }
+  cv_.notify_all();
+}
+
+void Zero3::thread_loop() {
+  for (;;) {
+    std::function<void()> task;
+    bool failed = false;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      ++running_;
+      failed = error_ != nullptr;
+    }
+    try {
+      if (!failed) task();  // after an error the rest is skipped; drain() rethrows it
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu_);
+      error_ = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      --running_;
+    }
+    cv_.notify_all();
+  }
+}
+
+void Zero3::drain() {
+  FT_RANGE("zero3.wait", RangeKind::kComm);
+  const auto t0 = Clock::now();
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return queue_.empty() && running_ == 0; });
+  comm_ms_ += ms_since(t0);
+  if (error_) std::rethrow_exception(error_);
+}
+
+void Zero3::gather_block(int layer) {
+  Held& h = held_[static_cast<size_t>(layer)];
+  if (h.ready) return;  // gathered, or on its way
+  const size_t part = layout_.part(layer);
+  h.params = Buffer<float>(alloc_, part * static_cast<size_t>(ranks_), "zero3.gathered");
+  h.ready = std::make_shared<bool>(false);
+  const size_t n = part * static_cast<size_t>(ranks_);
+  if (precision_ != Precision::kFp32) {
+    h.lp = Buffer<char>(alloc_, n * (precision_ == Precision::kBf16 ? 2 : 4), "zero3.gathered_lp");
+  }
+  float* dst = h.params.data();
+  char* lp = h.lp.data();
+  const float* src = params_.data() + layout_.shard_offset(layer);
+  std::shared_ptr<bool> ready = h.ready;
+  post([this, dst, lp, src, part, n, ready] {
+    dp_.all_gather(src, dst, part);
+    if (precision_ == Precision::kBf16) fp32_to_bf16(reinterpret_cast<uint16_t*>(lp), dst, n);
+    if (precision_ == Precision::kFp16) round_through_fp16(reinterpret_cast<float*>(lp), dst, n);
+    std::lock_guard<std::mutex> lk(mu_);
+    *ready = true;
+  });
+}
+
+void Zero3::wait_block(int layer) {
+  const std::shared_ptr<bool> ready = held_[static_cast<size_t>(layer)].ready;
+  std::unique_lock<std::mutex> lk(mu_);
+  if (*ready) return;
+  FT_RANGE("zero3.wait", RangeKind::kComm, layer);
+  const auto t0 = Clock::now();
+  cv_.wait(lk, [&] { return *ready || error_ != nullptr; });
+  comm_ms_ += ms_since(t0);
+  if (error_) std::rethrow_exception(error_);
+}
+
+void Zero3::acquire(int layer, bool backward) {
+  // This block (unless prefetched), then the next one in this pass's direction.
+  gather_block(layer);
+  const int next = backward ? layer - 1 : layer + 1;
+  if (next >= 0 && next < model_.config().num_layers) gather_block(next);
+  wait_block(layer);
+  Held& h = held_[static_cast<size_t>(layer)];
   if (backward && !h.grads.data()) {
+    const size_t n = layout_.part(layer) * static_cast<size_t>(ranks_);
     h.grads = Buffer<float>(alloc_, n, "zero3.block_grads");
     std::memset(h.grads.data(), 0, n * sizeof(float));
   }
 }
 
-void Zero3::release(int layer) { held_[static_cast<size_t>(layer)] = Held{}; }
+void Zero3::release(int layer) {
+  Held& h = held_[static_cast<size_t>(layer)];
+  h.params.reset();
+  h.grads.reset();  // a pending reduce-scatter holds its own copy
+  h.lp.reset();
+  h.ready.reset();
+}
 
 const float* Zero3::param(int index, int layer) const {
   const Held& h = held_[static_cast<size_t>(layer)];
   if (!h.params.data())
     throw Error(fmt::format("zero3: block {} used before it was gathered", layer));
   return h.params.data() + layout_.offset_in_unit(index);
+}
+
+const void* Zero3::param_lp(int index, int layer) const {
+  if (precision_ == Precision::kFp32) return nullptr;
+  const Held& h = held_[static_cast<size_t>(layer)];
+  if (!h.lp.data()) throw Error(fmt::format("zero3: block {} used before it was gathered", layer));
+  const size_t elem = precision_ == Precision::kBf16 ? 2 : 4;
+  return h.lp.data() + layout_.offset_in_unit(index) * elem;
 }
 
 float* Zero3::grad(int index, int layer) {
@@ -126,17 +225,18 @@ float* Zero3::grad(int index, int layer) {
 }
 
 void Zero3::reduce_unit(int u, const float* unit_grads) {
+  // The unit's gradients (padded to D parts) move into the task: the caller may free its buffer.
   const size_t part = layout_.part(u), n = part * static_cast<size_t>(ranks_);
-  FT_RANGE("zero3.reduce_scatter", RangeKind::kComm, u);
-  const auto t0 = Clock::now();
-  Buffer<float> send(alloc_, n, "zero3.rs_send"), recv(alloc_, part, "zero3.rs_recv");
+  auto send = std::make_shared<Buffer<float>>(alloc_, n, "zero3.rs_send");
   const size_t e = layout_.unit_elems(u);
-  std::memcpy(send.data(), unit_grads, e * sizeof(float));
-  std::memset(send.data() + e, 0, (n - e) * sizeof(float));
-  dp_.reduce_scatter_sum(send.data(), recv.data(), part);
+  std::memcpy(send->data(), unit_grads, e * sizeof(float));
+  std::memset(send->data() + e, 0, (n - e) * sizeof(float));
   float* g = grads_.data() + layout_.shard_offset(u);
-  for (size_t i = 0; i < part; ++i) g[i] += recv.data()[i];
-  comm_ms_ += ms_since(t0);
+  post([this, send, part, g] {
+    Buffer<float> recv(alloc_, part, "zero3.rs_recv");
+    dp_.reduce_scatter_sum(send->data(), recv.data(), part);
+    for (size_t i = 0; i < part; ++i) g[i] += recv.data()[i];
+  });
 }
 
 void Zero3::on_grad_ready(int layer) {
@@ -147,11 +247,16 @@ void Zero3::on_grad_ready(int layer) {
   if (!armed_) return;  // the non-block gradients accumulate until the last micro-batch
   armed_ = false;
   reduce_unit(model_.config().num_layers, model_.grads());
+  drain();  // the step's gradients are complete in this shard
 }
 
-void Zero3::zero_grads() { std::memset(grads_.data(), 0, layout_.shard_size() * sizeof(float)); }
+void Zero3::zero_grads() {
+  drain();
+  std::memset(grads_.data(), 0, layout_.shard_size() * sizeof(float));
+}
 
 double Zero3::grad_sum_squares() {
+  drain();
   double sq = ops::sum_squares(grads_.data(), layout_.shard_size());
   const auto t0 = Clock::now();
   dp_.all_reduce_sum(&sq, 1);
@@ -160,6 +265,7 @@ double Zero3::grad_sum_squares() {
 }
 
 void Zero3::update(float lr, const AdamWSettings& s, float grad_scale, int t) {
+  drain();
   for (const Piece& p : pieces_) {
     ops::adamw_update(params_.data() + p.shard, grads_.data() + p.shard, m_.data() + p.shard,
                       v_.data() + p.shard, p.n, lr, s.beta1, s.beta2, s.eps,
@@ -169,6 +275,7 @@ void Zero3::update(float lr, const AdamWSettings& s, float grad_scale, int t) {
 }
 
 void Zero3::gather_non_block() {
+  drain();
   const int u = model_.config().num_layers;
   const size_t part = layout_.part(u);
   Buffer<float> buf(alloc_, part * static_cast<size_t>(ranks_), "zero3.gathered");
@@ -177,6 +284,7 @@ void Zero3::gather_non_block() {
   dp_.all_gather(params_.data() + layout_.shard_offset(u), buf.data(), part);
   // The model's flat buffer holds exactly the non-block tensors, in the unit's order.
   std::memcpy(model_.params(), buf.data(), layout_.unit_elems(u) * sizeof(float));
+  model_.refresh_low_precision();  // the tied wte's shadow for the LM head
   comm_ms_ += ms_since(t0);
 }
 
@@ -187,6 +295,7 @@ double Zero3::take_comm_ms() {
 }
 
 void Zero3::load_full_tensor(int index, const float* full) {
+  drain();
   const bool block = Zero3Layout::block_tensor(index);
   const int L = model_.config().num_layers;
   const size_t per = layout_.unit_size(index), off = layout_.offset_in_unit(index);
@@ -201,6 +310,7 @@ void Zero3::load_full_tensor(int index, const float* full) {
 }
 
 std::vector<float> Zero3::gather_full_params() {
+  drain();
   const ParamLayout full_layout = ParamLayout::make(model_.config());
   std::vector<float> full(full_layout.total);
   const int L = model_.config().num_layers;

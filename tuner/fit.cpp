@@ -49,7 +49,7 @@ std::vector<Fit> memory_configurations(const Config& base, const BatchRule& rule
   for (const char* ck : {"", "block"}) {
     for (int split = 1; split <= 16 && b / split >= 1; split *= 2) {
       if (b % split) continue;
-      for (int zero = 0; zero <= (dp > 1 ? 2 : 0); ++zero) {
+      for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
         for (const bool q : {false, true}) {
           if (q && !fine_tuning) continue;
           Config patch;

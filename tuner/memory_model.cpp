@@ -1,4 +1,5 @@
-// memory_model.cpp: ft's peak-memory prediction from the model shape, precision and recompute policy.
+// memory_model.cpp: ft's peak-memory prediction from the model shape, precision and recompute
+// policy.
 #include "ft/tuner/memory_model.h"
 
 #include <fmt/format.h>
@@ -215,17 +216,36 @@ MemoryEstimate predict_stage(const trainer::TrainConfig& config, const ParallelL
     if (tp > 1 || pp > 1) throw ConfigError("--qlora runs on one rank (no --tp or --pp)");
     bwd_gemm = fwd_gemm = predict_qlora(config, m);
   }
+  size_t gather_fwd = 0, gather_bwd = 0;
+  if (layout.zero_stage >= 3) {
+    if (tp > 1 || pp > 1) throw ConfigError("--zero 3 runs over data parallelism only");
+    // ZeRO-3 (trainer/zero3.cpp): the non-block tensors whole (with gradients and the bf16
+    // shadow), every unit's 1/D part of parameters, gradients and AdamW; a forward block holds
+    // itself and the prefetched next block, a backward block also its gradient buffer and the
+    // previous block's reduce-scatter copy.
+    const size_t nb = pl.sizes[trainer::kWte] + pl.sizes[trainer::kWpe] + pl.sizes[trainer::kLnfw] +
+                      pl.sizes[trainer::kLnfb];
+    const size_t unit = (pl.total - nb) / static_cast<size_t>(L);
+    const size_t part = (unit + dp - 1) / dp, nb_part = (nb + dp - 1) / dp;
+    const size_t shard = static_cast<size_t>(L) * part + nb_part;
+    m.params = rounded(4 * nb) + rounded(4 * shard);
+    m.grads = rounded(4 * nb) + rounded(4 * shard);
+    m.optimizer = 2 * rounded(4 * shard);
+    m.low_precision_weights = bf16 ? rounded(2 * nb) : fp16 ? rounded(4 * nb) : 0;
+    const size_t g = rounded(4 * part * dp), glp = bf16 ? rounded(2 * part * dp) : fp16 ? g : 0;
+    gather_fwd = 2 * (g + glp);
+    gather_bwd = 2 * (g + glp) + 2 * g + rounded(4 * part);
+  }
   if (Ls > 0) {
-    m.block_transient =
-        std::max(2 * act + rounded(16 * BT * C / t) + bwd_gemm, (recompute ? act : 0) + fwd_gemm);
+    m.block_transient = std::max(2 * act + rounded(16 * BT * C / t) + bwd_gemm + gather_bwd,
+                                 (recompute ? act : 0) + fwd_gemm + gather_fwd);
   }
 
   const bool head_wins = m.head_transient >= m.block_transient;
   m.phase_at_peak = head_wins ? "lm-head" : "block backward";
   if (pp > 1) m.phase_at_peak += fmt::format(" (stage {} of {})", stage, pp);
   m.peak = m.params + m.grads + m.optimizer + m.low_precision_weights + m.nf4 + m.adapters +
-           m.batch + m.activations +
-           std::max(m.head_transient, m.block_transient);
+           m.batch + m.activations + std::max(m.head_transient, m.block_transient);
   return m;
 }
 

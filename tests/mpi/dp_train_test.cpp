@@ -17,6 +17,7 @@
 #include "ft/core/rng.h"
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/trainer.h"
+#include "ft/tuner/memory_model.h"
 #include "test_corpus.h"
 
 namespace ft::trainer {
@@ -237,15 +238,29 @@ TEST(DataParallel, Zero3MatchesDpOverFiftyStepsWithHalfTheModelState) {
   c.warmup = 5;
   c.val_batches = 3;  // an odd count: ranks evaluate 2 and 1 batches, the gathers stay matched
   c.parallel.dp = 2;
+  double dp_peak = 0, z3_peak = 0;
   auto run = [&](int zero, size_t* at_start) {
     TrainConfig z = c;
     z.parallel.zero = zero;
     Trainer t(z, world().split(0, world().rank(), CommGroup::kWorld));
     *at_start = t.allocator().stats().requested;  // bytes asked for, without block rounding
-    return train(t, z.steps);
+    RunResult r = train(t, z.steps);
+    // The memory model's prediction of this rank's peak against the allocator's.
+    const double predicted =
+        static_cast<double>(tuner::predict_memory(z, tuner::ParallelLayout::of(z.parallel)).peak);
+    const double measured = static_cast<double>(t.allocator().stats().peak_allocated);
+    if (world().rank() == 0) {
+      std::printf("zero %d peak: predicted %.0f measured %.0f (%+.1f%%)\n", zero, predicted,
+                  measured, 100 * (predicted / measured - 1));
+    }
+    // Not yet held to a tolerance: the model omits DP's bucket staging (-30% here) and reads
+    // ZeRO-3 about 13% low on this small model (docs/notes.md); the measured peak must drop.
+    (zero == 0 ? dp_peak : z3_peak) = measured;
+    return r;
   };
   size_t dp_bytes = 0, z3_bytes = 0;
   const RunResult dp = run(0, &dp_bytes), z3 = run(3, &z3_bytes);
+  EXPECT_LT(z3_peak, dp_peak);
   ASSERT_EQ(dp.loss.size(), 50u);
   double dl = 0;
   for (size_t i = 0; i < dp.loss.size(); ++i) dl = std::max(dl, rel(z3.loss[i], dp.loss[i]));
@@ -270,6 +285,27 @@ TEST(DataParallel, Zero3MatchesDpOverFiftyStepsWithHalfTheModelState) {
   EXPECT_NEAR(static_cast<double>(z3_bytes), z3_model, 0.05 * z3_model);
   EXPECT_LT(static_cast<double>(z3_bytes), 0.55 * 16.0 * pl.total);
   EXPECT_GT(static_cast<double>(dp_bytes), 16.0 * pl.total);
+}
+
+// bf16 under ZeRO-3: the comm thread converts each gathered block for the bf16 GEMMs; the
+// losses track plain DP in bf16 (the same operands, the same sums at K = 1).
+TEST(DataParallel, Zero3Bf16MatchesDpBf16) {
+  const fs::path dir = rank_dir("zero3_bf16");
+  TrainConfig c = small_run(write_corpus(dir));
+  c.options.precision = Precision::kBf16;
+  c.parallel.dp = 2;
+  auto run = [&](int zero) {
+    TrainConfig z = c;
+    z.parallel.zero = zero;
+    Trainer t(z, world().split(0, world().rank(), CommGroup::kWorld));
+    return train(t, z.steps);
+  };
+  const RunResult dp = run(0), z3 = run(3);
+  double dl = 0;
+  for (size_t i = 0; i < dp.loss.size(); ++i) dl = std::max(dl, rel(z3.loss[i], dp.loss[i]));
+  if (world().rank() == 0) std::printf("zero3 bf16 vs dp bf16: max rel loss diff %.2e\n", dl);
+  EXPECT_LT(dl, 1e-6);
+  EXPECT_LT(dp.loss.back(), dp.loss.front());
 }
 
 }  // namespace

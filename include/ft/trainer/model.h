@@ -56,6 +56,9 @@ class BlockParams {
   // Block tensor `index`'s slice for `layer` (valid between acquire and release).
   virtual const float* param(int index, int layer) const = 0;
   virtual float* grad(int index, int layer) = 0;  // written (not accumulated) by backward
+  // Its low-precision copy (bf16 bits or fp16-rounded floats, as GptModel's shadow), or null
+  // in fp32.
+  virtual const void* param_lp(int index, int layer) const = 0;
   // The whole tensor `index` (llm.c layout) for this rank to keep its share of.
   virtual void load_full_tensor(int index, const float* full) = 0;
   virtual std::vector<float> gather_full_params() = 0;  // collective
@@ -70,7 +73,7 @@ struct ModelSharding {
   bool has_embedding = true;   // first stage: wte/wpe lookup
   bool has_head = true;        // last stage: final LayerNorm, LM head and loss
   // ZeRO-3: the block tensors are not held (layout() gives them size 0): a BlockParams
-  // (set_block_params) provides them. Whole model, one TP rank, fp32.
+  // (set_block_params) provides them. Whole model, one TP rank.
   bool zero3 = false;
 };
 

@@ -3,7 +3,14 @@
 #pragma once
 
 #include <array>
+#include <condition_variable>
 #include <cstddef>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "ft/core/allocator.h"
@@ -37,12 +44,15 @@ class Zero3Layout {
   size_t shard_size_ = 0;
 };
 
-// The model's block parameters under ZeRO-3 (GptModel::BlockParams). Collectives run on the
-// training thread, each gather and reduce-scatter inside a "zero3.*" comm range: a block's
-// parameters before its forward and again before its backward (freed after each), its
-// gradients reduce-scattered into this rank's shard right after its backward, the non-block
-// tensors gathered once per step (after the update) and their gradients reduce-scattered after
-// the last micro-batch's backward. fp32, no --tp/--pp.
+// The model's block parameters under ZeRO-3 (GptModel::BlockParams). The block collectives
+// run on a communication thread, in the same order on every rank: a block's parameters are
+// all-gathered one block ahead (the next block's gather overlaps this block's compute), before
+// its forward and again before its backward, and freed after each use; its gradients are
+// reduce-scattered into this rank's shard while the next block's backward runs. The non-block
+// tensors are gathered once per step (after the update), their gradients reduce-scattered after
+// the last micro-batch's backward. The training thread's waits are "zero3.wait" comm ranges:
+// the exposed part. In bf16/fp16 the comm thread also makes the gathered block's low-precision
+// copy. No --tp/--pp.
 class Zero3 : public BlockParams {
  public:
   // Attaches itself to `model` (built with ModelSharding::zero3).
@@ -54,6 +64,7 @@ class Zero3 : public BlockParams {
   void release(int layer) override;
   const float* param(int index, int layer) const override;
   float* grad(int index, int layer) override;
+  const void* param_lp(int index, int layer) const override;
   void load_full_tensor(int index, const float* full) override;
   std::vector<float> gather_full_params() override;
 
@@ -67,7 +78,7 @@ class Zero3 : public BlockParams {
   void update(float lr, const AdamWSettings& s, float grad_scale, int t);
   // Gathers the non-block tensors into the model from the shards (after init or a load).
   void gather_non_block();
-  // Milliseconds the training thread spent in ZeRO-3 collectives since the last call.
+  // Milliseconds the training thread waited on ZeRO-3 collectives since the last call.
   double take_comm_ms();
 
   const Zero3Layout& layout() const { return layout_; }
@@ -79,15 +90,25 @@ class Zero3 : public BlockParams {
  private:
   void on_grad_ready(int layer);
   void reduce_unit(int u, const float* unit_grads);  // reduce-scatter, += into this shard
+  // The communication thread: tasks run in posting order; drain() waits for all of them (and
+  // rethrows a task's error) before the training thread uses the communicator itself.
+  void post(std::function<void()> task);
+  void drain();
+  void gather_block(int layer);  // posts block `layer`'s all-gather unless already gathered
+  void wait_block(int layer);
+  void thread_loop();
 
   GptModel& model_;
   Communicator& dp_;
   CachingAllocator& alloc_;
   Zero3Layout layout_;
   int rank_ = 0, ranks_ = 1;
+  Precision precision_ = Precision::kFp32;
   Buffer<float> params_, grads_, m_, v_;  // (shard_size)
   struct Held {
     Buffer<float> params, grads;  // the gathered unit; its gradients during backward
+    Buffer<char> lp;              // bf16 / fp16: its low-precision copy, made after the gather
+    std::shared_ptr<bool> ready;  // set by the comm thread when the gather is done (mu_)
   };
   std::vector<Held> held_;  // per block
   struct Piece {
@@ -96,7 +117,14 @@ class Zero3 : public BlockParams {
   };
   std::vector<Piece> pieces_;  // this shard by tensor, for AdamW's weight decay
   bool armed_ = false;
-  double comm_ms_ = 0;
+  double comm_ms_ = 0;  // the training thread's waits on communication
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  int running_ = 0;
+  bool stopping_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;
 };
 
 }  // namespace ft::trainer

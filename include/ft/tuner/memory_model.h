@@ -45,7 +45,7 @@ struct MemoryEstimate {
 
 struct ParallelLayout {
   int dp = 1;          // data-parallel ranks sharing ZeRO state
-  int zero_stage = 0;  // 0, 1 (optimizer states sharded) or 2 (and gradients)
+  int zero_stage = 0;  // 0, 1 (optimizer states sharded), 2 (and gradients), 3 (and parameters)
   int tp = 1;          // tensor-parallel ranks: QKV/FC1 rows and attproj/FC2 columns sharded
   int pp = 1;      // pipeline stages: blocks split evenly (the first L % pp stages get one more)
   int stage = -1;  // the stage to predict; -1: the stage with the highest peak
