@@ -293,6 +293,19 @@ TEST(DiagnoseCli, AnOutOfMemoryRunWritesItsTraceAndReportWithTheOomFirst) {
   const std::string detail = top["evidence"]["detail"];
   for (const char* k : {"requested", "limit 6", "reserved", "allocated", "largest free block"})
     EXPECT_NE(detail.find(k), std::string::npos) << k << " in " << detail;
+  // The knobs that make it fit, each with the memory model's peak for this run; the run
+  // completed no step, so no step time is promised.
+  bool priced_checkpoint = false, priced_split = false;
+  for (const auto& k : top["knobs"]) {
+    const std::string knob = k.get<std::string>();
+    if (knob.rfind("--checkpoint block (predicted peak ", 0) == 0) priced_checkpoint = true;
+    if (knob.rfind("--micro-batch 2 --grad-accum 2 (predicted peak ", 0) == 0) priced_split = true;
+    if (knob.find("predicted peak") != std::string::npos) {
+      EXPECT_NE(knob.find("step time is not predicted"), std::string::npos) << knob;
+    }
+  }
+  EXPECT_TRUE(priced_checkpoint) << top["knobs"].dump();
+  EXPECT_TRUE(priced_split) << top["knobs"].dump();
   // Re-analysing the run directory gives the same top finding.
   const Result again = diagnose(d.string() + " --out " + temp_dir("oom_again").string());
   EXPECT_NE(again.out.find("The run ran out of memory"), std::string::npos) << again.out;

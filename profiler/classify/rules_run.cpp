@@ -440,6 +440,24 @@ void reserved_overhang_rule(const RuleContext& ctx, std::vector<Finding>* out) {
   }
 }
 
+// The memory findings' knobs with what `ft-diagnose run` predicted for each (peak, step time),
+// and the memory knobs it priced that the finding did not name yet.
+void annotate_memory_knobs(const RunInfo& run, std::vector<std::string>* knobs) {
+  if (run.memory_options.empty()) return;
+  for (const auto& [knob, o] : run.memory_options) {
+    if (std::find(knobs->begin(), knobs->end(), knob) == knobs->end()) knobs->push_back(knob);
+  }
+  for (std::string& k : *knobs) {
+    const auto it = run.memory_options.find(k);
+    if (it == run.memory_options.end()) continue;
+    const RunInfo::MemoryOption& o = it->second;
+    k += o.step_ms >= 0
+             ? fmt::format(" (predicted peak {:.1f} MiB, step {:.1f} ms: {})", o.peak / 1048576,
+                           o.step_ms, o.basis)
+             : fmt::format(" (predicted peak {:.1f} MiB; {})", o.peak / 1048576, o.basis);
+  }
+}
+
 // Memory near capacity (TensorBoard plugin).
 void memory_capacity_rule(const RuleContext& ctx, std::vector<Finding>* out) {
   const double capacity = memory_capacity(ctx.run);
@@ -455,8 +473,12 @@ void memory_capacity_rule(const RuleContext& ctx, std::vector<Finding>* out) {
         "retry, or run out.";
     f.evidence.detail = fmt::format("peak reserved {:.1f} MiB of {:.1f} MiB",
                                     ctx.run.mem_reserved_peak / 1048576, capacity / 1048576);
-    f.knobs = {"--checkpoint block",
-               fmt::format("--micro-batch {}", std::max(1, ctx.run.micro_batch / 2))};
+    f.knobs = {"--checkpoint block"};
+    if (ctx.run.micro_batch > 1) {  // the same global batch in half-size micro-batches
+      f.knobs.push_back(fmt::format("--micro-batch {} --grad-accum {}", ctx.run.micro_batch / 2,
+                                    std::max(1, ctx.run.grad_accum) * 2));
+    }
+    annotate_memory_knobs(ctx.run, &f.knobs);
     out->push_back(std::move(f));
   }
 }
@@ -483,6 +505,7 @@ void oom_rule(const RuleContext& ctx, std::vector<Finding>* out) {
     f.knobs.push_back(fmt::format("--micro-batch {} --grad-accum {}", ctx.run.micro_batch / 2,
                                   std::max(1, ctx.run.grad_accum) * 2));
   }
+  annotate_memory_knobs(ctx.run, &f.knobs);
   f.predictable = false;
   f.fatal = true;
   out->push_back(std::move(f));

@@ -68,6 +68,17 @@ RunInfo RunInfo::from_metadata(const std::map<std::string, std::string>& m) {
   for (auto it = m.lower_bound(prefix); it != m.end() && it->first.rfind(prefix, 0) == 0; ++it) {
     r.env_vars[it->first.substr(prefix.size())] = it->second;
   }
+  const std::string mo = "run.memory_option.";
+  for (auto it = m.lower_bound(mo); it != m.end() && it->first.rfind(mo, 0) == 0; ++it) {
+    const std::string rest = it->first.substr(mo.size());
+    const size_t dot = rest.rfind('.');
+    if (dot == std::string::npos) continue;
+    RunInfo::MemoryOption& o = r.memory_options[rest.substr(0, dot)];
+    const std::string field = rest.substr(dot + 1);
+    if (field == "peak") read(m, it->first, &o.peak);
+    if (field == "step_ms") read(m, it->first, &o.step_ms);
+    if (field == "basis") o.basis = it->second;
+  }
   return r;
 }
 

@@ -18,6 +18,7 @@
 #include "ft/core/error.h"
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/launch.h"
+#include "memory_options.h"
 #include "ft/trainer/trainer.h"
 
 namespace ft::diagnose {
@@ -147,10 +148,16 @@ bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& 
   const int steps = t.config().steps;
   std::string oom;
   int64_t oom_step = 0;
+  double step_sum = 0;
+  int counted = 0;
   while (!t.done()) {
     try {
       const trainer::StepMetrics m = t.step();
       oom_step = m.step + 1;
+      if (m.step >= t.config().warmup_steps_excluded || counted == 0) {
+        step_sum += m.step_ms;
+        ++counted;
+      }
       if (options.progress)
         progress_bar(m.step + 1, steps, m.step_ms, profile.window().contains(m.step));
     } catch (const OutOfMemoryError& e) {
@@ -161,6 +168,8 @@ bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& 
   }
   profiler::Trace trace = profile.finish(t);
   trace.source = "ft-diagnose run";
+  add_memory_options(t.config(), static_cast<double>(t.memory_stats().peak_allocated),
+                     counted ? step_sum / counted : 0, oom.empty() && counted > 0, &trace);
   if (!oom.empty()) {
     if (options.progress) std::fprintf(stderr, "\n");
     trace.metadata["run.oom"] = oom;

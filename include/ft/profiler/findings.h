@@ -43,6 +43,14 @@ struct RunInfo {
   // the step it failed in); "" when it did not.
   std::string oom;
   int64_t oom_step = -1;
+  // What each memory knob would make of this run (`ft-diagnose run` only: the memory model's
+  // peak scaled by this run's measured / predicted peak, and a step time from the run's own
+  // phases; step_ms < 0: not predicted), keyed by the knob ("--checkpoint block", ...).
+  struct MemoryOption {
+    double peak = 0, step_ms = -1;
+    std::string basis;
+  };
+  std::map<std::string, MemoryOption> memory_options;
   int cpu_vector_bits = 0;                      // widest vector ISA of the CPU (512, 256, 128)
   std::string gemm_library;                     // e.g. "oneDNN 2.6.3 (max ISA avx512_core_amx)"
   std::map<std::string, std::string> env_vars;  // OPENBLAS_CORETYPE, OMP_NUM_THREADS, ...
