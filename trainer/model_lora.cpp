@@ -60,6 +60,19 @@ LoraShape shape_of(const LoraConfig& cfg, int index, bool training, int N, int I
   return shape;
 }
 
+// The adapter input's dropout mask of layer l's linear `index` for this micro-batch's key
+// (empty without dropout): the forward and the backward (and a recompute) draw the same.
+Buffer<uint8_t> keep_mask(CachingAllocator& alloc, const LoraShape& shape, uint64_t key, int l,
+                          int index) {
+  Buffer<uint8_t> keep;
+  if (shape.dropout <= 0) return keep;
+  const size_t n = static_cast<size_t>(shape.N) * static_cast<size_t>(shape.IC);
+  keep = Buffer<uint8_t>(alloc, n, "lora.keep");
+  lora_dropout_mask(keep.data(), n, shape.dropout,
+                    key ^ mix64((static_cast<uint64_t>(l) << 8) | static_cast<uint64_t>(index)));
+  return keep;
+}
+
 }  // namespace
 
 bool LoraConfig::targets(int index) const {
@@ -228,12 +241,7 @@ void GptModel::linear_forward(int index, int l, float* out, const float* inp, co
     if (!hb.data()) hb = Buffer<float>(alloc_, rows * s.cfg.rank, "lora.h");
     h = hb.data();
   }
-  Buffer<uint8_t> keep;
-  if (shape.dropout > 0) {
-    keep = Buffer<uint8_t>(alloc_, static_cast<size_t>(N) * IC, "lora.keep");
-    lora_dropout_mask(keep.data(), static_cast<size_t>(N) * IC, shape.dropout,
-                      s.dropout_key ^ mix64((static_cast<uint64_t>(l) << 8) | index));
-  }
+  const Buffer<uint8_t> keep = keep_mask(alloc_, shape, s.dropout_key, l, index);
   Buffer<float> ws(alloc_, lora_workspace_floats(shape, keep.data() != nullptr), "lora.ws");
   lora_linear_forward(out, h, inp, s.nf4[index][l], bias, A, B, keep.data(), shape, ws.data(),
                       &gemm_);
@@ -256,12 +264,7 @@ void GptModel::linear_backward(int index, int l, float* dinp, float* dweight, fl
   const size_t r_ic = static_cast<size_t>(shape.rank) * IC;
   const float* h =
       adapter ? s.h[static_cast<size_t>(l) * kNumParamTensors + index].data() : nullptr;
-  Buffer<uint8_t> keep;
-  if (shape.dropout > 0) {
-    keep = Buffer<uint8_t>(alloc_, static_cast<size_t>(N) * IC, "lora.keep");
-    lora_dropout_mask(keep.data(), static_cast<size_t>(N) * IC, shape.dropout,
-                      s.dropout_key ^ mix64((static_cast<uint64_t>(l) << 8) | index));
-  }
+  const Buffer<uint8_t> keep = keep_mask(alloc_, shape, s.dropout_key, l, index);
   Buffer<float> ws(alloc_, lora_workspace_floats(shape, keep.data() != nullptr), "lora.ws");
   lora_linear_backward(dinp, dA, adapter ? dA + r_ic : nullptr, dout, inp, h, s.nf4[index][l], A,
                        adapter ? A + r_ic : nullptr, keep.data(), shape, ws.data(), &gemm_);
