@@ -107,9 +107,20 @@ TEST(MemoryModel, ShardingAndRecomputeShrinkTheRightParts) {
   const MemoryEstimate base = predict_memory(c);
   const MemoryEstimate z1 = predict_memory(c, {4, 1});
   const MemoryEstimate z2 = predict_memory(c, {4, 2});
+  const MemoryEstimate z3 = predict_memory(c, {4, 3});
   EXPECT_EQ(z1.grads, base.grads);
   EXPECT_LT(z1.optimizer, base.optimizer / 3);
-  EXPECT_LT(z2.grads, base.grads / 3);
+  // ZeRO-2 receives only its shard but ft's backward keeps the flat gradient buffer; its
+  // staging adds a receive buffer. ZeRO-3 shards parameters and gradients too (the non-block
+  // tensors stay whole) and stages no bucket.
+  EXPECT_EQ(z2.grads, base.grads);
+  EXPECT_GT(z2.comm_buffers, z1.comm_buffers);
+  EXPECT_GT(z1.comm_buffers, 0u);
+  EXPECT_LT(z3.params, base.params / 2);
+  EXPECT_LT(z3.grads, base.grads / 2);
+  EXPECT_LT(z3.optimizer, base.optimizer / 3);
+  EXPECT_EQ(z3.comm_buffers, 0u);
+  EXPECT_GT(z3.block_transient, base.block_transient);  // the gathered blocks
   c.options.checkpointing = trainer::Checkpointing::kBlock;
   const MemoryEstimate rc = predict_memory(c);
   EXPECT_LT(rc.activations, base.activations);

@@ -39,6 +39,7 @@ std::vector<std::pair<std::string, size_t>> MemoryEstimate::components() const {
           {"low_precision_weights", low_precision_weights},
           {"nf4", nf4},
           {"adapters", adapters},
+          {"comm_buffers", comm_buffers},
           {"activations", activations},
           {"head_transient", head_transient},
           {"block_transient", block_transient},
@@ -156,7 +157,9 @@ MemoryEstimate predict_stage(const trainer::TrainConfig& config, const ParallelL
 
   MemoryEstimate m;
   m.params = rounded(4 * P);
-  m.grads = rounded(4 * P / (layout.zero_stage >= 2 ? dp : 1));
+  // ZeRO-2 reduce-scatters, but ft's backward still writes every gradient into one flat buffer
+  // per rank (docs/distributed.md): no gradient memory is saved.
+  m.grads = rounded(4 * P);
   m.optimizer = 2 * rounded(4 * P / (layout.zero_stage >= 1 ? dp : 1));
   if (bf16) m.low_precision_weights = rounded(2 * P);
   if (fp16) m.low_precision_weights = rounded(4 * P);
@@ -234,7 +237,37 @@ MemoryEstimate predict_stage(const trainer::TrainConfig& config, const ParallelL
     m.low_precision_weights = bf16 ? rounded(2 * nb) : fp16 ? rounded(4 * nb) : 0;
     const size_t g = rounded(4 * part * dp), glp = bf16 ? rounded(2 * part * dp) : fp16 ? g : 0;
     gather_fwd = 2 * (g + glp);
-    gather_bwd = 2 * (g + glp) + 2 * g + rounded(4 * part);
+    // Backward of block l: its parameters and gradients, block l-1 prefetched, and the
+    // reduce-scatter copies of blocks l+1 (possibly still in flight) and l, with one receive.
+    gather_bwd = 2 * (g + glp) + 3 * g + rounded(4 * part);
+  } else if (dp > 1 || layout.zero_stage > 0) {
+    // GradSync's staging buffer (trainer/grad_sync.cpp): the largest bucket, a run of units
+    // (block L-1 first, each padded to dp parts) of at least --bucket-mb; ZeRO-2 adds a receive
+    // buffer of one bucket / dp.
+    // A block unit: this rank's share of one layer's 12 tensors; the non-block unit the rest.
+    size_t block_unit = 0;
+    for (int i = 0; i < trainer::kNumParamTensors; ++i) {
+      if (i == trainer::kWte || i == trainer::kWpe || i == trainer::kLnfw || i == trainer::kLnfb) {
+        continue;
+      }
+      const size_t per = pl.sizes[static_cast<size_t>(i)] / static_cast<size_t>(L);
+      const bool split = i == trainer::kQkvw || i == trainer::kQkvb || i == trainer::kAttprojw ||
+                         i == trainer::kFcw || i == trainer::kFcb || i == trainer::kFcprojw;
+      block_unit += split ? per / t : per;
+    }
+    std::vector<size_t> units(static_cast<size_t>(Ls), (block_unit + dp - 1) / dp * dp);
+    units.push_back((P - block_unit * static_cast<size_t>(Ls) + dp - 1) / dp * dp);
+    const size_t min_elems =
+        std::max<size_t>(1, static_cast<size_t>(config.parallel.bucket_mb * (1 << 20)) / 4);
+    size_t max_bucket = 0;
+    for (size_t u0 = 0; u0 < units.size();) {
+      size_t elems = 0, u = u0;
+      while (u < units.size() && (elems == 0 || elems < min_elems)) elems += units[u++];
+      max_bucket = std::max(max_bucket, elems);
+      u0 = u;
+    }
+    m.comm_buffers = rounded(4 * max_bucket) +
+                     (layout.zero_stage == 2 ? rounded(4 * max_bucket / dp) : 0);
   }
   if (Ls > 0) {
     m.block_transient = std::max(2 * act + rounded(16 * BT * C / t) + bwd_gemm + gather_bwd,
@@ -245,7 +278,7 @@ MemoryEstimate predict_stage(const trainer::TrainConfig& config, const ParallelL
   m.phase_at_peak = head_wins ? "lm-head" : "block backward";
   if (pp > 1) m.phase_at_peak += fmt::format(" (stage {} of {})", stage, pp);
   m.peak = m.params + m.grads + m.optimizer + m.low_precision_weights + m.nf4 + m.adapters +
-           m.batch + m.activations + std::max(m.head_transient, m.block_transient);
+           m.comm_buffers + m.batch + m.activations + std::max(m.head_transient, m.block_transient);
   return m;
 }
 

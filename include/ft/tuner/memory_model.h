@@ -15,7 +15,7 @@ namespace ft::tuner {
 struct MemoryEstimate {
   // Model states (Rajbhandari et al.'s "model states"), per rank.
   size_t params = 0;     // fp32 master weights: 4 P
-  size_t grads = 0;      // fp32 gradients: 4 P (/ dp with ZeRO-2)
+  size_t grads = 0;      // fp32 gradients: 4 P (ZeRO-2 too: ft keeps the flat buffer)
   size_t optimizer = 0;  // AdamW m and v: 8 P (/ dp with ZeRO-1 and 2)
   size_t low_precision_weights = 0;  // bf16 (2 P) or fp16-rounded (4 P) shadow; fp32: 0
   // QLoRA (--qlora): params holds the frozen fp32 tensors only (no grads); the block linears
@@ -24,6 +24,9 @@ struct MemoryEstimate {
   // AdamW moments in `optimizer`.
   size_t nf4 = 0;
   size_t adapters = 0;
+  // Data parallelism without ZeRO-3: GradSync's bucket staging (the largest bucket; ZeRO-2 a
+  // receive buffer of a bucket / dp too).
+  size_t comm_buffers = 0;
   // Activations kept from forward to backward (Korthikanti et al. style, ft's fp32 storage):
   // per block 4 B T (16 C + 4) bytes plus attention state (B NH T lse for flash, B NH T^2
   // probabilities for naive); with block recompute only the residual stream at each block
@@ -53,8 +56,12 @@ struct ParallelLayout {
 };
 
 // Predicts the peak bytes the engine's caching allocator reports (`mem_peak`) for one
-// training step of `config` on one rank. Parallel layouts (model, not yet measured against the
-// sharded engine): ZeRO divides the optimizer states (1, 2) and gradients (2) by dp; TP divides
+// training step of `config` on one rank. Parallel layouts: data parallelism adds GradSync's
+// bucket staging; ZeRO divides the optimizer states (1, 2) by dp (ZeRO-2's gradients stay a
+// flat buffer in ft; it adds a receive buffer); ZeRO-3 as above. Measured on 2 ranks (L4 C256
+// T128 B4, --bucket-mb 1; bench/dp_bench.sh's model): DP -3.4%, ZeRO-1 -4.4%, ZeRO-2 -3.8%,
+// ZeRO-3 -5.3%, against -2.5% for one process of the same model. TP and PP (a model of the
+// sharded engine, not yet measured against it): TP divides
 // the sharded block tensors, their activations (QKV, attention output, FC1, GELU, attention
 // state) and the block GEMMs' operands by tp (LayerNorms, residual stream, embeddings and head
 // stay whole); PP keeps a stage's blocks, the embeddings on stage 0 and final LayerNorm + tied
