@@ -43,8 +43,8 @@ GptModel::GptModel(const GptConfig& config, CachingAllocator& alloc, const Model
   setup_tensor_parallel();  // layout_ becomes this rank's shard when ModelSharding::tp > 1
   if (options.lora.enabled()) setup_lora();  // the block linears leave layout_ for NF4
   if (sharding_.zero3) {
-    if (tp_ > 1 || !whole_model() || lora_) {
-      throw ConfigError("--zero 3 runs on the whole model (no --tp, --pp or --qlora yet)");
+    if (!whole_model() || lora_) {
+      throw ConfigError("--zero 3 runs on the whole model (no --pp or --qlora)");
     }
     // The block tensors leave the flat buffers: a BlockParams holds them.
     for (int i = 0; i < kNumParamTensors; ++i) {

@@ -145,8 +145,15 @@ void GptModel::load_full_tensor(int index, const float* full) {
   }
   if (sharding_.zero3) {  // ZeRO-3: this rank's share; the non-block tensors also whole here
     if (!blocks_) throw Error("zero3: load_full_tensor before the block provider is attached");
-    blocks_->load_full_tensor(index, full);
-    if (layout_.sizes[index]) std::memcpy(param(index), full, layout_.sizes[index] * sizeof(float));
+    std::vector<float> local;  // this TP rank's shard of a split tensor
+    if (tp_ > 1 && tp_sharded(index)) {
+      local.resize(full_layout_.sizes[index] / tp_);
+      tp_extract_shard(config_, index, tp_rank_, tp_, full, full_layout_.sizes[index],
+                       local.data());
+    }
+    const float* src = local.empty() ? full : local.data();
+    blocks_->load_full_tensor(index, src);
+    if (layout_.sizes[index]) std::memcpy(param(index), src, layout_.sizes[index] * sizeof(float));
     return;
   }
   if (tp_ == 1 || !tp_sharded(index)) {
@@ -158,17 +165,27 @@ void GptModel::load_full_tensor(int index, const float* full) {
 
 std::vector<float> GptModel::gather_full_params() {
   if (lora_) return lora_merged_params();  // QLoRA: the merged model (W + scale B A)
-  if (blocks_) return blocks_->gather_full_params();  // ZeRO-3: collective over DP
+  // This TP rank's tensors: the flat parameters, or under ZeRO-3 gathered over DP (collective).
+  std::vector<float> gathered;
+  ParamLayout local = layout_;
+  if (blocks_) {
+    gathered = blocks_->gather_full_params();
+    if (tp_ == 1) return gathered;
+    local = tp_shard_layout(full_layout_, tp_);
+  }
+  auto held = [&](int i) {
+    return blocks_ ? gathered.data() + local.offsets[i] : static_cast<const float*>(param(i));
+  };
   std::vector<float> full(full_layout_.total);
   for (int i = 0; i < kNumParamTensors; ++i) {
     float* dst = full.data() + full_layout_.offsets[i];
     if (tp_ == 1 || !tp_sharded(i)) {
-      std::memcpy(dst, param(i), layout_.sizes[i] * sizeof(float));
+      std::memcpy(dst, held(i), local.sizes[i] * sizeof(float));
       continue;
     }
-    const size_t n = layout_.sizes[i];
+    const size_t n = local.sizes[i];
     std::vector<float> all(n * tp_);
-    sharding_.tp->all_gather(param(i), all.data(), n);
+    sharding_.tp->all_gather(held(i), all.data(), n);
     for (int r = 0; r < tp_; ++r) {
       tp_insert_shard(config_, i, r, tp_, all.data() + n * r, dst, full_layout_.sizes[i]);
     }

@@ -96,11 +96,6 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
         "after the data-parallel reduction, whose shard boundaries differ between stages)",
         config_.parallel.zero, pp));
   }
-  if (config_.parallel.zero == 3 && config_.parallel.tp > 1) {
-    throw ConfigError(
-        "--zero 3 runs over data parallelism only for now (no --tp: a TP shard of a block is "
-        "not yet cut into ZeRO-3 units)");
-  }
   const bool cuda = config_.device == DeviceKind::kCuda;
   if (cuda) {
     // Checked before the device, so the refusal is the same with or without a GPU.
@@ -161,7 +156,9 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
   sharding.zero3 = config_.parallel.zero == 3;
   model_ = std::make_unique<GptModel>(config_.model, *alloc_, config_.options, sharding);
   // ZeRO-3 before the weights: every tensor loaded is kept as this rank's share.
-  if (sharding.zero3) zero3_ = std::make_unique<Zero3>(*model_, *groups_.dp, *alloc_);
+  if (sharding.zero3) {
+    zero3_ = std::make_unique<Zero3>(*model_, *groups_.dp, *alloc_, groups_.tp.get());
+  }
   // Auto: bf16 logits in L3-sized chunks (48 MiB: less memory, no measured loss of
   // speed); fp32 logits whole up to 1 GiB, which measured 10-20% faster on config (B)
   // than 48 MiB chunks (docs/benchmarks.md).

@@ -12,6 +12,7 @@
 #include "ft/core/error.h"
 #include "ft/trainer/ops.h"
 #include "ft/trainer/precision.h"
+#include "ft/trainer/tensor_parallel.h"
 
 namespace ft::trainer {
 
@@ -33,8 +34,8 @@ bool Zero3Layout::block_tensor(int index) {
          std::end(kBlockTensors);
 }
 
-Zero3Layout::Zero3Layout(const GptConfig& config, int ranks) {
-  const ParamLayout full = ParamLayout::make(config);
+Zero3Layout::Zero3Layout(const GptConfig& config, int ranks, int tp) {
+  const ParamLayout full = tp_shard_layout(ParamLayout::make(config), tp);
   const size_t L = static_cast<size_t>(config.num_layers), D = static_cast<size_t>(ranks);
   size_t block = 0, non_block = 0;
   for (int i : kBlockTensors) {
@@ -57,11 +58,12 @@ Zero3Layout::Zero3Layout(const GptConfig& config, int ranks) {
   }
 }
 
-Zero3::Zero3(GptModel& model, Communicator& dp, CachingAllocator& alloc)
+Zero3::Zero3(GptModel& model, Communicator& dp, CachingAllocator& alloc, Communicator* tp)
     : model_(model),
       dp_(dp),
+      tp_(model.tp_size() > 1 ? tp : nullptr),
       alloc_(alloc),
-      layout_(model.config(), dp.world_size()),
+      layout_(model.config(), dp.world_size(), model.tp_size()),
       rank_(dp.rank()),
       ranks_(dp.world_size()),
       precision_(model.options().precision) {
@@ -83,7 +85,8 @@ Zero3::Zero3(GptModel& model, Communicator& dp, CachingAllocator& alloc)
       const size_t lo = std::max(lo_r, layout_.offset_in_unit(i));
       const size_t hi = std::min(hi_r, layout_.offset_in_unit(i) + layout_.unit_size(i));
       if (lo < hi) {
-        pieces_.push_back({layout_.shard_offset(u) + (lo - lo_r), hi - lo, ParamLayout::decays(i)});
+        pieces_.push_back({layout_.shard_offset(u) + (lo - lo_r), hi - lo, ParamLayout::decays(i),
+                           tp_ != nullptr && tp_sharded(i)});
       }
     }
   }
@@ -257,11 +260,15 @@ void Zero3::zero_grads() {
 
 double Zero3::grad_sum_squares() {
   drain();
-  double sq = ops::sum_squares(grads_.data(), layout_.shard_size());
+  double sums[2] = {0, 0};  // this shard's TP-split tensors, its replicated ones
+  for (const Piece& p : pieces_) {
+    sums[p.tp_split ? 0 : 1] += ops::sum_squares(grads_.data() + p.shard, p.n);
+  }
   const auto t0 = Clock::now();
-  dp_.all_reduce_sum(&sq, 1);
+  dp_.all_reduce_sum(sums, 2);
+  if (tp_) tp_->all_reduce_sum(&sums[0], 1);
   comm_ms_ += ms_since(t0);
-  return sq;
+  return sums[0] + sums[1];
 }
 
 void Zero3::update(float lr, const AdamWSettings& s, float grad_scale, int t) {
@@ -294,7 +301,7 @@ double Zero3::take_comm_ms() {
   return ms;
 }
 
-void Zero3::load_full_tensor(int index, const float* full) {
+void Zero3::load_full_tensor(int index, const float* full) {  // this TP rank's tensor
   drain();
   const bool block = Zero3Layout::block_tensor(index);
   const int L = model_.config().num_layers;
@@ -311,7 +318,8 @@ void Zero3::load_full_tensor(int index, const float* full) {
 
 std::vector<float> Zero3::gather_full_params() {
   drain();
-  const ParamLayout full_layout = ParamLayout::make(model_.config());
+  const ParamLayout full_layout =
+      tp_shard_layout(ParamLayout::make(model_.config()), model_.tp_size());
   std::vector<float> full(full_layout.total);
   const int L = model_.config().num_layers;
   for (int u = 0; u <= L; ++u) {

@@ -219,17 +219,26 @@ MemoryEstimate predict_stage(const trainer::TrainConfig& config, const ParallelL
     if (tp > 1 || pp > 1) throw ConfigError("--qlora runs on one rank (no --tp or --pp)");
     bwd_gemm = fwd_gemm = predict_qlora(config, m);
   }
+  // A block unit: this rank's share of one layer's 12 tensors; the non-block unit the rest.
+  size_t block_unit = 0;
+  for (int i = 0; i < trainer::kNumParamTensors; ++i) {
+    if (i == trainer::kWte || i == trainer::kWpe || i == trainer::kLnfw || i == trainer::kLnfb) {
+      continue;
+    }
+    const size_t per = pl.sizes[static_cast<size_t>(i)] / static_cast<size_t>(L);
+    const bool split = i == trainer::kQkvw || i == trainer::kQkvb || i == trainer::kAttprojw ||
+                       i == trainer::kFcw || i == trainer::kFcb || i == trainer::kFcprojw;
+    block_unit += split ? per / t : per;
+  }
   size_t gather_fwd = 0, gather_bwd = 0;
   if (layout.zero_stage >= 3) {
-    if (tp > 1 || pp > 1) throw ConfigError("--zero 3 runs over data parallelism only");
+    if (pp > 1) throw ConfigError("--zero 3 is not supported with --pp");
     // ZeRO-3 (trainer/zero3.cpp): the non-block tensors whole (with gradients and the bf16
     // shadow), every unit's 1/D part of parameters, gradients and AdamW; a forward block holds
     // itself and the prefetched next block, a backward block also its gradient buffer and the
     // previous block's reduce-scatter copy.
-    const size_t nb = pl.sizes[trainer::kWte] + pl.sizes[trainer::kWpe] + pl.sizes[trainer::kLnfw] +
-                      pl.sizes[trainer::kLnfb];
-    const size_t unit = (pl.total - nb) / static_cast<size_t>(L);
-    const size_t part = (unit + dp - 1) / dp, nb_part = (nb + dp - 1) / dp;
+    const size_t nb = P - block_unit * static_cast<size_t>(Ls);  // the whole model: Ls = L
+    const size_t part = (block_unit + dp - 1) / dp, nb_part = (nb + dp - 1) / dp;
     const size_t shard = static_cast<size_t>(L) * part + nb_part;
     m.params = rounded(4 * nb) + rounded(4 * shard);
     m.grads = rounded(4 * nb) + rounded(4 * shard);
@@ -244,17 +253,6 @@ MemoryEstimate predict_stage(const trainer::TrainConfig& config, const ParallelL
     // GradSync's staging buffer (trainer/grad_sync.cpp): the largest bucket, a run of units
     // (block L-1 first, each padded to dp parts) of at least --bucket-mb; ZeRO-2 adds a receive
     // buffer of one bucket / dp.
-    // A block unit: this rank's share of one layer's 12 tensors; the non-block unit the rest.
-    size_t block_unit = 0;
-    for (int i = 0; i < trainer::kNumParamTensors; ++i) {
-      if (i == trainer::kWte || i == trainer::kWpe || i == trainer::kLnfw || i == trainer::kLnfb) {
-        continue;
-      }
-      const size_t per = pl.sizes[static_cast<size_t>(i)] / static_cast<size_t>(L);
-      const bool split = i == trainer::kQkvw || i == trainer::kQkvb || i == trainer::kAttprojw ||
-                         i == trainer::kFcw || i == trainer::kFcb || i == trainer::kFcprojw;
-      block_unit += split ? per / t : per;
-    }
     std::vector<size_t> units(static_cast<size_t>(Ls), (block_unit + dp - 1) / dp * dp);
     units.push_back((P - block_unit * static_cast<size_t>(Ls) + dp - 1) / dp * dp);
     const size_t min_elems =
@@ -266,8 +264,8 @@ MemoryEstimate predict_stage(const trainer::TrainConfig& config, const ParallelL
       max_bucket = std::max(max_bucket, elems);
       u0 = u;
     }
-    m.comm_buffers = rounded(4 * max_bucket) +
-                     (layout.zero_stage == 2 ? rounded(4 * max_bucket / dp) : 0);
+    m.comm_buffers =
+        rounded(4 * max_bucket) + (layout.zero_stage == 2 ? rounded(4 * max_bucket / dp) : 0);
   }
   if (Ls > 0) {
     m.block_transient = std::max(2 * act + rounded(16 * BT * C / t) + bwd_gemm + gather_bwd,

@@ -93,8 +93,8 @@ TEST(Pipeline4Mpi, TensorTimesPipelineEqualsOneProcess) {
   fs::remove_all(dir);
 }
 
-// ZeRO-1 and ZeRO-2 over DP=2 x TP=2: each TP rank's local parameters are sharded over its DP
-// pair, and the global norm sums the TP-split tensors over the TP group and counts the
+// ZeRO-1, -2 and -3 over DP=2 x TP=2: each TP rank's local parameters are sharded over its DP
+// pair (ZeRO-3: the units of its TP shard), and the global norm sums the TP-split tensors over the TP group and counts the
 // replicated ones once. Against the same layout without ZeRO (itself checked against one
 // process by the DP and TP tests): losses, grad norms (clipping depends on them) and validation.
 TEST(Pipeline4Mpi, ZeroTimesTensorParallelEqualsPlainDataTimesTensorParallel) {
@@ -112,7 +112,7 @@ TEST(Pipeline4Mpi, ZeroTimesTensorParallelEqualsPlainDataTimesTensorParallel) {
     Trainer t(c, std::move(w));
     ref = train(t);
   }
-  for (int zero : {1, 2}) {
+  for (int zero : {1, 2, 3}) {
     TrainConfig z = c;
     z.parallel.zero = zero;
     auto w = make_world_communicator(60.0);

@@ -59,9 +59,11 @@ class BlockParams {
   // Its low-precision copy (bf16 bits or fp16-rounded floats, as GptModel's shadow), or null
   // in fp32.
   virtual const void* param_lp(int index, int layer) const = 0;
-  // The whole tensor `index` (llm.c layout) for this rank to keep its share of.
-  virtual void load_full_tensor(int index, const float* full) = 0;
-  virtual std::vector<float> gather_full_params() = 0;  // collective
+  // Tensor `index` as this TP rank holds it (the whole tensor without TP) for this rank to
+  // keep its share of.
+  virtual void load_full_tensor(int index, const float* local) = 0;
+  // This TP rank's tensors, whole (tp_shard_layout order); collective over the DP group.
+  virtual std::vector<float> gather_full_params() = 0;
 };
 
 // Which part of the model this rank holds, for tensor and pipeline parallelism.
@@ -73,7 +75,7 @@ struct ModelSharding {
   bool has_embedding = true;   // first stage: wte/wpe lookup
   bool has_head = true;        // last stage: final LayerNorm, LM head and loss
   // ZeRO-3: the block tensors are not held (layout() gives them size 0): a BlockParams
-  // (set_block_params) provides them. Whole model, one TP rank.
+  // (set_block_params) provides them. Whole model (no pipeline stage).
   bool zero3 = false;
 };
 

@@ -26,7 +26,8 @@ namespace ft::trainer {
 // unit order.
 class Zero3Layout {
  public:
-  Zero3Layout(const GptConfig& config, int ranks);
+  // `tp` > 1: units of this rank's tensor-parallel shard (the split tensors shrink by tp).
+  Zero3Layout(const GptConfig& config, int ranks, int tp = 1);
   int units() const { return static_cast<int>(elems_.size()); }
   size_t unit_elems(int u) const { return elems_[static_cast<size_t>(u)]; }
   size_t part(int u) const { return part_[static_cast<size_t>(u)]; }
@@ -52,11 +53,13 @@ class Zero3Layout {
 // tensors are gathered once per step (after the update), their gradients reduce-scattered after
 // the last micro-batch's backward. The training thread's waits are "zero3.wait" comm ranges:
 // the exposed part. In bf16/fp16 the comm thread also makes the gathered block's low-precision
-// copy. No --tp/--pp.
+// copy. With --tp the units are this rank's TP shard. No --pp.
 class Zero3 : public BlockParams {
  public:
-  // Attaches itself to `model` (built with ModelSharding::zero3).
-  Zero3(GptModel& model, Communicator& dp, CachingAllocator& alloc);
+  // Attaches itself to `model` (built with ModelSharding::zero3). `tp`: the tensor-parallel
+  // group when the model is a TP shard (its units are the shard's; the gradient norm sums the
+  // split tensors over it), else null.
+  Zero3(GptModel& model, Communicator& dp, CachingAllocator& alloc, Communicator* tp = nullptr);
   ~Zero3() override;
 
   // BlockParams.
@@ -72,7 +75,8 @@ class Zero3 : public BlockParams {
   // non-block gradients accumulate over the micro-batches and are reduced once).
   void zero_grads();
   void arm() { armed_ = true; }
-  // The global squared gradient norm (this shard's, summed over the DP group).
+  // The global squared gradient norm: this shard's, summed over the DP group, the TP-split
+  // tensors' part over the TP group too (the replicated ones count once).
   double grad_sum_squares();
   // AdamW on this shard, then the non-block tensors gathered into the model.
   void update(float lr, const AdamWSettings& s, float grad_scale, int t);
@@ -100,6 +104,7 @@ class Zero3 : public BlockParams {
 
   GptModel& model_;
   Communicator& dp_;
+  Communicator* tp_;
   CachingAllocator& alloc_;
   Zero3Layout layout_;
   int rank_ = 0, ranks_ = 1;
@@ -114,6 +119,7 @@ class Zero3 : public BlockParams {
   struct Piece {
     size_t shard = 0, n = 0;
     bool decays = false;
+    bool tp_split = false;  // a tensor-parallel-split tensor's
   };
   std::vector<Piece> pieces_;  // this shard by tensor, for AdamW's weight decay
   bool armed_ = false;
