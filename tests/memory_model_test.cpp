@@ -62,6 +62,18 @@ trainer::TrainConfig parse(const std::string& args) {
 // The tolerance the tuner relies on (issue 6): within 10% of the measured peak.
 constexpr double kTolerance = 0.10;
 
+// Runs one step of `t` and checks `est` against the allocator's measured peak (printed);
+// returns the relative error.
+double step_and_compare(trainer::Trainer& t, const MemoryEstimate& est, const std::string& what) {
+  t.step();
+  const double measured = static_cast<double>(t.allocator().stats().peak_allocated);
+  const double err = (static_cast<double>(est.peak) - measured) / measured;
+  std::printf("%-110s predicted %10zu measured %10.0f error %+6.2f%% (%s)\n", what.c_str(),
+              est.peak, measured, 100 * err, est.phase_at_peak.c_str());
+  EXPECT_LE(std::abs(err), kTolerance) << what;
+  return err;
+}
+
 TEST(MemoryModel, PredictsMeasuredPeakWithinTenPercent) {
   // Shapes large enough that the allocator's unsplit tails (up to 1 MiB per recycled large
   // block) stay small against the peak; the small-model error is reported separately below.
@@ -88,15 +100,8 @@ TEST(MemoryModel, PredictsMeasuredPeakWithinTenPercent) {
   double worst = 0;
   for (const std::string& args : cases) {
     trainer::TrainConfig c = parse(args + " --steps 1 --threads 2 --val-batches 1 --val-every 0");
-    const MemoryEstimate est = predict_memory(c);
     trainer::Trainer t(c);
-    t.step();
-    const double measured = static_cast<double>(t.allocator().stats().peak_allocated);
-    const double err = (static_cast<double>(est.peak) - measured) / measured;
-    worst = std::max(worst, std::abs(err));
-    std::printf("%-110s predicted %10zu measured %10.0f error %+6.2f%% (%s)\n", args.c_str(),
-                est.peak, measured, 100 * err, est.phase_at_peak.c_str());
-    EXPECT_LE(std::abs(err), kTolerance) << args;
+    worst = std::max(worst, std::abs(step_and_compare(t, predict_memory(c), args)));
   }
   std::printf("worst relative error %.2f%% (tolerance %.0f%%)\n", 100 * worst, 100 * kTolerance);
 }
@@ -214,13 +219,7 @@ TEST(MemoryModel, PredictsQloraPeakAndItsSaving) {
                                    " --steps 1 --threads 2 --val-batches 1 --val-every 0");
     const MemoryEstimate est = predict_memory(c);
     trainer::Trainer t(c);
-    t.step();
-    const double measured = static_cast<double>(t.allocator().stats().peak_allocated);
-    const double err = (static_cast<double>(est.peak) - measured) / measured;
-    worst = std::max(worst, std::abs(err));
-    std::printf("qlora %-100s predicted %10zu measured %10.0f error %+6.2f%% (%s)\n", extra.c_str(),
-                est.peak, measured, 100 * err, est.phase_at_peak.c_str());
-    EXPECT_LE(std::abs(err), kTolerance) << extra;
+    worst = std::max(worst, std::abs(step_and_compare(t, est, "qlora " + extra)));
     // The NF4 term is the held bytes rounded to the allocator's blocks (3 allocations per
     // linear and layer, 12 per layer; the held bytes add the mean, 4 bytes, per tensor).
     EXPECT_GE(est.nf4 + 12 * 3 * 4, t.model().nf4_bytes());

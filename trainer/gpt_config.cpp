@@ -42,6 +42,10 @@ ParamLayout ParamLayout::make(const GptConfig& c) {
   return p;
 }
 
+bool ParamLayout::per_block(int index) {
+  return index != kWte && index != kWpe && index != kLnfw && index != kLnfb;
+}
+
 bool ParamLayout::decays(int index) {
   return index == kWte || index == kWpe || index == kQkvw || index == kAttprojw ||
          index == kFcw || index == kFcprojw;

@@ -55,12 +55,16 @@ void cut(const std::vector<FlatRange>& ranges, size_t lo, size_t hi, size_t othe
 }  // namespace
 
 ShardLayout ShardLayout::make(const GptModel& model, int ranks, size_t bucket_bytes) {
+  // A pipeline stage holds only its blocks.
+  return make(model.layout(), model.local_layers(), ranks, bucket_bytes);
+}
+
+ShardLayout ShardLayout::make(const ParamLayout& pl, int layers, int ranks, size_t bucket_bytes) {
   if (ranks < 1) throw ConfigError("ShardLayout: ranks must be >= 1");
   ShardLayout s;
   s.ranks_ = ranks;
-  s.layers_ = model.local_layers();  // a pipeline stage holds only its blocks
+  s.layers_ = layers;
   s.num_units_ = s.layers_ + 1;
-  const ParamLayout& pl = model.layout();
   const size_t d = static_cast<size_t>(ranks);
   std::vector<std::vector<FlatRange>> units(static_cast<size_t>(s.num_units_));
   std::vector<size_t> size(units.size()), part(units.size()), shard_off(units.size());

@@ -9,8 +9,8 @@
 #include "ft/core/error.h"
 #include "ft/core/rng.h"
 #include "ft/trainer/ops.h"
-#include "model_internal.h"
 #include "ft/trainer/tensor_parallel.h"
+#include "model_internal.h"
 
 namespace ft::trainer {
 
@@ -47,15 +47,7 @@ GptModel::GptModel(const GptConfig& config, CachingAllocator& alloc, const Model
       throw ConfigError("--zero 3 runs on the whole model (no --pp or --qlora)");
     }
     // The block tensors leave the flat buffers: a BlockParams holds them.
-    for (int i = 0; i < kNumParamTensors; ++i) {
-      if (i != kWte && i != kWpe && i != kLnfw && i != kLnfb) layout_.sizes[i] = 0;
-    }
-    size_t off = 0;
-    for (int i = 0; i < kNumParamTensors; ++i) {
-      layout_.offsets[i] = off;
-      off += layout_.sizes[i];
-    }
-    layout_.total = off;
+    layout_ = layout_.without(ParamLayout::per_block);
   }
   params_ = Buffer<float>(alloc_, layout_.total, "params");
   // QLoRA: every tensor in layout_ is frozen; the adapters hold their own gradients.
@@ -93,7 +85,8 @@ void GptModel::refresh_low_precision() {
     if (options_.precision == Precision::kBf16) {
       fp32_to_bf16(reinterpret_cast<uint16_t*>(params_lp_.data()) + off, params_.data() + off, n);
     } else {
-      round_through_fp16(reinterpret_cast<float*>(params_lp_.data()) + off, params_.data() + off, n);
+      round_through_fp16(reinterpret_cast<float*>(params_lp_.data()) + off, params_.data() + off,
+                         n);
     }
   }
 }
@@ -105,9 +98,11 @@ void GptModel::refresh_low_precision(size_t offset, size_t n) {
     const size_t hi = std::min(offset + n, layout_.offsets[idx] + layout_.sizes[idx]);
     if (lo >= hi) continue;
     if (options_.precision == Precision::kBf16) {
-      fp32_to_bf16(reinterpret_cast<uint16_t*>(params_lp_.data()) + lo, params_.data() + lo, hi - lo);
+      fp32_to_bf16(reinterpret_cast<uint16_t*>(params_lp_.data()) + lo, params_.data() + lo,
+                   hi - lo);
     } else {
-      round_through_fp16(reinterpret_cast<float*>(params_lp_.data()) + lo, params_.data() + lo, hi - lo);
+      round_through_fp16(reinterpret_cast<float*>(params_lp_.data()) + lo, params_.data() + lo,
+                         hi - lo);
     }
   }
 }
@@ -179,24 +174,24 @@ void GptModel::layer_forward(int l, const float* x, float* x_out, LayerActs& a, 
   const int C = config_.channels, N = B * T;
   const int Cl = C / tp_, NHl = config_.num_heads / tp_;
   const bool tp = tp_ > 1;
-  ops::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x,
-                         bparam(kLn1w, l), bparam(kLn1b, l), N, C);
+  ops::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, bparam(kLn1w, l),
+                         bparam(kLn1b, l), N, C);
   linear_forward(kQkvw, l, a.qkv.data(), a.ln1.data(), bparam(kQkvb, l), N, C, 3 * Cl);
   if (options_.attention == AttentionImpl::kFlash) {
     ops::attention_flash_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, NHl);
   } else {
     ops::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, NHl);
   }
-  linear_forward(kAttprojw, l, a.res2.data(), a.atty.data(),
-                 tp ? nullptr : bparam(kAttprojb, l), N, Cl, C);
+  linear_forward(kAttprojw, l, a.res2.data(), a.atty.data(), tp ? nullptr : bparam(kAttprojb, l), N,
+                 Cl, C);
   if (tp) tp_reduce_output(a.res2.data(), bparam(kAttprojb, l), N, C);
   ops::residual_forward(a.res2.data(), a.res2.data(), x, static_cast<size_t>(N) * C);
   ops::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
                          bparam(kLn2w, l), bparam(kLn2b, l), N, C);
   linear_forward(kFcw, l, a.fch.data(), a.ln2.data(), bparam(kFcb, l), N, C, 4 * Cl);
   ops::gelu_forward(a.fch_gelu.data(), a.fch.data(), static_cast<size_t>(N) * 4 * Cl);
-  linear_forward(kFcprojw, l, x_out, a.fch_gelu.data(), tp ? nullptr : bparam(kFcprojb, l),
-                 N, 4 * Cl, C);
+  linear_forward(kFcprojw, l, x_out, a.fch_gelu.data(), tp ? nullptr : bparam(kFcprojb, l), N,
+                 4 * Cl, C);
   if (tp) tp_reduce_output(x_out, bparam(kFcprojb, l), N, C);
   ops::residual_forward(x_out, x_out, a.res2.data(), static_cast<size_t>(N) * C);
 }
@@ -214,22 +209,21 @@ void GptModel::layer_backward(int l, const float* x, float* dres, LayerActs& a, 
   // ZeRO-3 reduces every micro-batch's block gradients from a fresh buffer: written, not summed.
   const bool acc = !first_micro && !blocks_;
   auto g = [&](int index) { return bgrad(index, l); };
-  Buffer<float> dbt(alloc_, BT * C, "grad.dbt");     // (B, T, C) scratch
+  Buffer<float> dbt(alloc_, BT * C, "grad.dbt");  // (B, T, C) scratch
   // (B, T, 4Cl) scratch, also dqkv (B, T, 3Cl)
   Buffer<float> dbig(alloc_, BT * 4 * Cl, "grad.dbig");
   // MLP: x_out = res2 + fch_gelu @ fcprojw^T + b
-  linear_backward(kFcprojw, l, dbig.data(), g(kFcprojw), g(kFcprojb), dres,
-                  a.fch_gelu.data(), N, 4 * Cl, C, acc);
+  linear_backward(kFcprojw, l, dbig.data(), g(kFcprojw), g(kFcprojb), dres, a.fch_gelu.data(), N,
+                  4 * Cl, C, acc);
   ops::gelu_backward(dbig.data(), a.fch.data(), dbig.data(), BT * 4 * Cl);
-  linear_backward(kFcw, l, dbt.data(), g(kFcw), g(kFcb), dbig.data(),
-                  a.ln2.data(), N, C, 4 * Cl, acc);
+  linear_backward(kFcw, l, dbt.data(), g(kFcw), g(kFcb), dbig.data(), a.ln2.data(), N, C, 4 * Cl,
+                  acc);
   if (tp) tp_reduce_input_grad(dbt.data(), N, C);
-  ops::layernorm_backward(dres, g(kLn2w), g(kLn2b), dbt.data(),
-                          a.res2.data(), bparam(kLn2w, l), a.ln2_mean.data(),
-                          a.ln2_rstd.data(), N, C);
+  ops::layernorm_backward(dres, g(kLn2w), g(kLn2b), dbt.data(), a.res2.data(), bparam(kLn2w, l),
+                          a.ln2_mean.data(), a.ln2_rstd.data(), N, C);
   // Attention: res2 = x + atty @ attprojw^T + b
-  linear_backward(kAttprojw, l, dbt.data(), g(kAttprojw), g(kAttprojb), dres,
-                  a.atty.data(), N, Cl, C, acc);
+  linear_backward(kAttprojw, l, dbt.data(), g(kAttprojw), g(kAttprojb), dres, a.atty.data(), N, Cl,
+                  C, acc);
   float* dqkv = dbig.data();  // (B, T, 3Cl)
   if (options_.attention == AttentionImpl::kFlash) {
     ops::attention_flash_backward(dqkv, dbt.data(), a.qkv.data(), a.atty.data(), a.att.data(), B, T,
@@ -238,11 +232,10 @@ void GptModel::layer_backward(int l, const float* x, float* dres, LayerActs& a, 
     // The kernel keeps its (T, T) gradient tile per thread in L2; no (B, NH, T, T) scratch.
     ops::attention_backward(dqkv, nullptr, dbt.data(), a.qkv.data(), a.att.data(), B, T, Cl, NHl);
   }
-  linear_backward(kQkvw, l, dbt.data(), g(kQkvw), g(kQkvb), dqkv,
-                  a.ln1.data(), N, C, 3 * Cl, acc);
+  linear_backward(kQkvw, l, dbt.data(), g(kQkvw), g(kQkvb), dqkv, a.ln1.data(), N, C, 3 * Cl, acc);
   if (tp) tp_reduce_input_grad(dbt.data(), N, C);
-  ops::layernorm_backward(dres, g(kLn1w), g(kLn1b), dbt.data(), x,
-                          bparam(kLn1w, l), a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
+  ops::layernorm_backward(dres, g(kLn1w), g(kLn1b), dbt.data(), x, bparam(kLn1w, l),
+                          a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
 }
 
 void GptModel::run_forward(const int32_t* inputs, int B, int T, Workspace& w, bool keep) {
@@ -290,7 +283,8 @@ int GptModel::head_chunk_rows(int N) const {
   const size_t kHeadChunkBytes = std::max<size_t>(head_chunk_bytes_, 1);
   const size_t elem = options_.precision == Precision::kBf16 ? 2 : 4;
   const size_t row_bytes = static_cast<size_t>(config_.padded_vocab) * elem;
-  const size_t chunks = (static_cast<size_t>(N) * row_bytes + kHeadChunkBytes - 1) / kHeadChunkBytes;
+  const size_t chunks =
+      (static_cast<size_t>(N) * row_bytes + kHeadChunkBytes - 1) / kHeadChunkBytes;
   return static_cast<int>((static_cast<size_t>(N) + chunks - 1) / chunks);
 }
 
@@ -327,11 +321,11 @@ double GptModel::head_chunk(Workspace& w, const int32_t* targets, int r0, int ro
   float* dlnf_rows = dlnf + static_cast<size_t>(r0) * C;  // (rows, C)
   if (options_.precision == Precision::kBf16) {
     gemm_.backward_bf16_dout(dlnf_rows, lora_ ? nullptr : grad(kWte), w.logits_bf16.data(), lnf,
-                             lp_weight(kWte, 0),
-                             rows, C, Vp, !overwrite_dwte);
+                             lp_weight(kWte, 0), rows, C, Vp, !overwrite_dwte);
   } else {
-    gemm_.backward(dlnf_rows, lora_ ? nullptr : grad(kWte), nullptr, w.logits.data(), lnf, param(kWte),
-                   lp_weight(kWte, 0), rows, C, Vp, !overwrite_dwte, options_.precision);
+    gemm_.backward(dlnf_rows, lora_ ? nullptr : grad(kWte), nullptr, w.logits.data(), lnf,
+                   param(kWte), lp_weight(kWte, 0), rows, C, Vp, !overwrite_dwte,
+                   options_.precision);
   }
   return loss_sum;
 }
@@ -359,7 +353,8 @@ double GptModel::forward_backward(const int32_t* inputs, const int32_t* targets,
   } else if (first_micro) {
     // Gradients that are only ever accumulated (+=) start from zero; the
     // matmul weight gradients are overwritten by their first GEMM instead.
-    for (int i : {kWpe, kLn1w, kLn1b, kQkvb, kAttprojb, kLn2w, kLn2b, kFcb, kFcprojb, kLnfw, kLnfb}) {
+    for (int i :
+         {kWpe, kLn1w, kLn1b, kQkvb, kAttprojb, kLn2w, kLn2b, kFcb, kFcprojb, kLnfw, kLnfb}) {
       std::memset(grad(i), 0, layout_.sizes[i] * sizeof(float));
     }
   }

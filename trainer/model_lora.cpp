@@ -121,13 +121,7 @@ void GptModel::setup_lora() {
   lora_->cfg = cfg;
   const size_t L = config_.num_layers, r = cfg.rank;
   // The block linears leave the fp32 buffers: size 0 in the layout.
-  for (int i : kBlockLinears) layout_.sizes[i] = 0;
-  size_t off = 0;
-  for (int i = 0; i < kNumParamTensors; ++i) {
-    layout_.offsets[i] = off;
-    off += layout_.sizes[i];
-  }
-  layout_.total = off;
+  layout_ = layout_.without(is_block_linear);
   for (int i : kBlockLinears) {
     lora_->nf4[i].resize(L);
     if (!cfg.targets(i)) continue;
@@ -251,8 +245,8 @@ void GptModel::linear_backward(int index, int l, float* dinp, float* dweight, fl
                                const float* dout, const float* inp, int N, int IC, int OC,
                                bool acc) {
   if (!lora_) {
-    gemm_.backward(dinp, dweight, dbias, dout, inp, bparam(index, l), lp_weight(index, l), N,
-                   IC, OC, acc, options_.precision);
+    gemm_.backward(dinp, dweight, dbias, dout, inp, bparam(index, l), lp_weight(index, l), N, IC,
+                   OC, acc, options_.precision);
     return;
   }
   LoraState& s = *lora_;

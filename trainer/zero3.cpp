@@ -29,11 +29,6 @@ double ms_since(Clock::time_point t) {
 
 }  // namespace
 
-bool Zero3Layout::block_tensor(int index) {
-  return std::find(std::begin(kBlockTensors), std::end(kBlockTensors), index) !=
-         std::end(kBlockTensors);
-}
-
 Zero3Layout::Zero3Layout(const GptConfig& config, int ranks, int tp) {
   const ParamLayout full = tp_shard_layout(ParamLayout::make(config), tp);
   const size_t L = static_cast<size_t>(config.num_layers), D = static_cast<size_t>(ranks);
@@ -81,7 +76,7 @@ Zero3::Zero3(GptModel& model, Communicator& dp, CachingAllocator& alloc, Communi
     const size_t part = layout_.part(u), lo_r = part * static_cast<size_t>(rank_);
     const size_t hi_r = std::min(lo_r + part, layout_.unit_elems(u));
     for (int i = 0; i < kNumParamTensors; ++i) {
-      if (Zero3Layout::block_tensor(i) != (u < L)) continue;
+      if (ParamLayout::per_block(i) != (u < L)) continue;
       const size_t lo = std::max(lo_r, layout_.offset_in_unit(i));
       const size_t hi = std::min(hi_r, layout_.offset_in_unit(i) + layout_.unit_size(i));
       if (lo < hi) {
@@ -201,7 +196,7 @@ void Zero3::acquire(int layer, bool backward) {
 void Zero3::release(int layer) {
   Held& h = held_[static_cast<size_t>(layer)];
   h.params.reset();
-  h.grads.reset();  // a pending reduce-scatter holds its own copy
+  h.grads.reset();  // moved into its reduce-scatter by then
   h.lp.reset();
   h.ready.reset();
 }
@@ -227,13 +222,10 @@ float* Zero3::grad(int index, int layer) {
   return h.grads.data() + layout_.offset_in_unit(index);
 }
 
-void Zero3::reduce_unit(int u, const float* unit_grads) {
-  // The unit's gradients (padded to D parts) move into the task: the caller may free its buffer.
-  const size_t part = layout_.part(u), n = part * static_cast<size_t>(ranks_);
-  auto send = std::make_shared<Buffer<float>>(alloc_, n, "zero3.rs_send");
-  const size_t e = layout_.unit_elems(u);
-  std::memcpy(send->data(), unit_grads, e * sizeof(float));
-  std::memset(send->data() + e, 0, (n - e) * sizeof(float));
+void Zero3::reduce_unit(int u, Buffer<float> padded) {
+  // The unit's gradients, padded to D parts, move into the task; the caller may go on.
+  const size_t part = layout_.part(u);
+  auto send = std::make_shared<Buffer<float>>(std::move(padded));
   float* g = grads_.data() + layout_.shard_offset(u);
   post([this, send, part, g] {
     Buffer<float> recv(alloc_, part, "zero3.rs_recv");
@@ -243,13 +235,18 @@ void Zero3::reduce_unit(int u, const float* unit_grads) {
 }
 
 void Zero3::on_grad_ready(int layer) {
-  if (layer >= 0) {
-    reduce_unit(layer, held_[static_cast<size_t>(layer)].grads.data());
+  if (layer >= 0) {  // the block's buffer is already padded (and zeroed past the unit)
+    reduce_unit(layer, std::move(held_[static_cast<size_t>(layer)].grads));
     return;
   }
   if (!armed_) return;  // the non-block gradients accumulate until the last micro-batch
   armed_ = false;
-  reduce_unit(model_.config().num_layers, model_.grads());
+  const int u = model_.config().num_layers;
+  const size_t n = layout_.part(u) * static_cast<size_t>(ranks_), e = layout_.unit_elems(u);
+  Buffer<float> padded(alloc_, n, "zero3.rs_send");
+  std::memcpy(padded.data(), model_.grads(), e * sizeof(float));
+  std::memset(padded.data() + e, 0, (n - e) * sizeof(float));
+  reduce_unit(u, std::move(padded));
   drain();  // the step's gradients are complete in this shard
 }
 
@@ -303,7 +300,7 @@ double Zero3::take_comm_ms() {
 
 void Zero3::load_full_tensor(int index, const float* full) {  // this TP rank's tensor
   drain();
-  const bool block = Zero3Layout::block_tensor(index);
+  const bool block = ParamLayout::per_block(index);
   const int L = model_.config().num_layers;
   const size_t per = layout_.unit_size(index), off = layout_.offset_in_unit(index);
   for (int l = 0; l < (block ? L : 1); ++l) {
@@ -327,7 +324,7 @@ std::vector<float> Zero3::gather_full_params() {
     Buffer<float> buf(alloc_, part * static_cast<size_t>(ranks_), "zero3.gathered");
     dp_.all_gather(params_.data() + layout_.shard_offset(u), buf.data(), part);
     for (int i = 0; i < kNumParamTensors; ++i) {
-      if (Zero3Layout::block_tensor(i) != (u < L)) continue;
+      if (ParamLayout::per_block(i) != (u < L)) continue;
       const size_t per = layout_.unit_size(i);
       std::memcpy(full.data() + full_layout.offsets[static_cast<size_t>(i)] +
                       (u < L ? per * static_cast<size_t>(u) : 0),

@@ -8,9 +8,11 @@
 
 #include "ft/core/error.h"
 #include "ft/trainer/gpt_config.h"
+#include "ft/trainer/grad_sync.h"
 #include "ft/trainer/lora_linear.h"
 #include "ft/trainer/matmul.h"
 #include "ft/trainer/model.h"
+#include "ft/trainer/tensor_parallel.h"
 
 namespace ft::tuner {
 namespace {
@@ -222,13 +224,9 @@ MemoryEstimate predict_stage(const trainer::TrainConfig& config, const ParallelL
   // A block unit: this rank's share of one layer's 12 tensors; the non-block unit the rest.
   size_t block_unit = 0;
   for (int i = 0; i < trainer::kNumParamTensors; ++i) {
-    if (i == trainer::kWte || i == trainer::kWpe || i == trainer::kLnfw || i == trainer::kLnfb) {
-      continue;
-    }
+    if (!trainer::ParamLayout::per_block(i)) continue;
     const size_t per = pl.sizes[static_cast<size_t>(i)] / static_cast<size_t>(L);
-    const bool split = i == trainer::kQkvw || i == trainer::kQkvb || i == trainer::kAttprojw ||
-                       i == trainer::kFcw || i == trainer::kFcb || i == trainer::kFcprojw;
-    block_unit += split ? per / t : per;
+    block_unit += trainer::tp_sharded(i) ? per / t : per;
   }
   size_t gather_fwd = 0, gather_bwd = 0;
   if (layout.zero_stage >= 3) {
@@ -246,26 +244,24 @@ MemoryEstimate predict_stage(const trainer::TrainConfig& config, const ParallelL
     m.low_precision_weights = bf16 ? rounded(2 * nb) : fp16 ? rounded(4 * nb) : 0;
     const size_t g = rounded(4 * part * dp), glp = bf16 ? rounded(2 * part * dp) : fp16 ? g : 0;
     gather_fwd = 2 * (g + glp);
-    // Backward of block l: its parameters and gradients, block l-1 prefetched, and the
-    // reduce-scatter copies of blocks l+1 (possibly still in flight) and l, with one receive.
-    gather_bwd = 2 * (g + glp) + 3 * g + rounded(4 * part);
+    // Backward of block l: its parameters and gradients, block l-1 prefetched, and block l+1's
+    // gradients still in their reduce-scatter, with its receive buffer.
+    gather_bwd = 2 * (g + glp) + 2 * g + rounded(4 * part);
   } else if (dp > 1 || layout.zero_stage > 0) {
-    // GradSync's staging buffer (trainer/grad_sync.cpp): the largest bucket, a run of units
-    // (block L-1 first, each padded to dp parts) of at least --bucket-mb; ZeRO-2 adds a receive
-    // buffer of one bucket / dp.
-    std::vector<size_t> units(static_cast<size_t>(Ls), (block_unit + dp - 1) / dp * dp);
-    units.push_back((P - block_unit * static_cast<size_t>(Ls) + dp - 1) / dp * dp);
-    const size_t min_elems =
-        std::max<size_t>(1, static_cast<size_t>(config.parallel.bucket_mb * (1 << 20)) / 4);
-    size_t max_bucket = 0;
-    for (size_t u0 = 0; u0 < units.size();) {
-      size_t elems = 0, u = u0;
-      while (u < units.size() && (elems == 0 || elems < min_elems)) elems += units[u++];
-      max_bucket = std::max(max_bucket, elems);
-      u0 = u;
-    }
-    m.comm_buffers =
-        rounded(4 * max_bucket) + (layout.zero_stage == 2 ? rounded(4 * max_bucket / dp) : 0);
+    // GradSync's staging buffer: its largest bucket (ShardLayout over this rank's flat layout,
+    // as GradSync builds it); ZeRO-2 adds a receive buffer of the largest bucket part.
+    trainer::ModelSharding sh;
+    for (int s2 = 0; s2 < stage; ++s2) sh.first_layer += L / pp + (s2 < L % pp ? 1 : 0);
+    sh.num_layers = Ls;
+    sh.has_embedding = first;
+    sh.has_head = last;
+    const trainer::ShardLayout buckets = trainer::ShardLayout::make(
+        trainer::tp_shard_layout(trainer::make_stage_layout(g, sh), tp), Ls, static_cast<int>(dp),
+        static_cast<size_t>(config.parallel.bucket_mb * (1 << 20)));
+    size_t max_part = 0;
+    for (const auto& b : buckets.buckets()) max_part = std::max(max_part, b.part);
+    m.comm_buffers = rounded(4 * buckets.max_bucket_elems()) +
+                     (layout.zero_stage == 2 ? rounded(4 * max_part) : 0);
   }
   if (Ls > 0) {
     m.block_transient = std::max(2 * act + rounded(16 * BT * C / t) + bwd_gemm + gather_bwd,

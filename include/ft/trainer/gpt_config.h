@@ -47,6 +47,22 @@ struct ParamLayout {
   std::array<size_t, kNumParamTensors> offsets{};  // element offset in the flat buffer
   size_t total = 0;
   static ParamLayout make(const GptConfig& c);
+  // Whether tensor `index` has one slice per block (the 12 block tensors; not wte, wpe, lnf).
+  static bool per_block(int index);
+  // This layout with the tensors `drop(index)` names at size 0, the offsets recomputed (a model
+  // that holds them elsewhere: QLoRA's NF4 linears, ZeRO-3's gathered blocks).
+  template <typename Pred>
+  ParamLayout without(Pred drop) const {
+    ParamLayout p = *this;
+    size_t off = 0;
+    for (int i = 0; i < kNumParamTensors; ++i) {
+      if (drop(i)) p.sizes[i] = 0;
+      p.offsets[i] = off;
+      off += p.sizes[i];
+    }
+    p.total = off;
+    return p;
+  }
   // Whether AdamW weight decay applies (matrices only; not biases or LayerNorm).
   static bool decays(int index);
   static const char* name(int index);

@@ -47,6 +47,8 @@ class ShardLayout {
   };
 
   static ShardLayout make(const GptModel& model, int ranks, size_t bucket_bytes);
+  // The same from a rank's flat layout and its number of blocks (e.g. for memory prediction).
+  static ShardLayout make(const ParamLayout& layout, int layers, int ranks, size_t bucket_bytes);
 
   int ranks() const { return ranks_; }
   int num_units() const { return num_units_; }

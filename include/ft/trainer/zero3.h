@@ -37,7 +37,6 @@ class Zero3Layout {
   size_t offset_in_unit(int index) const { return in_unit_[static_cast<size_t>(index)]; }
   // Elements of tensor `index` in one unit (a layer's slice for block tensors).
   size_t unit_size(int index) const { return per_unit_[static_cast<size_t>(index)]; }
-  static bool block_tensor(int index);
 
  private:
   std::vector<size_t> elems_, part_, shard_off_;
@@ -93,7 +92,9 @@ class Zero3 : public BlockParams {
 
  private:
   void on_grad_ready(int layer);
-  void reduce_unit(int u, const float* unit_grads);  // reduce-scatter, += into this shard
+  // Reduce-scatters unit u's gradients (part(u) * D floats, zero past the unit) and adds this
+  // rank's part into the shard, on the comm thread.
+  void reduce_unit(int u, Buffer<float> padded);
   // The communication thread: tasks run in posting order; drain() waits for all of them (and
   // rethrows a task's error) before the training thread uses the communicator itself.
   void post(std::function<void()> task);

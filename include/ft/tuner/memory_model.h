@@ -60,7 +60,8 @@ struct ParallelLayout {
 // bucket staging; ZeRO divides the optimizer states (1, 2) by dp (ZeRO-2's gradients stay a
 // flat buffer in ft; it adds a receive buffer); ZeRO-3 as above. Measured on 2 ranks (L4 C256
 // T128 B4, --bucket-mb 1; bench/dp_bench.sh's model): DP -3.4%, ZeRO-1 -4.4%, ZeRO-2 -3.8%,
-// ZeRO-3 -5.3%, against -2.5% for one process of the same model. TP and PP (a model of the
+// ZeRO-3 -8.7% (the measured peak exceeds the buffers ZeRO-3 holds; unexplained), against
+// -2.5% for one process of the same model. TP and PP (a model of the
 // sharded engine, not yet measured against it): TP divides
 // the sharded block tensors, their activations (QKV, attention output, FC1, GELU, attention
 // state) and the block GEMMs' operands by tp (LayerNorms, residual stream, embeddings and head
