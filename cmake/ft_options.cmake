@@ -7,7 +7,7 @@ option(FT_BUILD_BENCH "Build benchmarks" ON)
 
 # Optional backends: AUTO (default) detects; ON requires (fatal if missing); OFF disables.
 set(_ft_cuda_root "/usr/local/cuda")
-foreach(_opt CUDA CUPTI NCCL NVTX MPI)
+foreach(_opt CUDA CUPTI NCCL NVTX MPI ISAL)
   set(FT_WITH_${_opt} "AUTO" CACHE STRING "Enable ${_opt} support: AUTO, ON or OFF")
   set_property(CACHE FT_WITH_${_opt} PROPERTY STRINGS AUTO ON OFF)
 endforeach()
@@ -72,4 +72,15 @@ if(NOT FT_WITH_MPI STREQUAL "OFF")
 endif()
 _ft_resolve(MPI ${_mpi_found} "MPI C++ (Debian libopenmpi-dev)")
 
-message(STATUS "ft: CUDA=${FT_WITH_CUDA} CUPTI=${FT_WITH_CUPTI} NCCL=${FT_WITH_NCCL} NVTX=${FT_WITH_NVTX} MPI=${FT_WITH_MPI}")
+# ISA-L (Debian libisal-dev): igzip inflates gzip traces 3-4x faster than zlib; zlib otherwise.
+set(_isal_found FALSE)
+if(NOT FT_WITH_ISAL STREQUAL "OFF")
+  find_path(FT_ISAL_INCLUDE_DIR isa-l/igzip_lib.h)
+  find_library(FT_ISAL_LIBRARY NAMES isal)
+  if(FT_ISAL_INCLUDE_DIR AND FT_ISAL_LIBRARY)
+    set(_isal_found TRUE)
+  endif()
+endif()
+_ft_resolve(ISAL ${_isal_found} "ISA-L's igzip (Debian libisal-dev)")
+
+message(STATUS "ft: CUDA=${FT_WITH_CUDA} CUPTI=${FT_WITH_CUPTI} NCCL=${FT_WITH_NCCL} NVTX=${FT_WITH_NVTX} MPI=${FT_WITH_MPI} ISAL=${FT_WITH_ISAL}")

@@ -4,7 +4,7 @@
 set -euo pipefail
 set_name="${1:-core}"
 core=(build-essential cmake pkg-config git libdnnl-dev libfmt-dev libboost-program-options-dev
-      nlohmann-json3-dev libsimdjson-dev zlib1g-dev libgtest-dev googletest bible-kjv libxxhash-dev libicu-dev
+      nlohmann-json3-dev libsimdjson-dev zlib1g-dev libisal-dev libgtest-dev googletest bible-kjv libxxhash-dev libicu-dev
       chromium)  # chromium: headless check of report.html (tests/report_html_browser_test.cpp)
 core+=(libopenmpi-dev openmpi-bin)  # distributed training (FT_WITH_MPI) and its mpirun tests
 core+=(python3 python3-torch)  # tests/torch_client_test.cpp: a real PyTorch client (/usr/bin/python3)

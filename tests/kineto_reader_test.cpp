@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -61,6 +62,21 @@ struct TempDir {
   }
   ~TempDir() { fs::remove_all(path); }
 };
+
+// One gzip member holding `text` (zlib's deflate with the gzip wrapper).
+std::string gzip_member(const std::string& text) {
+  z_stream zs{};
+  if (deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) return "";
+  std::string out(deflateBound(&zs, text.size()) + 64, '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  zs.avail_in = static_cast<uInt>(text.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&zs, Z_FINISH);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return rc == Z_STREAM_END ? out : "";
+}
 
 }  // namespace
 
@@ -280,6 +296,42 @@ TEST(KinetoReader, TruncatedOrCorruptGzip) {
   ft::write_file_atomic(corrupt, bad);
   EXPECT_THROW(ft::profiler::read_kineto_trace(corrupt.string()), ft::FormatError);
   EXPECT_THROW(ft::profiler::read_kineto_trace((dir.path / "missing.json").string()), ft::IoError);
+}
+
+// Concatenated members read as one stream; a wrong CRC-32 or size in any member's trailer is an
+// error, whichever inflater (ISA-L or zlib) the build uses.
+TEST(KinetoReader, GzipMembersAndTheirTrailersAreChecked) {
+  const std::string text = ft::read_file(data_path("current.json"));
+  const size_t half = text.size() / 2;
+  const std::string a = gzip_member(text.substr(0, half)), b = gzip_member(text.substr(half));
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  TempDir dir;
+  const fs::path two = dir.path / "two.json.gz";
+  ft::write_file_atomic(two, a + b);
+  const Trace plain = ft::profiler::read_kineto_trace(data_path("current.json"));
+  const Trace joined = ft::profiler::read_kineto_trace(two.string());
+  ASSERT_EQ(plain.events.size(), joined.events.size());
+  for (size_t i = 0; i < plain.events.size(); ++i) {
+    EXPECT_EQ(plain.events[i].ts_ns, joined.events[i].ts_ns);
+    EXPECT_EQ(plain.events[i].dur_ns, joined.events[i].dur_ns);
+  }
+  EXPECT_EQ(plain.metadata.at("json_bytes"), joined.metadata.at("json_bytes"));
+  // The trailer is CRC-32 then ISIZE, 4 bytes each, little-endian.
+  for (const size_t back : {8u, 4u}) {
+    for (const bool first : {true, false}) {
+      std::string bad = first ? a : b;
+      bad[bad.size() - back] = static_cast<char>(bad[bad.size() - back] ^ 0x01);
+      const fs::path f = dir.path / "bad.json.gz";
+      ft::write_file_atomic(f, first ? bad + b : a + bad);
+      EXPECT_THROW(ft::profiler::read_kineto_trace(f.string()), ft::FormatError)
+          << "trailer byte -" << back << (first ? " of the first member" : " of the second");
+    }
+  }
+  // A second member cut inside its header.
+  const fs::path cut = dir.path / "cut.json.gz";
+  ft::write_file_atomic(cut, a + b.substr(0, 5));
+  EXPECT_THROW(ft::profiler::read_kineto_trace(cut.string()), ft::FormatError);
 }
 
 TEST(KinetoReader, DirectoryOfRanks) {

@@ -1,6 +1,9 @@
 // byte_source.cpp: the bytes the JSON tokenizer reads: a plain file, a gzip file (inflated on
 // its own thread, ahead of the parser), or memory (json_stream.h).
 #include <zlib.h>
+#if FT_WITH_ISAL
+#include <isa-l/igzip_lib.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -110,6 +113,101 @@ class GzipSource : public ByteSource {
   bool member_ended_ = false;
   bool done_ = false;
 };
+
+#if FT_WITH_ISAL
+// gzip via ISA-L's igzip inflate (Debian libisal-dev): streams at 3-4x zlib's speed; the
+// header and every member's CRC-32 and size are checked; handles concatenated members.
+class IsalGzipSource : public ByteSource {
+ public:
+  IsalGzipSource(FILE* f, std::string path, uint64_t hint)
+      : f_(f), path_(std::move(path)), in_(new unsigned char[kIn]), st_(new inflate_state),
+        hint_(hint) {
+    isal_inflate_init(st_.get());
+    st_->crc_flag = ISAL_GZIP;
+  }
+  ~IsalGzipSource() override { std::fclose(f_); }
+  size_t read(char* buf, size_t cap) override {
+    inflate_state& st = *st_;
+    st.next_out = reinterpret_cast<uint8_t*>(buf);
+    st.avail_out = static_cast<uint32_t>(std::min<size_t>(cap, UINT32_MAX));
+    const uint32_t want = st.avail_out;
+    while (st.avail_out > 0 && !done_) {
+      if (st.block_state == ISAL_BLOCK_FINISH) {  // a member ended: another may follow
+        if (st.avail_in == 0 && !refill()) {
+          done_ = true;
+          break;
+        }
+        out_before_ += st.total_out;
+        uint8_t* next_in = st.next_in;
+        const uint32_t avail_in = st.avail_in;
+        uint8_t* next_out = st.next_out;
+        const uint32_t avail_out = st.avail_out;
+        isal_inflate_reset(&st);
+        st.crc_flag = ISAL_GZIP;
+        st.next_in = next_in;
+        st.avail_in = avail_in;
+        st.next_out = next_out;
+        st.avail_out = avail_out;
+        st.total_out = 0;
+      }
+      if (st.avail_in == 0 && !eof_) refill();
+      const uint32_t in_before = st.avail_in, out_left = st.avail_out;
+      const int rc = isal_inflate(&st);
+      if (rc < 0) {
+        throw FormatError(path_ + ": corrupt gzip data near compressed byte " +
+                          std::to_string(compressed_ - st.avail_in) + ": " + error_name(rc));
+      }
+      if (st.block_state != ISAL_BLOCK_FINISH && eof_ && st.avail_in == in_before &&
+          st.avail_out == out_left) {
+        throw FormatError(path_ + ": truncated gzip stream at compressed byte " +
+                          std::to_string(compressed_) + " (decompressed byte " +
+                          std::to_string(out_before_ + st.total_out) + ")");
+      }
+    }
+    return want - st.avail_out;
+  }
+  uint64_t compressed_bytes_read() const override { return compressed_; }
+  uint64_t size_hint() const override { return hint_; }
+
+ private:
+  static constexpr size_t kIn = 1 << 18;
+  bool refill() {
+    const size_t n = std::fread(in_.get(), 1, kIn, f_);
+    if (n == 0) {
+      if (std::ferror(f_)) throw IoError(path_ + ": read failed: " + std::strerror(errno));
+      eof_ = true;
+      return false;
+    }
+    compressed_ += n;
+    st_->next_in = in_.get();
+    st_->avail_in = static_cast<uint32_t>(n);
+    return true;
+  }
+  static const char* error_name(int rc) {
+    switch (rc) {
+      case ISAL_INVALID_BLOCK: return "invalid deflate block";
+      case ISAL_INVALID_SYMBOL: return "invalid deflate symbol";
+      case ISAL_INVALID_LOOKBACK: return "invalid lookback distance";
+      case ISAL_INVALID_WRAPPER: return "invalid gzip header";
+      case ISAL_UNSUPPORTED_METHOD: return "unsupported compression method";
+      case ISAL_INCORRECT_CHECKSUM: return "CRC-32 or size mismatch";
+      default: return "inflate error";
+    }
+  }
+  FILE* f_;
+  std::string path_;
+  std::unique_ptr<unsigned char[]> in_;
+  std::unique_ptr<inflate_state> st_;  // ~40 KiB of tables and history
+  uint64_t hint_ = 0;
+  uint64_t compressed_ = 0;
+  uint64_t out_before_ = 0;
+  bool eof_ = false;
+  bool done_ = false;
+};
+using GzipReader = IsalGzipSource;
+#else
+using GzipReader = GzipSource;
+#endif
 
 // Runs another source (gzip: inflating is ~a third of the reader's work) on its own thread, a
 // few blocks ahead of the parser. Errors reach the parser in order, at the byte they happened.
@@ -254,7 +352,7 @@ std::unique_ptr<ByteSource> open_byte_source(const std::string& path) {
   if (n == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
     // Trace JSON compresses 10-20x; the hint only reserves address space, so err high.
     const uint64_t hint = std::max<uint64_t>(isize, std::min<uint64_t>(file_size * 24, 1ull << 36));
-    auto gz = std::make_unique<GzipSource>(f, path, hint);
+    auto gz = std::make_unique<GzipReader>(f, path, hint);
     if (std::thread::hardware_concurrency() > 1)
       return std::make_unique<ReadAheadSource>(std::move(gz));
     return gz;
