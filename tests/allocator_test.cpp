@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "ft/core/block_pool.h"
 #include "ft/core/error.h"
 
 namespace ft {
@@ -109,6 +110,22 @@ TEST(AllocatorTest, LargeBlocksSplitOnlyWhenRemainderIsAtLeastOneMiB) {
   EXPECT_EQ(alloc.stats().allocated, 8 * kMiB);
   EXPECT_EQ(alloc.stats().requested, 8 * kMiB - 512 * kKiB);
   alloc.deallocate(r);
+}
+
+// BlockPool::fresh_block_size (what the memory model counts per tensor) is the block a fresh
+// allocator hands out, on either side of each rule's edge.
+TEST(AllocatorTest, FreshBlockSizeIsWhatAFreshAllocatorHolds) {
+  for (const size_t bytes : {size_t{1}, size_t{513}, 700 * kKiB, kMiB - 1, kMiB, kMiB + 1,
+                             3 * kMiB / 2, 2 * kMiB, 2 * kMiB + 1, 3 * kMiB, 3 * kMiB + 1,
+                             size_t{13031424} / 2, size_t{13031424}, 15 * kMiB + 512 * kKiB}) {
+    CachingAllocator alloc;
+    void* p = alloc.allocate(bytes);
+    const size_t rounded = (bytes + 511) / 512 * 512;
+    EXPECT_EQ(alloc.stats().allocated, BlockPool::fresh_block_size(rounded)) << bytes;
+    alloc.deallocate(p);
+  }
+  EXPECT_EQ(BlockPool::fresh_block_size(3 * kMiB / 2), 2 * kMiB);
+  EXPECT_EQ(BlockPool::fresh_block_size(3 * kMiB), 3 * kMiB);  // 1 MiB left: split
 }
 
 TEST(AllocatorTest, SplitLargeFalseHandsOutWholeBlocks) {

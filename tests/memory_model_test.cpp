@@ -59,8 +59,9 @@ trainer::TrainConfig parse(const std::string& args) {
   return *c;
 }
 
-// The tolerance the tuner relies on (issue 6): within 10% of the measured peak.
-constexpr double kTolerance = 0.10;
+// Issue 22's bound: within 2% of the allocator's measured peak (issue 6 asked 10%). The peak
+// is deterministic for a configuration, so the bound is exact, not statistical.
+constexpr double kTolerance = 0.02;
 
 // Runs one step of `t` and checks `est` against the allocator's measured peak (printed);
 // returns the relative error.
@@ -74,9 +75,9 @@ double step_and_compare(trainer::Trainer& t, const MemoryEstimate& est, const st
   return err;
 }
 
-TEST(MemoryModel, PredictsMeasuredPeakWithinTenPercent) {
-  // Shapes large enough that the allocator's unsplit tails (up to 1 MiB per recycled large
-  // block) stay small against the peak; the small-model error is reported separately below.
+TEST(MemoryModel, PredictsMeasuredPeakWithinTwoPercent) {
+  // A recycled large block's unsplit tail (up to 1 MiB) is what the model cannot see: the last
+  // case, a 24 MB model, is where it would weigh most.
   const std::vector<std::string> cases = {
       "--layers 3 --heads 4 --channels 256 --vocab 8192 --seq-len 256 --micro-batch 8 --attention "
       "flash",
@@ -147,9 +148,9 @@ TEST(MemoryModel, TensorAndPipelineParallelShardTheRightParts) {
   ParallelLayout tp2;
   tp2.tp = 2;
   const MemoryEstimate t = predict_memory(c, tp2);
-  // 4 bytes a parameter, rounded to the allocator's 512-byte blocks.
-  EXPECT_NEAR(static_cast<double>(t.params), 4.0 * (pl.total - sharded / 2), 512);
-  EXPECT_NEAR(static_cast<double>(t.optimizer), 8.0 * (pl.total - sharded / 2), 1024);
+  // 4 bytes a parameter, in the block the allocator gives the flat buffer.
+  EXPECT_EQ(t.params, allocator_block_bytes(4 * (pl.total - sharded / 2)));
+  EXPECT_EQ(t.optimizer, 2 * allocator_block_bytes(4 * (pl.total - sharded / 2)));
   EXPECT_LT(t.activations, base.activations);
   EXPECT_GT(t.activations, base.activations / 2);    // LayerNorms and the residual stay whole
   EXPECT_EQ(t.head_transient, base.head_transient);  // the LM head is not sharded
@@ -164,9 +165,11 @@ TEST(MemoryModel, TensorAndPipelineParallelShardTheRightParts) {
   const MemoryEstimate s0 = predict_memory(c, pp);
   pp.stage = 1;
   const MemoryEstimate s1 = predict_memory(c, pp);
-  const double wte = 4.0 * pl.sizes[trainer::kWte];
-  EXPECT_NEAR(static_cast<double>(s0.params + s1.params), static_cast<double>(base.params) + wte,
-              1024);
+  const size_t wte = pl.sizes[trainer::kWte];
+  const size_t lnf = pl.sizes[trainer::kLnfw] + pl.sizes[trainer::kLnfb];
+  const size_t blocks = pl.total - wte - pl.sizes[trainer::kWpe] - lnf;
+  EXPECT_EQ(s0.params, allocator_block_bytes(4 * (wte + pl.sizes[trainer::kWpe] + blocks / 2)));
+  EXPECT_EQ(s1.params, allocator_block_bytes(4 * (wte + lnf + blocks / 2)));
   EXPECT_EQ(s0.head_transient, 0u);
   EXPECT_EQ(s1.head_transient, base.head_transient);
   EXPECT_GT(s0.activations, s1.activations);  // two micro-batches in flight against one

@@ -13,12 +13,20 @@
 #include "ft/trainer/matmul.h"
 #include "ft/trainer/model.h"
 #include "ft/trainer/tensor_parallel.h"
+#include "ft/core/block_pool.h"
 
 namespace ft::tuner {
 namespace {
 
 constexpr size_t kRound = 512;  // the caching allocator's block rounding (AllocatorOptions)
-size_t rounded(size_t bytes) { return (std::max<size_t>(bytes, 1) + kRound - 1) / kRound * kRound; }
+}  // namespace
+
+size_t allocator_block_bytes(size_t bytes) {
+  return BlockPool::fresh_block_size((std::max<size_t>(bytes, 1) + kRound - 1) / kRound * kRound);
+}
+
+namespace {
+size_t rounded(size_t bytes) { return allocator_block_bytes(bytes); }
 
 // Bytes of logits per LM-head chunk and the chunk's rows, as GptModel::head_chunk_rows.
 int head_rows(const trainer::TrainConfig& c, int N) {

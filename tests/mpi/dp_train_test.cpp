@@ -253,8 +253,9 @@ TEST(DataParallel, Zero3MatchesDpOverFiftyStepsWithHalfTheModelState) {
       std::printf("zero %d peak: predicted %.0f measured %.0f (%+.1f%%)\n", zero, predicted,
                   measured, 100 * (predicted / measured - 1));
     }
-    // Not yet held to a tolerance: on this small model it reads DP 17% and ZeRO-3 10% low (one
-    // process of it 16%: the allocator's block tails; docs/notes.md); the measured peak must drop.
+    // Within issue 22's 2% (each tensor counted as the block the allocator holds for it; before
+    // that, this small model read DP 17% and ZeRO-3 10% low); the measured peak must drop.
+    EXPECT_LE(std::abs(predicted / measured - 1), 0.02) << "zero " << zero;
     (zero == 0 ? dp_peak : z3_peak) = measured;
     return r;
   };

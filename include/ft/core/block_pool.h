@@ -83,6 +83,14 @@ class BlockPool {
   static constexpr size_t kLargeSegmentRound = size_t{2} << 20;  // large segments: multiples
   static constexpr size_t kMinSmallRemainder = 512;              // split small blocks if >= left
   static constexpr size_t kMinLargeRemainder = size_t{1} << 20;  // split large blocks if >= left
+  // The block a request rounded to `size` gets from a segment mapped for it (default options):
+  // a large one takes its whole 2 MiB-rounded segment when less than kMinLargeRemainder would
+  // be left over (a 1.5 MiB tensor holds 2 MiB). What the memory model counts per tensor.
+  static constexpr size_t fresh_block_size(size_t size) {
+    if (size < kLargeThreshold) return size;
+    const size_t seg = (size + kLargeSegmentRound - 1) / kLargeSegmentRound * kLargeSegmentRound;
+    return seg - size < kMinLargeRemainder ? seg : size;
+  }
 
   // What a flush before the retry of a failed segment map achieved.
   struct FlushResult {
