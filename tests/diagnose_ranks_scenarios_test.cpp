@@ -182,6 +182,38 @@ TEST(DiagnoseRanksScenario, PipelineBubbleSuggestsMoreMicroBatches) {
   fs::remove_all(r.dir);
 }
 
+// A data-parallel run near its memory limit: the memory finding prices ZeRO-3 on each rank
+// (the memory model's peak, and a step time from the run's own all-reduces and block phases),
+// written into the rank traces so that re-analysing the directory says the same.
+TEST(DiagnoseRanksScenario, MemoryFindingPricesZero3) {
+  if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  // The allocator's reserved peak of this model is 16 MiB on each rank: 94% of the limit.
+  const CliRun r = diagnose_ranks("zero3_knob",
+                                  "--dp 2 --layers 2 --heads 4 --channels 128 --seq-len 64 "
+                                  "--micro-batch 4 --steps 4 --loader-workers 0 --memory-limit 17M");
+  const json j = report(r);
+  auto zero3_knob = [](const json& findings) {
+    for (const auto& f : findings) {
+      if (f.at("title").get<std::string>().rfind("Memory at", 0) != 0) continue;
+      for (const auto& k : f.at("knobs")) {
+        const std::string knob = k.get<std::string>();
+        if (knob.rfind("--zero 3 (predicted peak ", 0) == 0) return knob;
+      }
+    }
+    return std::string();
+  };
+  const std::string knob = zero3_knob(j.at("findings"));
+  ASSERT_FALSE(knob.empty()) << j["findings"].dump(1);
+  EXPECT_NE(knob.find(" ms: "), std::string::npos) << knob;  // a step time, with its basis
+  EXPECT_NE(knob.find("priced by this run's all-reduces"), std::string::npos) << knob;
+  const CliRun again = run_shell(std::string(FT_BINARY_DIR) + "/ft-diagnose " + r.dir.string() +
+                                 " --out " + (r.dir / "again").string());
+  ASSERT_EQ(again.status, 0) << again.out;
+  const json j2 = json::parse(ft::read_file(r.dir / "again" / "report.json"));
+  EXPECT_EQ(zero3_knob(j2.at("findings")), knob);
+  fs::remove_all(r.dir);
+}
+
 TEST(DiagnoseRanksCli, ClearErrorsBeforeLaunching) {
   const std::string tool = std::string(FT_BINARY_DIR) + "/ft-diagnose run --out " +
                            scratch("err").string() + " --steps 2 ";

@@ -28,6 +28,53 @@ double per_step_ms(const profiler::Trace& t, const std::string& name) {
   return sum / static_cast<double>(by_step.size());
 }
 
+// ZeRO-3's step from a data-parallel run's own phases. The all-reduces' time per element
+// (comm.all_reduce, all buckets) prices the ring: an all-reduce moves 2(D-1)/D of its data, a
+// gather or a reduce-scatter (D-1)/D, so one block's gather takes half its all-reduce. A block's
+// gather hides behind the previous block's forward, and its gather plus the next block's
+// reduce-scatter behind a block's backward (zero3.cpp's one-block-ahead schedule, per
+// micro-batch); the first gather of each pass is exposed, and the non-block tensors (wte,
+// wpe, lnf) are reduce-scattered and gathered after backward, exposed, in place of their
+// all-reduce. The run's own exposed wait (grad_sync) is what ZeRO-3 replaces.
+struct Zero3Step {
+  double delta_ms = 0;
+  bool ok = false;
+  std::string basis;
+  double predicted(double step_ms) const { return ok && step_ms >= 0 ? step_ms + delta_ms : -1; }
+};
+
+Zero3Step zero3_step(const trainer::TrainConfig& c, const profiler::Trace& t, double fwd_blocks) {
+  Zero3Step z;
+  const double all_reduce = per_step_ms(t, "comm.all_reduce");
+  const double exposed_dp = per_step_ms(t, "grad_sync");
+  const double bwd_blocks = per_step_ms(t, "bwd.block");
+  const int L = std::max(1, c.model.num_layers);
+  const int K = std::max(1, c.grad_accum);
+  if (all_reduce <= 0 || fwd_blocks <= 0 || bwd_blocks <= 0) {
+    z.basis = "the run traced no all-reduce or block phases: its gathers' exposure is not predicted";
+    return z;
+  }
+  const trainer::ParamLayout pl = trainer::ParamLayout::make(c.model);
+  size_t block = 0;
+  for (int i = 0; i < trainer::kNumParamTensors; ++i) {
+    if (trainer::ParamLayout::per_block(i)) block += pl.sizes[static_cast<size_t>(i)];
+  }
+  const double ms_per_elem = all_reduce / static_cast<double>(pl.total);
+  const double g = ms_per_elem * static_cast<double>(block) / L / 2;  // one block's gather
+  const double non_block = ms_per_elem * static_cast<double>(pl.total - block);  // RS + gather
+  const double f = fwd_blocks / (L * K), b = bwd_blocks / (L * K);  // one block, one micro-batch
+  const double per_micro = 2 * g + (L - 1) * (std::max(0.0, g - f) + std::max(0.0, 2 * g - b)) + g;
+  const double exposed = K * per_micro + non_block;
+  z.delta_ms = exposed - exposed_dp;
+  z.ok = true;
+  z.basis = fmt::format(
+      "{:+.1f} ms: gathers and reduce-scatters priced by this run's all-reduces ({:.1f} ms a "
+      "step, waits for the other ranks included: an upper bound), {:.1f} ms exposed against "
+      "its {:.1f} ms",
+      z.delta_ms, all_reduce, exposed, exposed_dp);
+  return z;
+}
+
 }  // namespace
 
 void add_memory_options(const trainer::TrainConfig& c, double measured_peak, double step_ms,
@@ -72,7 +119,8 @@ void add_memory_options(const trainer::TrainConfig& c, double measured_peak, dou
   if (c.parallel.dp > 1 && c.parallel.tp == 1 && c.parallel.pp == 1 && c.parallel.zero < 3) {
     trainer::TrainConfig v = c;
     v.parallel.zero = 3;
-    options.push_back({"--zero 3", v, -1, "its gathers' exposure is not predicted"});
+    const Zero3Step z = zero3_step(c, *trace, fwd_blocks);
+    options.push_back({"--zero 3", v, z.predicted(step_ms), z.basis});
   }
   if (!c.init_from.empty() && !c.options.lora.enabled() && c.parallel.size() == 1 &&
       c.options.precision != trainer::Precision::kFp16) {

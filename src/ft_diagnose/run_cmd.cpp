@@ -12,10 +12,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "ft/app/training_profile.h"
 #include "ft/core/error.h"
+#include "ft/profiler/multi_rank.h"
+#include "ft/profiler/trace_reader.h"
+#include "ft/profiler/trace_writer.h"
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/launch.h"
 #include "memory_options.h"
@@ -127,8 +132,35 @@ int run_ranks(const std::vector<std::string>& train_args, const RunOptions& opti
   const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (rc != 0) {
     std::fprintf(stderr, "ft-diagnose: ft-train under mpirun failed (exit status %d)\n", rc);
+    return rc;
   }
+  if (pc.size() == 1) parsed->parallel.dp = ranks;
+  add_rank_memory_options(*parsed, out_dir);
   return rc;
+}
+
+void add_rank_memory_options(const trainer::TrainConfig& config, const std::string& out_dir) {
+  for (const fs::path& path : profiler::find_rank_traces(out_dir)) {
+    // DIR/trace.rankR.json beside DIR/metrics.rankR.jsonl, whose last line is the summary.
+    std::string name = path.filename().string();
+    const size_t at = name.find(".rank");
+    if (at == std::string::npos) continue;
+    name.replace(0, at, "metrics");
+    name.replace(name.size() - 5, 5, ".jsonl");
+    std::ifstream in(fs::path(out_dir) / name);
+    std::string line, last;
+    while (std::getline(in, line)) {
+      if (!line.empty()) last = line;
+    }
+    const nlohmann::json j = nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("summary")) continue;  // no summary: nothing to calibrate
+    const nlohmann::json& s = j["summary"];
+    const double peak = s.value("mem_peak", 0.0), step_ms = s.value("mean_step_ms", 0.0);
+    const bool completed = s.value("ooms", 0) == 0 && s.value("steps", 0) > 0;
+    profiler::Trace trace = profiler::read_trace_json(path);
+    add_memory_options(config, peak, step_ms, completed, &trace);
+    profiler::write_trace_json(trace, path);
+  }
 }
 
 bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& options,

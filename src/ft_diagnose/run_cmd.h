@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ft/profiler/event.h"
+#include "ft/trainer/train_config.h"
 
 namespace ft::diagnose {
 
@@ -31,5 +32,11 @@ bool run_profiled(const std::vector<std::string>& train_args, const RunOptions& 
 // status (0: the traces are there); `help` is set when --help was asked for (nothing launched).
 int run_ranks(const std::vector<std::string>& train_args, const RunOptions& options, int ranks,
               const std::string& out_dir, bool* help);
+
+// After a multi-rank run: each DIR/trace.rankR.json gets the memory knobs' predictions
+// (add_memory_options) from its rank's DIR/metrics.rankR.jsonl summary (peak, mean step), and
+// is rewritten, so that `ft-diagnose DIR` later reads the same. A rank without a summary is
+// left as it is.
+void add_rank_memory_options(const trainer::TrainConfig& config, const std::string& out_dir);
 
 }  // namespace ft::diagnose
