@@ -128,6 +128,63 @@ TEST_F(CleanCli, OptionsTurnStagesOff) {
   EXPECT_EQ(s["kept"]["docs"], 1);
 }
 
+// Nothing a user keeps is lost: a kept JSONL line is written byte for byte with all its fields;
+// bad lines are refused (naming the line) or, with --on-bad-line skip, counted; --removed
+// records every dropped document and skipped line, in input order, with the id it duplicates.
+TEST_F(CleanCli, JsonlFieldsPassThroughAndEveryRemovalIsAudited) {
+  std::string near = doc(1);
+  near.replace(near.find(' ', 60), 1, " and ");  // one inserted word
+  const std::vector<std::string> lines = {
+      R"({"id":"a","url":"http://x/1","text":)" + nlohmann::json(doc(0)).dump() +
+          R"(,"meta":{"n":[1, 2]}})",
+      nlohmann::json{{"text", doc(0)}, {"id", "b"}}.dump(),  // exact duplicate of a
+      "not json",
+      R"({"id": "c", "text": )" + nlohmann::json(doc(1)).dump() + "}",
+      nlohmann::json{{"id", 5}, {"text", near}}.dump(),  // near duplicate of c
+      R"({"id": "d"})",                                  // no text field
+      R"({"id": "e", "text": "ok"})",                    // too short
+  };
+  std::string in;
+  for (const auto& l : lines) in += l + "\n\n";  // blank lines between: no documents
+  ft::write_file_atomic(path("in.jsonl"), in);
+
+  Result r = run(path("in.jsonl") + " --out " + path("o.jsonl"));
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("in.jsonl:5: not valid JSON"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--on-bad-line skip"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(path("o.jsonl")));
+
+  r = run(path("in.jsonl") + " --out " + path("o.jsonl") + " --on-bad-line skip --removed " +
+          path("rm.jsonl") + " --stats " + path("s.json") + " -q");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(ft::read_file(path("o.jsonl")), lines[0] + "\n" + lines[3] + "\n");
+  const auto s = nlohmann::json::parse(ft::read_file(path("s.json")));
+  EXPECT_EQ(s["bad_lines_skipped"], 2);
+  EXPECT_EQ(s["in"]["docs"], 5);
+  EXPECT_EQ(s["kept"]["docs"], 2);
+  std::vector<nlohmann::json> rm;
+  std::ifstream rf(path("rm.jsonl"));
+  for (std::string line; std::getline(rf, line);) rm.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rm.size(), 5u) << ft::read_file(path("rm.jsonl"));
+  EXPECT_EQ(rm[0]["rule"], "exact_duplicate");
+  EXPECT_EQ(rm[0]["id"], "b");
+  EXPECT_EQ(rm[0]["duplicate_of"], "a");
+  EXPECT_EQ(rm[0]["document"], nlohmann::json::parse(lines[1]));
+  EXPECT_EQ(rm[1]["rule"], "bad_line");
+  EXPECT_EQ(rm[1]["origin"], path("in.jsonl") + ":5");
+  EXPECT_EQ(rm[1]["line"], "not json");
+  EXPECT_EQ(rm[2]["rule"], "near_duplicate");
+  EXPECT_EQ(rm[2]["id"], "5");
+  EXPECT_EQ(rm[2]["duplicate_of"], "c");
+  EXPECT_GE(rm[2]["similarity"].get<double>(), 0.8);
+  EXPECT_EQ(rm[3]["rule"], "bad_line");
+  EXPECT_NE(rm[3]["error"].get<std::string>().find("no string field"), std::string::npos);
+  EXPECT_EQ(rm[4]["rule"], "too_short");
+  EXPECT_EQ(rm[4]["id"], "e");
+  r = run(path("in.jsonl") + " --out " + path("o.jsonl") + " --on-bad-line maybe");
+  EXPECT_EQ(r.status, 2) << r.out;
+}
+
 TEST_F(CleanCli, BadInputIsAClearErrorAndWritesNothing) {
   ft::write_file_atomic(path("bad.jsonl"), "{\"text\": \"fine document here\"}\n{\"text\": 3}\n");
   Result r = run(path("bad.jsonl") + " --out " + path("o.jsonl"));

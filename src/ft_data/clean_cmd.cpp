@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "clean_io.h"
 #include "commands.h"
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
@@ -29,32 +30,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-bool blank_line(std::string_view line) {
-  for (char c : line) {
-    if (c != ' ' && c != '\t' && c != '\f' && c != '\v') return false;
-  }
-  return true;
-}
-
-// Appends `text` so that for_each_document reads it back as one document: blank lines inside
-// it are dropped and a line that is exactly "%" (a fortune separator) becomes "% ".
-void append_text_document(std::string& out, std::string_view text) {
-  bool first = true;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    if (blank_line(line)) continue;
-    if (!first) out += '\n';
-    first = false;
-    out.append(line);
-    if (line == "%") out += ' ';
-  }
-  out += "\n\n";
-}
-
 void check(bool ok, const std::string& msg) {
   if (!ok) throw ConfigError(msg);
 }
@@ -63,7 +38,8 @@ void check(bool ok, const std::string& msg) {
 
 int clean_main(const std::vector<std::string>& args) {
   std::vector<std::string> inputs;
-  std::string out, stats_path, shingle = "word", text_field = "text";
+  std::string out, stats_path, shingle = "word", text_field = "text", id_field = "id";
+  std::string on_bad_line = "fail", removed;
   int threads = 0;
   bool no_exact = false, no_near = false, no_filters = false, quiet = false;
   CleanOptions o;
@@ -74,9 +50,12 @@ int clean_main(const std::vector<std::string>& args) {
   cli.add_options()
     ("help,h", "show this help")
     ("in", po::value(&inputs)->multitoken(), "input files or directories (text, fortune, JSONL, .gz)")
-    ("out", po::value(&out), "output: JSONL ({\"text\": ...} lines) when it ends in .jsonl, else text with a blank line between documents")
+    ("out", po::value(&out), "output: JSONL when it ends in .jsonl (a JSONL input line kept as it was, every field; text documents as {\"text\": ...}), else text with a blank line between documents")
     ("stats", po::value(&stats_path), "write the statistics as JSON to FILE")
-    ("text-field", po::value(&text_field)->default_value("text"), "JSONL input: the field holding the text")
+    ("text-field", po::value(&text_field)->default_value("text"), "JSONL input: the field holding the text (every other field passes through unchanged)")
+    ("id-field", po::value(&id_field)->default_value("id"), "JSONL input: the field that names a document in --removed (else FILE:LINE)")
+    ("on-bad-line", po::value(&on_bad_line)->default_value("fail"), "a JSONL line that is not an object with the text field: fail (naming file, line and byte) | skip (counted, and written to --removed)")
+    ("removed", po::value(&removed), "write every removed document to FILE.jsonl: its rule, id, origin and, for a duplicate, the id of the document it duplicates")
     ("threads", po::value(&threads)->default_value(0), "OpenMP threads (0: OMP_NUM_THREADS / all cores)")
     ("quiet,q", po::bool_switch(&quiet), "no statistics table")
     ("no-exact-dedup", po::bool_switch(&no_exact), "keep exact duplicates")
@@ -120,6 +99,9 @@ int clean_main(const std::vector<std::string>& args) {
   check(shingle == "word" || shingle == "char",
         fmt::format("--shingle '{}' must be word or char", shingle));
   check(threads >= 0, "--threads must be >= 0");
+  check(on_bad_line == "fail" || on_bad_line == "skip",
+        fmt::format("--on-bad-line '{}' must be fail or skip", on_bad_line));
+  check(removed.empty() || fs::path(removed) != fs::path(out), "--removed must differ from --out");
   check(f.max_non_text_ratio >= 0, "--max-non-text-ratio must be >= 0");
   check(f.min_words >= 0 && f.min_words <= f.max_words, "--min-words must be in [0, --max-words]");
   check(f.min_chars >= 0 && f.min_chars <= f.max_chars, "--min-chars must be in [0, --max-chars]");
@@ -143,36 +125,25 @@ int clean_main(const std::vector<std::string>& args) {
 
   const bool jsonl = ends_with(out, ".jsonl");
   const auto t0 = std::chrono::steady_clock::now();
-  AtomicFileWriter writer(out_path);
-  std::string buf;
-  auto flush = [&]() {
-    writer.write(buf.data(), buf.size());
-    buf.clear();
-  };
-  Cleaner cleaner(o, [&](std::string_view text) {
-    if (jsonl) {
-      buf += nlohmann::json{{"text", text}}.dump(-1, ' ', false,
-                                                 nlohmann::json::error_handler_t::replace);
-      buf += '\n';
-    } else {
-      append_text_document(buf, text);
-    }
-    if (buf.size() >= (1u << 20)) flush();
-  });
+  CleanIoOptions io;
+  io.text_field = text_field;
+  io.id_field = id_field;
+  io.skip_bad_lines = on_bad_line == "skip";
+  io.jsonl_out = jsonl;
+  io.removed_path = removed;
+  CleanIo cleaner(io, out, o);
   std::vector<fs::path> paths(inputs.begin(), inputs.end());
   DocumentReadOptions ro;
   ro.text_field = text_field;
+  ro.raw_jsonl = true;  // CleanIo decodes each line: its fields pass through, bad ones are counted
   for_each_document(
       paths,
-      [&](std::string_view text, const DocumentOrigin&) {
-        cleaner.add(text);
+      [&](std::string_view doc, const DocumentOrigin& origin) {
+        cleaner.add(doc, origin);
         return true;
       },
       ro);
-  cleaner.finish();
-  flush();
-  writer.commit();
-  CleanStats stats = cleaner.stats();
+  CleanStats stats = cleaner.finish();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!quiet) {
     std::string in_list;
@@ -184,6 +155,7 @@ int clean_main(const std::vector<std::string>& args) {
     nlohmann::json j = stats.to_json();
     j["inputs"] = inputs;
     j["output"] = out;
+    if (!removed.empty()) j["removed_file"] = removed;
     j["threads"] = omp_get_max_threads();
     j["options"] = {{"near_dup_threshold", m.threshold},
                     {"shingle", shingle},
@@ -202,7 +174,8 @@ int clean_main(const std::vector<std::string>& args) {
                     {"max_dup_line_char_ratio", f.max_dup_line_char_ratio},
                     {"max_top_ngram_ratio", f.max_top_ngram_ratio},
                     {"max_dup_ngram_ratio", f.max_dup_ngram_ratio},
-                    {"c4_boilerplate", f.c4_boilerplate}};
+                    {"c4_boilerplate", f.c4_boilerplate},
+                    {"on_bad_line", on_bad_line}};
     write_file_atomic(stats_path, j.dump(2) + "\n");
   }
   return 0;

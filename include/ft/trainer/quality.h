@@ -22,19 +22,25 @@ struct Hash128 {
 };
 Hash128 content_hash(std::string_view text);
 
-// Remembers the content hashes of the documents it has seen: 16 bytes of key per document in
-// an open-addressing table kept at most half full (so <= 32 bytes per document plus growth).
+// Remembers the content hashes of the documents it has seen: 16 bytes of key and 8 of value
+// per document in an open-addressing table kept at most half full (<= 48 bytes per document).
 class ExactDeduper {
  public:
   // True when `text` (or its hash) was not seen before; it is remembered either way.
   bool insert(std::string_view text) { return insert_hash(content_hash(text)); }
-  bool insert_hash(const Hash128& h);
+  bool insert_hash(const Hash128& h) { return insert_or_find(h, 0) < 0; }
+  // Remembers `h` with `value` (e.g. the document's ordinal) and returns -1, or returns the
+  // value stored with `h` when it was seen before.
+  int64_t insert_or_find(const Hash128& h, uint64_t value);
   size_t size() const { return size_; }
-  size_t memory_bytes() const { return slots_.capacity() * sizeof(Hash128); }
+  size_t memory_bytes() const {
+    return slots_.capacity() * sizeof(Hash128) + values_.capacity() * sizeof(uint64_t);
+  }
 
  private:
   void grow();
   std::vector<Hash128> slots_;  // {0,0} marks an empty slot (a real {0,0} hash is remapped)
+  std::vector<uint64_t> values_;  // per slot
   size_t size_ = 0;
 };
 
@@ -101,6 +107,9 @@ class NearDupIndex {
   int64_t insert_or_match(const uint32_t* sig);
   // Same check without storing.
   int64_t match(const uint32_t* sig) const;
+  const uint32_t* signature(int64_t id) const {
+    return sigs_.data() + static_cast<size_t>(id) * static_cast<size_t>(options_.num_perm);
+  }
   const LshParams& params() const { return params_; }
   size_t size() const { return count_; }
   size_t memory_bytes() const;
@@ -193,6 +202,7 @@ struct CleanStats {
   std::array<uint64_t, kRuleCount> rule_docs{}, rule_bytes{};
   uint64_t boilerplate_lines_removed = 0;
   uint64_t docs_kept = 0, bytes_kept = 0;
+  uint64_t bad_lines_skipped = 0;  // input lines that were no document (--on-bad-line skip)
   LshParams lsh;
   int num_perm = 0;
   uint64_t exact_index_bytes = 0, near_index_bytes = 0;
@@ -204,14 +214,27 @@ struct CleanStats {
   std::string to_table() const;
 };
 
+// What the cleaner decided for one document, in input order.
+struct CleanDecision {
+  uint64_t ordinal = 0;      // 0-based position of the document in the input
+  bool kept = false;
+  std::string_view text;     // kept: the text after line cleaning (valid during the call)
+  bool text_changed = false;  // kept: boilerplate lines were dropped from it
+  std::string_view rule;     // removed: a filter rule_name, "exact_duplicate" or "near_duplicate"
+  int64_t duplicate_of = -1;  // duplicates: ordinal of the kept document it duplicates
+  double similarity = 0;      // near duplicates: the MinHash estimate of their Jaccard
+};
+
 // Streams documents through filters, exact and near-duplicate removal (in that order; the
 // first occurrence is kept). Documents are buffered in batches (batch_docs / batch_bytes) whose
 // filters, hashes and signatures are computed in parallel (OpenMP); decisions are then made
 // in input order, so the output does not depend on the thread count.
 class Cleaner {
  public:
-  using Sink = std::function<void(std::string_view text)>;
+  using Sink = std::function<void(std::string_view text)>;  // kept texts only
+  using DecisionSink = std::function<void(const CleanDecision&)>;  // every document
   Cleaner(CleanOptions options, Sink sink);
+  Cleaner(CleanOptions options, DecisionSink sink);
   void add(std::string_view text);
   void finish();  // flushes the last batch
   const CleanStats& stats() const { return stats_; }
@@ -220,10 +243,11 @@ class Cleaner {
  private:
   void process_batch();
   CleanOptions options_;
-  Sink sink_;
+  DecisionSink sink_;
   MinHasher hasher_;
   ExactDeduper exact_;
   NearDupIndex near_;
+  std::vector<uint64_t> near_ordinal_;  // the input ordinal of each document in near_
   std::vector<std::string> batch_;
   size_t batch_bytes_ = 0;
   CleanStats stats_;

@@ -30,6 +30,7 @@ nlohmann::json CleanStats::to_json() const {
           {"boilerplate_lines_removed", boilerplate_lines_removed},
           {"removed", {{"docs", docs_removed()}}},
           {"kept", {{"docs", docs_kept}, {"bytes", bytes_kept}}},
+          {"bad_lines_skipped", bad_lines_skipped},
           {"lsh",
            {{"num_perm", num_perm},
             {"bands", lsh.bands},
@@ -58,6 +59,7 @@ std::string CleanStats::to_table() const {
     row(fmt::format("filter {}", rule_name(static_cast<Rule>(i))), rule_docs[i], rule_bytes[i]);
   }
   row("kept", docs_kept, bytes_kept);
+  if (bad_lines_skipped) s += fmt::format("  bad input lines skipped: {}\n", bad_lines_skipped);
   s += fmt::format("  boilerplate lines dropped from kept documents: {}\n",
                    boilerplate_lines_removed);
   if (lsh.bands > 0) {
@@ -70,6 +72,11 @@ std::string CleanStats::to_table() const {
 }
 
 Cleaner::Cleaner(CleanOptions options, Sink sink)
+    : Cleaner(std::move(options), DecisionSink([sink = std::move(sink)](const CleanDecision& d) {
+                if (d.kept) sink(d.text);
+              })) {}
+
+Cleaner::Cleaner(CleanOptions options, DecisionSink sink)
     : options_(std::move(options)),
       sink_(std::move(sink)),
       hasher_(options_.minhash),
@@ -110,25 +117,41 @@ void Cleaner::process_batch() {
   }
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t bytes = batch_[i].size();
+    CleanDecision d;
+    d.ordinal = stats_.docs_in;
     ++stats_.docs_in;
     stats_.bytes_in += bytes;
     const FilterResult& r = results[i];
+    int64_t hit = -1;
     if (r.rejected) {
       const int k = static_cast<int>(*r.rejected);
       ++stats_.rule_docs[k];
       stats_.rule_bytes[k] += bytes;
-    } else if (options_.exact_dedup && !exact_.insert_hash(hashes[i])) {
+      d.rule = rule_name(*r.rejected);
+    } else if (options_.exact_dedup &&
+               (hit = exact_.insert_or_find(hashes[i], d.ordinal)) >= 0) {
       ++stats_.exact_dups;
       stats_.exact_dup_bytes += bytes;
-    } else if (options_.near_dedup && near_.insert_or_match(sigs.data() + i * np) >= 0) {
+      d.rule = "exact_duplicate";
+      d.duplicate_of = hit;
+      d.similarity = 1;
+    } else if (options_.near_dedup &&
+               (hit = near_.insert_or_match(sigs.data() + i * np)) >= 0) {
       ++stats_.near_dups;
       stats_.near_dup_bytes += bytes;
+      d.rule = "near_duplicate";
+      d.duplicate_of = static_cast<int64_t>(near_ordinal_[static_cast<size_t>(hit)]);
+      d.similarity = estimate_jaccard(sigs.data() + i * np, near_.signature(hit), np);
     } else {
+      if (options_.near_dedup) near_ordinal_.push_back(d.ordinal);
       ++stats_.docs_kept;
       stats_.bytes_kept += r.text.size();
       stats_.boilerplate_lines_removed += r.lines_removed;
-      sink_(r.text);
+      d.kept = true;
+      d.text = r.text;
+      d.text_changed = r.lines_removed > 0 || r.text.size() != bytes;
     }
+    sink_(d);
   }
   batch_.clear();
   batch_bytes_ = 0;

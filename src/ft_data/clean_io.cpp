@@ -1,0 +1,171 @@
+// clean_io.cpp: JSONL pass-through, bad-line handling and the --removed audit for ft-data clean.
+#include "clean_io.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ft/core/error.h"
+
+namespace ft::data_cli {
+
+namespace {
+
+using trainer::data::CleanDecision;
+using trainer::data::DocumentOrigin;
+using Ordered = nlohmann::ordered_json;
+
+std::string dump(const Ordered& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Appends `text` so that for_each_document reads it back as one document: blank lines inside
+// it are dropped and a line that is exactly "%" (a fortune separator) becomes "% ".
+void append_text_document(std::string& out, std::string_view text) {
+  bool first = true;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.find_first_not_of(" \t\f\v") == std::string_view::npos) continue;
+    if (!first) out += '\n';
+    first = false;
+    out.append(line);
+    if (line == "%") out += ' ';
+  }
+  out += "\n\n";
+}
+
+}  // namespace
+
+CleanIo::CleanIo(const CleanIoOptions& options, const std::string& out_path,
+                 const trainer::data::CleanOptions& clean)
+    : options_(options),
+      out_(out_path),
+      removed_(options.removed_path.empty()
+                   ? nullptr
+                   : std::make_unique<AtomicFileWriter>(options.removed_path)),
+      cleaner_(clean, [this](const CleanDecision& d) { decided(d); }) {}
+
+void CleanIo::add(std::string_view doc, const DocumentOrigin& origin) {
+  Pending p;
+  p.origin = fmt::format("{}:{}", origin.file, origin.line);
+  p.jsonl = trainer::data::is_jsonl_path(origin.file);
+  std::string text;
+  if (p.jsonl) {
+    try {
+      text = trainer::data::decode_jsonl_document(doc, origin, options_.text_field);
+    } catch (const FormatError& e) {
+      if (!options_.skip_bad_lines) {
+        throw FormatError(std::string(e.what()) + " (--on-bad-line skip skips and counts such lines)");
+      }
+      ++bad_lines_;
+      p.bad = true;
+      p.error = e.what();
+      p.raw = doc;
+      pending_.push_back(std::move(p));
+      return;
+    }
+    if (removed_) {
+      const nlohmann::json j = nlohmann::json::parse(doc);
+      const auto it = j.find(options_.id_field);
+      if (it != j.end() && !it->is_null()) p.id = it->is_string() ? it->get<std::string>() : it->dump();
+    }
+  } else {
+    text = doc;
+  }
+  if (p.id.empty()) p.id = p.origin;
+  p.raw = doc;
+  pending_.push_back(std::move(p));
+  cleaner_.add(text);
+}
+
+void CleanIo::flush_bad_lines() {
+  while (!pending_.empty() && pending_.front().bad) {
+    const Pending& p = pending_.front();
+    if (removed_) {
+      Ordered r;
+      r["rule"] = "bad_line";
+      r["origin"] = p.origin;
+      r["error"] = p.error;
+      r["line"] = p.raw;
+      removed_buf_ += dump(r) + '\n';
+    }
+    pending_.pop_front();
+  }
+}
+
+void CleanIo::decided(const CleanDecision& d) {
+  flush_bad_lines();
+  if (pending_.empty()) throw Error("ft-data clean: a decision without its document (internal)");
+  const Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  if (d.kept) {
+    write_kept(p, d);
+  } else {
+    write_removed(p, d);
+  }
+  // A later duplicate may name this document: remember its id (kept, or a near duplicate,
+  // which the exact index still holds).
+  if (removed_ && (d.kept || d.rule == "near_duplicate")) ids_.emplace(d.ordinal, p.id);
+  flush_buffers(false);
+}
+
+void CleanIo::write_kept(const Pending& p, const CleanDecision& d) {
+  if (!options_.jsonl_out) {
+    append_text_document(out_buf_, d.text);
+    return;
+  }
+  if (p.jsonl && !d.text_changed) {
+    out_buf_ += p.raw;  // every field, byte for byte
+  } else if (p.jsonl) {
+    Ordered j = Ordered::parse(p.raw);
+    j[options_.text_field] = std::string(d.text);
+    out_buf_ += dump(j);
+  } else {
+    out_buf_ += dump(Ordered{{"text", std::string(d.text)}});
+  }
+  out_buf_ += '\n';
+}
+
+void CleanIo::write_removed(const Pending& p, const CleanDecision& d) {
+  if (!removed_) return;
+  Ordered r;
+  r["rule"] = std::string(d.rule);
+  r["id"] = p.id;
+  r["origin"] = p.origin;
+  if (d.duplicate_of >= 0) {
+    const auto it = ids_.find(static_cast<uint64_t>(d.duplicate_of));
+    r["duplicate_of"] = it != ids_.end() ? it->second : fmt::format("#{}", d.duplicate_of);
+    r["similarity"] = d.similarity;
+  }
+  r["document"] = p.jsonl ? Ordered::parse(p.raw) : Ordered{{"text", p.raw}};
+  removed_buf_ += dump(r) + '\n';
+}
+
+void CleanIo::flush_buffers(bool force) {
+  constexpr size_t kFlush = size_t{1} << 20;
+  if (force || out_buf_.size() >= kFlush) {
+    out_.write(out_buf_.data(), out_buf_.size());
+    out_buf_.clear();
+  }
+  if (removed_ && (force || removed_buf_.size() >= kFlush)) {
+    removed_->write(removed_buf_.data(), removed_buf_.size());
+    removed_buf_.clear();
+  }
+}
+
+trainer::data::CleanStats CleanIo::finish() {
+  cleaner_.finish();
+  flush_bad_lines();
+  flush_buffers(true);
+  out_.commit();
+  if (removed_) removed_->commit();
+  trainer::data::CleanStats s = cleaner_.stats();
+  s.bad_lines_skipped = bad_lines_;
+  return s;
+}
+
+}  // namespace ft::data_cli
