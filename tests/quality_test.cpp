@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,10 @@ std::vector<std::string> run_cleaner(const std::vector<std::string>& docs, const
   Cleaner c(o, [&](std::string_view t) { kept.emplace_back(t); });
   for (const std::string& d : docs) c.add(d);
   c.finish();
+  if (c.needs_second_pass()) {  // near duplicates: verified on a second pass
+    for (const std::string& d : docs) c.verify(d);
+    c.finish_verify();
+  }
   if (stats) *stats = c.stats();
   return kept;
 }
@@ -45,7 +50,13 @@ TEST(ExactDedup, FirstOccurrenceIsNewRepeatsAreNot) {
   for (int i = 0; i < 20000; ++i) EXPECT_TRUE(d.insert("doc " + std::to_string(i)));  // grows
   for (int i = 0; i < 20000; i += 97) EXPECT_FALSE(d.insert("doc " + std::to_string(i)));
   EXPECT_EQ(d.size(), 20002u);
-  EXPECT_LE(d.memory_bytes(), 4 * 20002 * sizeof(Hash128));  // half-full table, one doubling
+  // Half-full table, one doubling; a slot is the hash and its value.
+  EXPECT_LE(d.memory_bytes(), 4 * 20002 * (sizeof(Hash128) + sizeof(uint64_t)));
+  // insert_or_find returns what was stored with the first occurrence.
+  ExactDeduper e;
+  EXPECT_EQ(e.insert_or_find(content_hash("a"), 7), -1);
+  EXPECT_EQ(e.insert_or_find(content_hash("b"), 8), -1);
+  EXPECT_EQ(e.insert_or_find(content_hash("a"), 9), 7);
 }
 
 TEST(MinHash, ExactJaccardOfKnownSets) {
@@ -87,17 +98,75 @@ TEST(MinHash, SignatureEstimatesJaccard) {
   EXPECT_EQ(h.signature(docs[0]), MinHasher(o).signature(docs[0]));  // seeded, deterministic
 }
 
+// Issue 23's bar: recall >= 98% at J >= 0.8 on edits of up to 3% of the words, precision >=
+// 99%. The LSH bands are chosen for recall and every candidate is decided by its exact Jaccard.
 TEST(MinHash, PrecisionAndRecallOnLabelledKjvPairs) {
   MinHashOptions o;  // word 5-grams, 128 permutations, threshold 0.8
-  const auto pairs = make_labelled_pairs(kjv_chapters(),
-                                         {0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.3}, 30, o, 11);
-  size_t pos = 0;
-  for (const auto& p : pairs) pos += p.true_jaccard >= o.threshold;
-  ASSERT_GT(pos, 60u);
-  ASSERT_GT(pairs.size() - pos, 60u);
+  const auto pairs = make_labelled_pairs(
+      kjv_chapters(), {0.0, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.05, 0.1, 0.3}, 60, o, 11);
+  size_t pos = 0, near_threshold = 0;
+  for (const auto& p : pairs) {
+    pos += p.true_jaccard >= o.threshold;
+    near_threshold += p.true_jaccard >= o.threshold && p.true_jaccard < o.threshold + 0.05;
+  }
+  ASSERT_GT(pos, 300u);
+  ASSERT_GT(near_threshold, 20u);  // the hard cases are there
+  ASSERT_GT(pairs.size() - pos, 100u);
   const NearDupEval e = evaluate_near_dup(pairs, o);
-  EXPECT_GE(e.precision(), 0.9) << e.tp << " tp " << e.fp << " fp " << e.fn << " fn";
-  EXPECT_GE(e.recall(), 0.85) << e.tp << " tp " << e.fp << " fp " << e.fn << " fn";
+  std::printf("labelled KJV pairs: %zu tp %zu fp %zu fn %zu tn (%zu positives within 0.05 of J)\n",
+              static_cast<size_t>(e.tp), static_cast<size_t>(e.fp), static_cast<size_t>(e.fn),
+              static_cast<size_t>(e.tn), near_threshold);
+  EXPECT_GE(e.precision(), 0.99) << e.tp << " tp " << e.fp << " fp " << e.fn << " fn";
+  EXPECT_GE(e.recall(), 0.98) << e.tp << " tp " << e.fp << " fp " << e.fn << " fn";
+}
+
+// The cleaner's decisions against an exhaustive reference: every pair's exact Jaccard, and a
+// document removed when an earlier kept one reaches the threshold (the first is kept).
+TEST(Cleaner, MatchesTheExhaustiveAllPairsReference) {
+  const auto& chapters = kjv_chapters();
+  MinHashOptions mo;
+  std::vector<std::string> docs(chapters.begin(), chapters.begin() + 150);
+  for (const LabelledPair& p :
+       make_labelled_pairs(docs, {0.0, 0.005, 0.01, 0.02, 0.03, 0.05}, 25, mo, 21)) {
+    docs.push_back(p.b);
+  }
+  std::vector<std::vector<uint64_t>> sets;
+  for (const auto& d : docs) sets.push_back(shingle_hashes(d, mo.shingle, mo.shingle_size));
+  std::vector<bool> ref_removed(docs.size(), false);
+  for (size_t j = 0; j < docs.size(); ++j) {
+    for (size_t i = 0; i < j && !ref_removed[j]; ++i) {
+      if (!ref_removed[i] && set_jaccard(sets[i], sets[j]) >= mo.threshold) ref_removed[j] = true;
+    }
+  }
+  CleanOptions o;
+  o.filters.enabled = false;
+  o.batch_docs = 32;
+  std::vector<bool> removed(docs.size(), false);
+  Cleaner c(o, [&](const CleanDecision& d) {
+    removed[d.ordinal] = !d.kept;
+    if (d.rule == "near_duplicate") {
+      EXPECT_GE(d.similarity, mo.threshold);
+      EXPECT_LT(d.duplicate_of, static_cast<int64_t>(d.ordinal));
+      EXPECT_NEAR(d.similarity, set_jaccard(sets[d.ordinal], sets[d.duplicate_of]), 1e-12);
+    }
+  });
+  for (const auto& d : docs) c.add(d);
+  c.finish();
+  ASSERT_TRUE(c.needs_second_pass());
+  for (const auto& d : docs) c.verify(d);
+  c.finish_verify();
+  size_t tp = 0, fp = 0, fn = 0;
+  for (size_t j = 0; j < docs.size(); ++j) {
+    tp += removed[j] && ref_removed[j];
+    fp += removed[j] && !ref_removed[j];
+    fn += !removed[j] && ref_removed[j];
+  }
+  std::printf("all-pairs reference: %zu removed by both, %zu only by the cleaner, %zu missed\n", tp,
+              fp, fn);
+  ASSERT_GT(tp + fn, 60u);
+  EXPECT_GE(static_cast<double>(tp) / static_cast<double>(tp + fn), 0.98);
+  EXPECT_GE(static_cast<double>(tp) / static_cast<double>(tp + fp), 0.99);
+  EXPECT_EQ(c.stats().docs_in, docs.size());
 }
 
 TEST(Cleaner, RemovesExactAndNearDuplicatesKeepingTheFirst) {
@@ -156,9 +225,9 @@ TEST(Cleaner, NearDupIndexMemoryIsPerDocumentStateOnly) {
   for (const auto& d : docs) index.insert_or_match(h.signature(d).data());
   ASSERT_GT(index.size(), 250u);
   const LshParams p = index.params();
-  // Signature + chain links + a table at most half full, with vector growth (x2) on top.
-  const size_t bound = 2 * (o.num_perm * 4 + p.bands * 4) + 4 * p.bands * 12;
-  EXPECT_LE(index.memory_bytes(), index.size() * bound + 4096 * 12);
+  // 8-bit signature + chain links + a table at most 70% full, with vector growth (x2) on top.
+  const size_t bound = 2 * (o.num_perm + p.bands * 4) + 2 * p.bands * 8 * 10 / 7 + 1;
+  EXPECT_LE(index.memory_bytes(), index.size() * bound + 4096 * 8);
 }
 
 // ---- filters --------------------------------------------------------------------------------

@@ -136,13 +136,20 @@ int clean_main(const std::vector<std::string>& args) {
   DocumentReadOptions ro;
   ro.text_field = text_field;
   ro.raw_jsonl = true;  // CleanIo decodes each line: its fields pass through, bad ones are counted
-  for_each_document(
-      paths,
-      [&](std::string_view doc, const DocumentOrigin& origin) {
-        cleaner.add(doc, origin);
-        return true;
-      },
-      ro);
+  auto read_all = [&] {
+    for_each_document(
+        paths,
+        [&](std::string_view doc, const DocumentOrigin& origin) {
+          cleaner.add(doc, origin);
+          return true;
+        },
+        ro);
+  };
+  read_all();
+  if (cleaner.two_passes()) {  // near duplicates are verified on a second read of the input
+    cleaner.begin_second_pass();
+    read_all();
+  }
   CleanStats stats = cleaner.finish();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!quiet) {

@@ -47,7 +47,14 @@ CleanIo::CleanIo(const CleanIoOptions& options, const std::string& out_path,
       removed_(options.removed_path.empty()
                    ? nullptr
                    : std::make_unique<AtomicFileWriter>(options.removed_path)),
-      cleaner_(clean, [this](const CleanDecision& d) { decided(d); }) {}
+      cleaner_(clean, [this](const CleanDecision& d) { decided(d); }) {
+  first_of_two_ = cleaner_.needs_second_pass();
+}
+
+void CleanIo::begin_second_pass() {
+  cleaner_.finish();
+  first_of_two_ = false;
+}
 
 void CleanIo::add(std::string_view doc, const DocumentOrigin& origin) {
   Pending p;
@@ -61,11 +68,16 @@ void CleanIo::add(std::string_view doc, const DocumentOrigin& origin) {
       if (!options_.skip_bad_lines) {
         throw FormatError(std::string(e.what()) + " (--on-bad-line skip skips and counts such lines)");
       }
+      if (first_of_two_) return;  // counted and recorded in the pass that writes
       ++bad_lines_;
       p.bad = true;
       p.error = e.what();
       p.raw = doc;
       pending_.push_back(std::move(p));
+      return;
+    }
+    if (first_of_two_) {
+      cleaner_.add(text);
       return;
     }
     if (removed_) {
@@ -74,12 +86,20 @@ void CleanIo::add(std::string_view doc, const DocumentOrigin& origin) {
       if (it != j.end() && !it->is_null()) p.id = it->is_string() ? it->get<std::string>() : it->dump();
     }
   } else {
+    if (first_of_two_) {
+      cleaner_.add(doc);
+      return;
+    }
     text = doc;
   }
   if (p.id.empty()) p.id = p.origin;
   p.raw = doc;
   pending_.push_back(std::move(p));
-  cleaner_.add(text);
+  if (cleaner_.needs_second_pass()) {
+    cleaner_.verify(text);
+  } else {
+    cleaner_.add(text);
+  }
 }
 
 void CleanIo::flush_bad_lines() {
@@ -158,7 +178,12 @@ void CleanIo::flush_buffers(bool force) {
 }
 
 trainer::data::CleanStats CleanIo::finish() {
-  cleaner_.finish();
+  if (first_of_two_) throw Error("ft-data clean: the second pass was never run (internal)");
+  if (cleaner_.needs_second_pass()) {
+    cleaner_.finish_verify();
+  } else {
+    cleaner_.finish();
+  }
   flush_bad_lines();
   flush_buffers(true);
   out_.commit();

@@ -33,8 +33,12 @@ class CleanIo {
  public:
   CleanIo(const CleanIoOptions& options, const std::string& out_path,
           const trainer::data::CleanOptions& clean);
+  // Whether the documents must be read twice (near dedup: the Cleaner's verification pass).
+  bool two_passes() const { return cleaner_.needs_second_pass(); }
   // One document (a JSONL line, undecoded, or a text document) from for_each_document.
   void add(std::string_view doc, const trainer::data::DocumentOrigin& origin);
+  // Ends the first of two passes; the same documents are then added again, in order.
+  void begin_second_pass();
   // Flushes the Cleaner and commits both files; returns the statistics.
   trainer::data::CleanStats finish();
 
@@ -61,6 +65,7 @@ class CleanIo {
   // not exact duplicates), kept only with --removed.
   std::unordered_map<uint64_t, std::string> ids_;
   uint64_t bad_lines_ = 0;
+  bool first_of_two_ = false;  // in the first of two passes: nothing is written yet
   trainer::data::Cleaner cleaner_;
 };
 

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace ft::trainer::data {
@@ -54,7 +56,10 @@ struct MinHashOptions {
   int num_perm = 128;                        // hash functions = signature length
   double threshold = 0.8;                    // Jaccard at or above which a document is a duplicate
   uint64_t seed = 1;                         // hash-function seed
-  int bands = 0, rows = 0;                   // 0: chosen from threshold (choose_lsh_params)
+  int bands = 0, rows = 0;                   // 0: chosen from threshold (recall_lsh_params)
+  // LSH candidates whose MinHash estimate is below threshold - margin are dropped before the
+  // exact check (0.2 is ~6 standard deviations of a 128-permutation estimate at J = 0.8).
+  double prefilter_margin = 0.2;
 };
 
 // LSH banding: a pair becomes a candidate when all `rows` values of at least one of the
@@ -70,12 +75,18 @@ LshParams lsh_params(double threshold, int bands, int rows);
 // fp_weight * false_positive + fn_weight * false_negative.
 LshParams choose_lsh_params(double threshold, int num_perm, double fp_weight = 0.5,
                             double fn_weight = 0.5);
+// For candidates that are then verified exactly: the most rows per band (the fewest false
+// candidates) with bands = num_perm / rows such that a pair at the threshold becomes a
+// candidate with probability >= min_recall (128 permutations at 0.8: 21 x 6, P = 0.998).
+LshParams recall_lsh_params(double threshold, int num_perm, double min_recall = 0.995);
 
 // The set of shingle hashes of `text` (sorted, unique). A text shorter than one shingle
 // contributes itself as its only shingle; an empty text has no shingles.
 std::vector<uint64_t> shingle_hashes(std::string_view text, ShingleKind kind, int n);
 // |A ∩ B| / |A ∪ B| of the shingle sets (1 when both are empty).
 double exact_jaccard(std::string_view a, std::string_view b, ShingleKind kind, int n);
+// The same for two sorted, unique shingle-hash sets.
+double set_jaccard(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b);
 
 // Signatures: value i is min over shingles x of (a_i * x + b_i) >> 32 (multiply-shift hashing,
 // a_i odd, 64-bit arithmetic), so P(sig_a[i] == sig_b[i]) ~= Jaccard(a, b).
@@ -95,9 +106,9 @@ class MinHasher {
 // Fraction of equal positions: the MinHash estimate of the Jaccard similarity.
 double estimate_jaccard(const uint32_t* a, const uint32_t* b, int num_perm);
 
-// LSH index over the signatures of kept documents. Memory per kept document:
-// num_perm * 4 bytes of signature + bands * (4 bytes of chain link) + bands table entries
-// of 16 bytes in a table kept at most half full (<= 32 bytes each). Texts are not stored.
+// LSH index over documents' signatures. Memory per document: num_perm bytes of 8-bit signature
+// + bands * (4 bytes of chain link) + bands table entries of 8 bytes in a table kept at most
+// 70% full (<= 12 bytes each, 23 with growth). Texts are not stored.
 class NearDupIndex {
  public:
   explicit NearDupIndex(const MinHashOptions& options);
@@ -107,24 +118,28 @@ class NearDupIndex {
   int64_t insert_or_match(const uint32_t* sig);
   // Same check without storing.
   int64_t match(const uint32_t* sig) const;
-  const uint32_t* signature(int64_t id) const {
-    return sigs_.data() + static_cast<size_t>(id) * static_cast<size_t>(options_.num_perm);
-  }
+  // Every stored document sharing a band with `sig` whose estimate reaches `min_estimate`, in
+  // ascending id order (`out` is cleared first).
+  void candidates(const uint32_t* sig, double min_estimate, std::vector<uint32_t>* out) const;
+  uint32_t insert(const uint32_t* sig);  // stores `sig` unconditionally; returns its id
   const LshParams& params() const { return params_; }
   size_t size() const { return count_; }
   size_t memory_bytes() const;
   uint64_t candidates_checked() const { return candidates_checked_; }
 
  private:
-  uint64_t band_key(const uint32_t* sig, int band) const;
-  int64_t find(const uint32_t* sig, const std::vector<uint64_t>& keys) const;
-  void table_insert(uint64_t key, uint32_t doc, int band);
+  uint32_t band_key(const uint32_t* sig, int band) const;
+  double estimate(const uint32_t* sig, uint32_t doc) const;  // against the stored 8-bit one
+  int64_t find(const uint32_t* sig, const std::vector<uint32_t>& keys) const;
+  void table_insert(uint32_t key, uint32_t doc, int band);
   void grow();
   MinHashOptions options_;
   LshParams params_;
-  std::vector<uint32_t> sigs_;   // count_ * num_perm
+  // The low byte of each MinHash value (b-bit MinHash, b = 8): enough for the estimate that
+  // prefilters candidates, a quarter of the full signature.
+  std::vector<uint8_t> sig8_;    // count_ * num_perm
   std::vector<uint32_t> next_;   // count_ * bands: previous document with the same band key
-  std::vector<uint64_t> keys_;   // open addressing; 0 = empty
+  std::vector<uint32_t> keys_;   // band hashes folded to 32 bits, open addressing; 0 = empty
   std::vector<uint32_t> heads_;  // newest document with that key
   size_t used_ = 0;
   size_t count_ = 0;
@@ -203,6 +218,9 @@ struct CleanStats {
   uint64_t boilerplate_lines_removed = 0;
   uint64_t docs_kept = 0, bytes_kept = 0;
   uint64_t bad_lines_skipped = 0;  // input lines that were no document (--on-bad-line skip)
+  uint64_t candidate_pairs = 0;    // LSH candidates listed in the first pass (after prefilter)
+  uint64_t jaccard_checks = 0;     // exact Jaccards computed in the second pass
+  uint64_t peak_held_sets = 0;     // most shingle sets held at once in the second pass
   LshParams lsh;
   int num_perm = 0;
   uint64_t exact_index_bytes = 0, near_index_bytes = 0;
@@ -227,8 +245,18 @@ struct CleanDecision {
 
 // Streams documents through filters, exact and near-duplicate removal (in that order; the
 // first occurrence is kept). Documents are buffered in batches (batch_docs / batch_bytes) whose
-// filters, hashes and signatures are computed in parallel (OpenMP); decisions are then made
-// in input order, so the output does not depend on the thread count.
+// filters, hashes, signatures and shingle sets are computed in parallel (OpenMP); decisions
+// are then made in input order, so the output does not depend on the thread count.
+//
+// Near duplicates take two passes over the same documents, in the same order. The first
+// (add, finish) filters, removes exact copies and lists each document's LSH candidates among
+// the earlier ones (MinHash signatures, bands chosen for recall: recall_lsh_params). The second
+// (verify, finish_verify) decides: a document is a near duplicate of the first earlier *kept*
+// candidate whose exact Jaccard of shingle sets reaches the threshold. Only the index (the
+// signatures, the candidate lists, 2 bytes a document) lives through both passes; a shingle set
+// is held in the second pass only from its document to the last candidate that names it.
+// Without near dedup (or when no document has a candidate) decisions come out of the first
+// pass and needs_second_pass() is false.
 class Cleaner {
  public:
   using Sink = std::function<void(std::string_view text)>;  // kept texts only
@@ -236,20 +264,37 @@ class Cleaner {
   Cleaner(CleanOptions options, Sink sink);
   Cleaner(CleanOptions options, DecisionSink sink);
   void add(std::string_view text);
-  void finish();  // flushes the last batch
+  void finish();  // flushes the last batch of the first pass
+  bool needs_second_pass() const { return options_.near_dedup; }
+  // The second pass: every document of the first, in the same order. Throws Error when the
+  // documents differ in number (or a filtered one no longer is) from the first pass.
+  void verify(std::string_view text);
+  void finish_verify();
   const CleanStats& stats() const { return stats_; }
   const CleanOptions& options() const { return options_; }
 
  private:
+  // Per-document state between the passes (kind_): a filter Rule, or one of these, | kCleaned.
+  enum Kind : uint8_t { kExactDup = 100, kUnique, kHasCandidates, kKept, kNearDup };
+  static constexpr uint8_t kCleaned = 0x80;  // line cleaning changed its text
   void process_batch();
+  void verify_batch();
+  void decide(CleanDecision& d, uint64_t bytes, const FilterResult* r);
   CleanOptions options_;
   DecisionSink sink_;
   MinHasher hasher_;
   ExactDeduper exact_;
   NearDupIndex near_;
   std::vector<uint64_t> near_ordinal_;  // the input ordinal of each document in near_
+  std::vector<uint8_t> kind_;           // per input document
+  std::unordered_map<uint64_t, uint64_t> exact_of_;  // exact duplicate -> its original
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint32_t>> cands_;  // -> (offset, count)
+  std::vector<uint64_t> cand_list_;     // candidates' ordinals, ascending per document
+  std::unordered_map<uint64_t, uint32_t> needed_;  // later documents naming this candidate
+  std::unordered_map<uint64_t, std::vector<uint64_t>> sets_;  // held shingle sets
   std::vector<std::string> batch_;
   size_t batch_bytes_ = 0;
+  uint64_t verified_ = 0;  // second pass: documents seen
   CleanStats stats_;
 };
 
@@ -276,7 +321,8 @@ struct NearDupEval {
   double precision() const { return tp + fp ? double(tp) / double(tp + fp) : 1.0; }
   double recall() const { return tp + fn ? double(tp) / double(tp + fn) : 1.0; }
 };
-// Label: true_jaccard >= threshold. Prediction: b matches a in a NearDupIndex holding a.
+// Label: true_jaccard >= threshold. Prediction: the Cleaner's rule: b is an LSH candidate of a
+// (prefiltered by estimate) and their exact Jaccard reaches the threshold.
 NearDupEval evaluate_near_dup(const std::vector<LabelledPair>& pairs, const MinHashOptions& opts);
 
 }  // namespace ft::trainer::data

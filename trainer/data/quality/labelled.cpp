@@ -87,16 +87,22 @@ NearDupEval evaluate_near_dup(const std::vector<LabelledPair>& pairs,
                               const MinHashOptions& opts_in) {
   MinHashOptions opts = opts_in;
   if (opts.bands == 0) {  // choose once, not per index
-    const LshParams p = choose_lsh_params(opts.threshold, opts.num_perm);
+    const LshParams p = recall_lsh_params(opts.threshold, opts.num_perm);
     opts.bands = p.bands;
     opts.rows = p.rows;
   }
   const MinHasher hasher(opts);
   NearDupEval e;
+  std::vector<uint32_t> cands;
   for (const LabelledPair& p : pairs) {
     NearDupIndex index(opts);
-    index.insert_or_match(hasher.signature(p.a).data());
-    const bool predicted = index.match(hasher.signature(p.b).data()) >= 0;
+    index.insert(hasher.signature(p.a).data());
+    index.candidates(hasher.signature(p.b).data(), opts.threshold - opts.prefilter_margin, &cands);
+    // The Cleaner's second pass: a candidate is a duplicate when its exact Jaccard is.
+    const bool predicted =
+        !cands.empty() && set_jaccard(shingle_hashes(p.a, opts.shingle, opts.shingle_size),
+                                      shingle_hashes(p.b, opts.shingle, opts.shingle_size)) >=
+                              opts.threshold;
     const bool label = p.true_jaccard >= opts.threshold;
     if (predicted && label)
       ++e.tp;

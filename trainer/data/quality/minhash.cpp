@@ -88,6 +88,16 @@ LshParams choose_lsh_params(double threshold, int num_perm, double fp_weight, do
   return best;
 }
 
+LshParams recall_lsh_params(double threshold, int num_perm, double min_recall) {
+  LshParams best = lsh_params(threshold, num_perm, 1);  // one row per band: the most recall
+  for (int r = 2; r <= num_perm; ++r) {
+    const int b = num_perm / r;
+    if (1 - std::pow(1 - std::pow(threshold, r), b) < min_recall) break;
+    best = lsh_params(threshold, b, r);
+  }
+  return best;
+}
+
 std::vector<uint64_t> shingle_hashes(std::string_view text, ShingleKind kind, int n) {
   std::vector<uint64_t> out;
   if (text.empty() || n < 1) return out;
@@ -114,7 +124,10 @@ std::vector<uint64_t> shingle_hashes(std::string_view text, ShingleKind kind, in
 }
 
 double exact_jaccard(std::string_view a, std::string_view b, ShingleKind kind, int n) {
-  const std::vector<uint64_t> sa = shingle_hashes(a, kind, n), sb = shingle_hashes(b, kind, n);
+  return set_jaccard(shingle_hashes(a, kind, n), shingle_hashes(b, kind, n));
+}
+
+double set_jaccard(const std::vector<uint64_t>& sa, const std::vector<uint64_t>& sb) {
   if (sa.empty() && sb.empty()) return 1.0;
   size_t inter = 0, i = 0, j = 0;
   while (i < sa.size() && j < sb.size()) {
@@ -179,23 +192,34 @@ double estimate_jaccard(const uint32_t* a, const uint32_t* b, int num_perm) {
 NearDupIndex::NearDupIndex(const MinHashOptions& options) : options_(options) {
   validate(options);
   params_ = options.bands > 0 ? lsh_params(options.threshold, options.bands, options.rows)
-                              : choose_lsh_params(options.threshold, options.num_perm);
+                              : recall_lsh_params(options.threshold, options.num_perm);
 }
 
-uint64_t NearDupIndex::band_key(const uint32_t* sig, int band) const {
+uint32_t NearDupIndex::band_key(const uint32_t* sig, int band) const {
   const uint64_t k = XXH3_64bits_withSeed(sig + static_cast<size_t>(band) * params_.rows,
                                           params_.rows * sizeof(uint32_t), band + 1);
-  return k == 0 ? 1 : k;
+  const uint32_t folded = static_cast<uint32_t>(k ^ (k >> 32));
+  return folded == 0 ? 1 : folded;  // a colliding key only adds a candidate, checked later
 }
 
-int64_t NearDupIndex::find(const uint32_t* sig, const std::vector<uint64_t>& keys) const {
+double NearDupIndex::estimate(const uint32_t* sig, uint32_t doc) const {
+  const int np = options_.num_perm;
+  const uint8_t* s = sig8_.data() + static_cast<size_t>(doc) * static_cast<size_t>(np);
+  int eq = 0;
+  for (int i = 0; i < np; ++i) eq += static_cast<uint8_t>(sig[i]) == s[i];
+  // Unequal values share their low byte with probability 1/256 (Li and König's b-bit MinHash).
+  constexpr double kChance = 1.0 / 256;
+  return std::max(0.0, (static_cast<double>(eq) / np - kChance) / (1 - kChance));
+}
+
+int64_t NearDupIndex::find(const uint32_t* sig, const std::vector<uint32_t>& keys) const {
   if (keys_.empty()) return -1;
   const size_t mask = keys_.size() - 1;
-  const int np = options_.num_perm, nb = params_.bands;
+  const int nb = params_.bands;
   thread_local std::vector<uint32_t> seen;
   seen.clear();
   for (int band = 0; band < nb; ++band) {
-    const uint64_t key = keys[band];
+    const uint32_t key = keys[band];
     size_t i = key & mask;
     while (keys_[i] != 0 && keys_[i] != key) i = (i + 1) & mask;
     if (keys_[i] == 0) continue;
@@ -204,37 +228,65 @@ int64_t NearDupIndex::find(const uint32_t* sig, const std::vector<uint64_t>& key
       if (std::find(seen.begin(), seen.end(), doc) != seen.end()) continue;
       seen.push_back(doc);
       ++candidates_checked_;
-      if (estimate_jaccard(sig, sigs_.data() + static_cast<size_t>(doc) * np, np) >=
-          options_.threshold) {
-        return doc;
-      }
+      if (estimate(sig, doc) >= options_.threshold) return doc;
     }
   }
   return -1;
 }
 
 int64_t NearDupIndex::match(const uint32_t* sig) const {
-  std::vector<uint64_t> keys(params_.bands);
+  std::vector<uint32_t> keys(params_.bands);
   for (int band = 0; band < params_.bands; ++band) keys[band] = band_key(sig, band);
   return find(sig, keys);
 }
 
+void NearDupIndex::candidates(const uint32_t* sig, double min_estimate,
+                              std::vector<uint32_t>* out) const {
+  out->clear();
+  if (keys_.empty()) return;
+  const size_t mask = keys_.size() - 1;
+  const int nb = params_.bands;
+  for (int band = 0; band < nb; ++band) {
+    const uint32_t key = band_key(sig, band);
+    size_t i = key & mask;
+    while (keys_[i] != 0 && keys_[i] != key) i = (i + 1) & mask;
+    if (keys_[i] == 0) continue;
+    for (uint32_t doc = heads_[i]; doc != UINT32_MAX;
+         doc = next_[static_cast<size_t>(doc) * nb + band]) {
+      out->push_back(doc);
+    }
+  }
+  std::sort(out->begin(), out->end());
+  out->erase(std::unique(out->begin(), out->end()), out->end());
+  candidates_checked_ += out->size();
+  out->erase(std::remove_if(out->begin(), out->end(),
+                            [&](uint32_t doc) {
+                              return estimate(sig, doc) < min_estimate;
+                            }),
+             out->end());
+}
+
+uint32_t NearDupIndex::insert(const uint32_t* sig) {
+  if (count_ >= UINT32_MAX - 1) throw ConfigError("near-duplicate index is full (2^32 documents)");
+  const uint32_t doc = static_cast<uint32_t>(count_++);
+  for (int i = 0; i < options_.num_perm; ++i) sig8_.push_back(static_cast<uint8_t>(sig[i]));
+  next_.resize(next_.size() + params_.bands, UINT32_MAX);
+  for (int band = 0; band < params_.bands; ++band) table_insert(band_key(sig, band), doc, band);
+  return doc;
+}
+
 int64_t NearDupIndex::insert_or_match(const uint32_t* sig) {
-  thread_local std::vector<uint64_t> keys;
+  thread_local std::vector<uint32_t> keys;
   keys.resize(params_.bands);
   for (int band = 0; band < params_.bands; ++band) keys[band] = band_key(sig, band);
   const int64_t hit = find(sig, keys);
   if (hit >= 0) return hit;
-  if (count_ >= UINT32_MAX - 1) throw ConfigError("near-duplicate index is full (2^32 documents)");
-  const uint32_t doc = static_cast<uint32_t>(count_++);
-  sigs_.insert(sigs_.end(), sig, sig + options_.num_perm);
-  next_.resize(next_.size() + params_.bands, UINT32_MAX);
-  for (int band = 0; band < params_.bands; ++band) table_insert(keys[band], doc, band);
+  insert(sig);
   return -1;
 }
 
-void NearDupIndex::table_insert(uint64_t key, uint32_t doc, int band) {
-  if ((used_ + 1) * 2 > keys_.size()) grow();
+void NearDupIndex::table_insert(uint32_t key, uint32_t doc, int band) {
+  if ((used_ + 1) * 10 > keys_.size() * 7) grow();  // at most 70% full
   const size_t mask = keys_.size() - 1;
   size_t i = key & mask;
   while (keys_[i] != 0 && keys_[i] != key) i = (i + 1) & mask;
@@ -248,7 +300,7 @@ void NearDupIndex::table_insert(uint64_t key, uint32_t doc, int band) {
 }
 
 void NearDupIndex::grow() {
-  std::vector<uint64_t> old_keys = std::move(keys_);
+  std::vector<uint32_t> old_keys = std::move(keys_);
   std::vector<uint32_t> old_heads = std::move(heads_);
   const size_t cap = old_keys.empty() ? 4096 : old_keys.size() * 2;
   keys_.assign(cap, 0);
@@ -264,8 +316,8 @@ void NearDupIndex::grow() {
 }
 
 size_t NearDupIndex::memory_bytes() const {
-  return sigs_.capacity() * sizeof(uint32_t) + next_.capacity() * sizeof(uint32_t) +
-         keys_.capacity() * sizeof(uint64_t) + heads_.capacity() * sizeof(uint32_t);
+  return sig8_.capacity() + next_.capacity() * sizeof(uint32_t) +
+         keys_.capacity() * sizeof(uint32_t) + heads_.capacity() * sizeof(uint32_t);
 }
 
 }  // namespace ft::trainer::data
