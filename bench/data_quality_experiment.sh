@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 OUT=${OUT:-/tmp/ft_data_quality_experiment}
-SEEDS=${SEEDS:-"1 2"}
+SEEDS=${SEEDS:-"1 2 3"}
 STEPS=${STEPS:-2000}
 VAL_EVERY=${VAL_EVERY:-50}
 export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive
@@ -77,6 +77,21 @@ print("|---|---|---|---|---|---|---|")
 for x in rows:
     print(f"| {x['seed']} | {x['target']:.4f} | {x['raw_tokens']:.0f} | {x['clean_tokens']:.0f} | "
           f"{x['ratio']:.2f}x | {x['raw_final_val']:.4f} | {x['clean_final_val']:.4f} |")
+import math
+# 95% interval of the ratio over seeds: Student's t on the log ratios (geometric mean).
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 for t, v in mean.items():
-    print(f"mean raw/clean ratio at {t:.4f}: {v:.2f}x")
+    logs = [math.log(x["ratio"]) for x in rows if x["target"] == t]
+    n = len(logs)
+    g = math.exp(sum(logs) / n)
+    if n > 1:
+        sd = math.sqrt(sum((l - sum(logs) / n) ** 2 for l in logs) / (n - 1))
+        half = T975.get(n - 1, 1.96) * sd / math.sqrt(n)
+        lo, hi = math.exp(math.log(g) - half), math.exp(math.log(g) + half)
+        summary.setdefault("interval95", {})[f"{t:.4f}"] = [lo, hi]
+        print(f"mean raw/clean ratio at {t:.4f}: {v:.2f}x; geometric mean {g:.2f}x, 95% interval "
+              f"[{lo:.2f}, {hi:.2f}] over {n} seeds")
+    else:
+        print(f"mean raw/clean ratio at {t:.4f}: {v:.2f}x (one seed: no interval)")
+json.dump(summary, open(f"{out}/summary.json", "w"), indent=2)
 PY

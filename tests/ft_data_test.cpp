@@ -320,6 +320,41 @@ TEST_F(FtData, StatsOfDocumentsTableAndJson) {
             gpt2().encode("abc").size() + gpt2().encode("\xC3\xA9 x\xFF y\x01").size());
 }
 
+// The quick look before cleaning: exact copies counted by content hash, near copies estimated
+// from MinHash signatures (the first of each group is not a duplicate).
+TEST_F(FtData, StatsReportsExactAndNearDuplicateRates) {
+  static const char* kWords[] = {"light", "darkness", "waters", "firmament", "heaven", "earth",
+                                 "seed",  "fruit",    "herb",   "creature",  "cattle", "fowl"};
+  auto doc = [](uint32_t seed) {
+    std::string s;
+    uint32_t x = 2654435761u * (seed + 1);
+    for (int w = 0; w < 150; ++w) {
+      x = x * 1664525u + 1013904223u;
+      if (w) s += ' ';
+      s += kWords[(x >> 16) % 12];
+    }
+    return s;
+  };
+  std::string near = doc(2);
+  near.replace(near.find(' ', 300), 1, " and ");  // one inserted word: J ~ 0.97
+  const std::string text = doc(1) + "\n\n" + doc(2) + "\n\n" + doc(3) + "\n\n" + doc(1) +
+                           "\n\n" + doc(3) + "\n\n" + near + "\n";
+  write_file_atomic(dir_ / "dups.txt", text);
+  Result r = ft_data("stats " + (dir_ / "dups.txt").string() + " --json " +
+                     (dir_ / "d.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("near duplicates"), std::string::npos) << r.out;
+  const auto j = nlohmann::json::parse(read_file(dir_ / "d.json"))["documents"]["duplicates"];
+  EXPECT_EQ(j["exact_documents"], 2);
+  EXPECT_EQ(j["near_documents_estimated"], 1);
+  EXPECT_NEAR(j["exact_share"].get<double>(), 2.0 / 6, 1e-12);
+  r = ft_data("stats " + (dir_ / "dups.txt").string() + " --no-dup-rates --json " +
+              (dir_ / "n.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_FALSE(nlohmann::json::parse(read_file(dir_ / "n.json"))["documents"].contains("duplicates"));
+  EXPECT_NE(ft_data("stats " + (dir_ / "dups.txt").string() + " --near-dup-threshold 2").status, 0);
+}
+
 TEST_F(FtData, StatsOfShardsReportsHeadersAndErrors) {
   const fs::path d = dir_ / "shards";
   fs::create_directories(d);

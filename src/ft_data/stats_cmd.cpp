@@ -20,6 +20,7 @@
 #include "ft/core/error.h"
 #include "ft/trainer/data.h"
 #include "ft/trainer/documents.h"
+#include "ft/trainer/quality.h"
 #include "ft/trainer/tokenizer_gpt2.h"
 
 namespace ft::data_cli {
@@ -33,6 +34,8 @@ struct Options {
   std::vector<std::string> inputs;
   std::string tokenizer, vocab, merges, tokenizer_json, json, text_field = "text";
   int vocab_size = 0;
+  double near_threshold = 0.8;
+  bool dup_rates = true;
 };
 
 std::optional<Options> parse(const std::vector<std::string>& args) {
@@ -48,6 +51,8 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
     ("vocab-size", po::value(&o.vocab_size)->default_value(0),
      "shards: check every id is below V (0: no check)")
     ("text-field", po::value(&o.text_field)->default_value("text"), "JSONL: the field with the text")
+    ("near-dup-threshold", po::value(&o.near_threshold)->default_value(0.8, "0.8"), "the Jaccard of word 5-grams a near duplicate reaches (estimated from MinHash signatures)")
+    ("no-dup-rates", "skip the exact and near duplicate rates (the signatures are most of the time)")
     ("json", po::value(&o.json), "also write the statistics as JSON to FILE");
   // clang-format on
   po::options_description hidden;
@@ -71,6 +76,10 @@ std::optional<Options> parse(const std::vector<std::string>& args) {
     throw ConfigError(e.what());
   }
   if (o.inputs.empty()) throw ConfigError("no input files or directories (IN...)");
+  o.dup_rates = vm.count("no-dup-rates") == 0;
+  if (!(o.near_threshold > 0 && o.near_threshold <= 1)) {
+    throw ConfigError(fmt::format("--near-dup-threshold {} must be in (0, 1]", o.near_threshold));
+  }
   if (o.vocab_size < 0) throw ConfigError("--vocab-size must be >= 0");
   if (o.tokenizer.empty() && (!o.vocab.empty() || !o.merges.empty() || !o.tokenizer_json.empty())) {
     throw ConfigError("--vocab, --merges and --tokenizer-json need --tokenizer gpt2");
@@ -119,6 +128,55 @@ uint64_t invalid_utf8_bytes(std::string_view s) {
 bool is_control(unsigned char c) {
   return (c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f;
 }
+
+// Exact and near duplicate rates, the quick look before cleaning: XXH3-128 of each text, and a
+// document counted as a near duplicate when an earlier distinct one's MinHash estimate (8-bit
+// signatures in the LSH index ft-data clean uses) reaches the threshold. An estimate: the
+// exact decision is ft-data clean's second pass. Signatures are computed in parallel batches.
+class DupRates {
+ public:
+  explicit DupRates(double threshold)
+      : opts_(make_opts(threshold)), hasher_(opts_), index_(opts_) {}
+  void add(std::string_view text) {
+    batch_.emplace_back(text);
+    if (batch_.size() == 1024) flush();
+  }
+  void flush() {
+    const int64_t n = static_cast<int64_t>(batch_.size());
+    const int np = opts_.num_perm;
+    std::vector<data::Hash128> hashes(batch_.size());
+    std::vector<uint32_t> sigs(batch_.size() * static_cast<size_t>(np));
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t i = 0; i < n; ++i) {
+      hashes[i] = data::content_hash(batch_[i]);
+      hasher_.signature(batch_[i], sigs.data() + i * np);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (!exact_set_.insert_hash(hashes[i])) {
+        ++exact;
+        exact_bytes += batch_[i].size();
+      } else if (index_.insert_or_match(sigs.data() + i * np) >= 0) {
+        ++near;
+        near_bytes += batch_[i].size();
+      }
+    }
+    batch_.clear();
+  }
+  const data::LshParams& params() const { return index_.params(); }
+  uint64_t exact = 0, exact_bytes = 0, near = 0, near_bytes = 0;
+
+ private:
+  static data::MinHashOptions make_opts(double threshold) {
+    data::MinHashOptions m;
+    m.threshold = threshold;
+    return m;
+  }
+  data::MinHashOptions opts_;
+  data::MinHasher hasher_;
+  data::ExactDeduper exact_set_;
+  data::NearDupIndex index_;
+  std::vector<std::string> batch_;
+};
 
 struct DocStats {
   uint64_t files = 0, documents = 0, bytes = 0, lines = 0, invalid = 0, control = 0, tokens = 0;
@@ -208,6 +266,8 @@ int stats_main(const std::vector<std::string>& args) {
     ro.text_field = o.text_field;
     const auto* gpt2 = dynamic_cast<const data::Gpt2Tokenizer*>(tok.get());
     std::vector<int32_t> ids;
+    std::optional<DupRates> dups;
+    if (o.dup_rates) dups.emplace(o.near_threshold);
     data::for_each_document(
         doc_paths,
         [&](std::string_view text, const data::DocumentOrigin&) {
@@ -218,6 +278,7 @@ int stats_main(const std::vector<std::string>& args) {
           if (!text.empty() && text.back() != '\n') ++d.lines;
           d.invalid += invalid_utf8_bytes(text);
           for (unsigned char c : text) d.control += is_control(c) ? 1 : 0;
+          if (dups) dups->add(text);
           if (gpt2 != nullptr) {
             ids.clear();
             gpt2->encode_append(text, ids);
@@ -228,6 +289,7 @@ int stats_main(const std::vector<std::string>& args) {
           return true;
         },
         ro);
+    if (dups) dups->flush();
     std::sort(d.lengths.begin(), d.lengths.end());
     const double mean = d.documents ? static_cast<double>(d.bytes) / d.documents : 0.0;
     const double bytes = static_cast<double>(std::max<uint64_t>(d.bytes, 1));
@@ -262,6 +324,26 @@ int stats_main(const std::vector<std::string>& args) {
                100.0 * static_cast<double>(d.invalid) / bytes);
     fmt::print("  {:<22} {:>14}  ({:.4f}%)\n", "control bytes", d.control,
                100.0 * static_cast<double>(d.control) / bytes);
+    if (dups) {
+      const double docs = static_cast<double>(std::max<uint64_t>(d.documents, 1));
+      j["duplicates"] = {
+          {"exact_documents", dups->exact},
+          {"exact_share", static_cast<double>(dups->exact) / docs},
+          {"exact_bytes", dups->exact_bytes},
+          {"near_documents_estimated", dups->near},
+          {"near_share_estimated", static_cast<double>(dups->near) / docs},
+          {"near_bytes_estimated", dups->near_bytes},
+          {"near_threshold", o.near_threshold},
+          {"method",
+           fmt::format("XXH3-128 of the text; near: MinHash estimate of word 5-gram Jaccard "
+                       "(128 permutations, LSH {} x {}) against earlier distinct documents; "
+                       "ft-data clean decides exactly",
+                       dups->params().bands, dups->params().rows)}};
+      fmt::print("  {:<22} {:>14}  ({:.2f}% of documents)\n", "exact duplicates", dups->exact,
+                 100.0 * static_cast<double>(dups->exact) / docs);
+      fmt::print("  {:<22} {:>14}  ({:.2f}%, estimated at J >= {})\n", "near duplicates",
+                 dups->near, 100.0 * static_cast<double>(dups->near) / docs, o.near_threshold);
+    }
     if (tok) {
       const double bpt =
           d.tokens ? static_cast<double>(d.bytes) / static_cast<double>(d.tokens) : 0.0;
