@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "ft/core/atomic_file.h"
+#include "ft/trainer/communicator.h"
 #include "ft/trainer/documents.h"
+#include "ft/trainer/launch.h"
 
 #include "reference/run_cli.h"
 
@@ -183,6 +185,63 @@ TEST_F(CleanCli, JsonlFieldsPassThroughAndEveryRemovalIsAudited) {
   EXPECT_EQ(rm[4]["id"], "e");
   r = run(path("in.jsonl") + " --out " + path("o.jsonl") + " --on-bad-line maybe");
   EXPECT_EQ(r.status, 2) << r.out;
+}
+
+// The sharded mode (ft-data clean under mpirun) gives the single-process output byte for byte:
+// exact and near copies that cross the ranks' file slices, a bad line skipped, JSONL and text.
+TEST_F(CleanCli, ShardedAcrossRanksEqualsOneProcess) {
+  if (!ft::trainer::mpi_supported()) GTEST_SKIP() << "ft built without MPI";
+  const std::string mpirun = ft::trainer::find_mpirun();
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not on PATH";
+  std::vector<std::string> docs;
+  for (int i = 0; i < 40; ++i) {
+    docs.push_back(doc(i));
+    if (i % 4 == 3) docs.push_back(doc(i / 2));  // an exact copy of an earlier document
+    if (i % 5 == 4) {
+      std::string near = doc(i / 3);
+      near.replace(near.find(' ', 100), 1, " and ");  // a near copy
+      docs.push_back(near);
+    }
+  }
+  docs.push_back("ok");  // filtered: too short
+  std::string a, b, c;
+  for (size_t k = 0; k < docs.size(); ++k) {
+    if (k % 3 == 0) a += nlohmann::json{{"id", k}, {"text", docs[k]}}.dump() + "\n";
+    if (k % 3 == 1) b += docs[k] + "\n\n";
+    if (k % 3 == 2) c += nlohmann::json{{"text", docs[k]}, {"k", k}}.dump() + "\n";
+  }
+  a += "not json\n";
+  ft::write_file_atomic(path("a.jsonl"), a);
+  ft::write_file_atomic(path("b.txt"), b);
+  ft::write_file_atomic(path("c.jsonl"), c);
+  const std::string in = path("a.jsonl") + " " + path("b.txt") + " " + path("c.jsonl");
+  Result r = run(in + " --on-bad-line skip --out " + path("one.jsonl") + " --stats " +
+                 path("one.json") + " -q");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto one = nlohmann::json::parse(ft::read_file(path("one.json")));
+  ASSERT_GT(one["exact_duplicates"]["docs"].get<int>(), 0);
+  ASSERT_GT(one["near_duplicates"]["docs"].get<int>(), 0);
+  for (const int ranks : {2, 3}) {
+    std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1";
+    for (const auto& w : ft::trainer::mpirun_command(
+             mpirun, ranks, std::string(FT_BINARY_DIR) + "/ft-data",
+             {"clean", path("a.jsonl"), path("b.txt"), path("c.jsonl"), "--on-bad-line", "skip",
+              "--out", path("sharded.jsonl"), "--stats", path("sharded.json"), "-q"})) {
+      cmd += " " + w;
+    }
+    r = ft::testing::run_shell(cmd);
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(ft::read_file(path("sharded.jsonl")), ft::read_file(path("one.jsonl"))) << ranks;
+    const auto sh = nlohmann::json::parse(ft::read_file(path("sharded.json")));
+    EXPECT_EQ(sh["ranks"], ranks);
+    for (const char* k : {"in", "exact_duplicates", "near_duplicates", "kept", "filters",
+                          "bad_lines_skipped"}) {
+      EXPECT_EQ(sh[k], one[k]) << k << " with " << ranks << " ranks";
+    }
+    for (int rank = 0; rank < ranks; ++rank) {
+      EXPECT_FALSE(fs::exists(path("sharded.jsonl") + ".part" + std::to_string(rank)));
+    }
+  }
 }
 
 TEST_F(CleanCli, BadInputIsAClearErrorAndWritesNothing) {

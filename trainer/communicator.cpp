@@ -14,6 +14,14 @@ void Communicator::broadcast_bytes(void*, size_t, int) {
   throw CommError(fmt::format("broadcast_bytes is not supported by {}", name()));
 }
 
+void Communicator::send_bytes(const void*, size_t, int, int) {
+  throw CommError(fmt::format("send_bytes is not supported by {}", name()));
+}
+
+void Communicator::recv_bytes(void*, size_t, int, int) {
+  throw CommError(fmt::format("recv_bytes is not supported by {}", name()));
+}
+
 namespace {
 
 // One process: sums of one contribution are the identity; gathers copy.

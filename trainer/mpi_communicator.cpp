@@ -180,6 +180,16 @@ class MpiCommunicator final : public Communicator {
       return MPI_Irecv(data, checked_count(n, "recv"), MPI_FLOAT, peer, tag, comm_, r);
     });
   }
+  void send_bytes(const void* data, size_t bytes, int peer, int tag) override {
+    run(kSend, peer, [&](MPI_Request* r) {
+      return MPI_Isend(data, checked_count(bytes, "send"), MPI_BYTE, peer, tag, comm_, r);
+    });
+  }
+  void recv_bytes(void* data, size_t bytes, int peer, int tag) override {
+    run(kRecv, peer, [&](MPI_Request* r) {
+      return MPI_Irecv(data, checked_count(bytes, "recv"), MPI_BYTE, peer, tag, comm_, r);
+    });
+  }
   void barrier() override {
     run(kBarrier, -1, [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
   }

@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "clean_io.h"
+#include "clean_sharded.h"
 #include "commands.h"
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
+#include "ft/trainer/communicator.h"
 #include "ft/trainer/documents.h"
 #include "ft/trainer/quality.h"
 
@@ -131,35 +133,47 @@ int clean_main(const std::vector<std::string>& args) {
   io.skip_bad_lines = on_bad_line == "skip";
   io.jsonl_out = jsonl;
   io.removed_path = removed;
-  CleanIo cleaner(io, out, o);
   std::vector<fs::path> paths(inputs.begin(), inputs.end());
-  DocumentReadOptions ro;
-  ro.text_field = text_field;
-  ro.raw_jsonl = true;  // CleanIo decodes each line: its fields pass through, bad ones are counted
-  auto read_all = [&] {
-    for_each_document(
-        paths,
-        [&](std::string_view doc, const DocumentOrigin& origin) {
-          cleaner.add(doc, origin);
-          return true;
-        },
-        ro);
-  };
-  read_all();
-  if (cleaner.two_passes()) {  // near duplicates are verified on a second read of the input
-    cleaner.begin_second_pass();
+  // Under mpirun with more than one rank: the sharded mode (the same output).
+  std::unique_ptr<trainer::Communicator> world;
+  if (trainer::launched_by_mpi()) world = trainer::make_world_communicator(600);
+  const int ranks = world ? world->world_size() : 1;
+  const bool lead = !world || world->rank() == 0;
+  CleanStats stats;
+  if (ranks > 1) {
+    stats = clean_sharded(paths, out, o, io, *world);
+  } else {
+    CleanIo cleaner(io, out, o);
+    DocumentReadOptions ro;
+    ro.text_field = text_field;
+    ro.raw_jsonl = true;  // CleanIo decodes each line: its fields pass through, bad ones count
+    auto read_all = [&] {
+      for_each_document(
+          paths,
+          [&](std::string_view doc, const DocumentOrigin& origin) {
+            cleaner.add(doc, origin);
+            return true;
+          },
+          ro);
+    };
     read_all();
+    if (cleaner.two_passes()) {  // near duplicates are verified on a second read of the input
+      cleaner.begin_second_pass();
+      read_all();
+    }
+    stats = cleaner.finish();
   }
-  CleanStats stats = cleaner.finish();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!quiet) {
+  if (lead && !quiet) {
     std::string in_list;
     for (const std::string& in : inputs) in_list += (in_list.empty() ? "" : " ") + in;
-    fmt::print("ft-data clean: {} -> {} ({})\n", in_list, out, jsonl ? "JSONL" : "text");
+    fmt::print("ft-data clean: {} -> {} ({}{})\n", in_list, out, jsonl ? "JSONL" : "text",
+               ranks > 1 ? fmt::format(", {} ranks", ranks) : "");
     fmt::print("{}", stats.to_table());
   }
-  if (!stats_path.empty()) {
+  if (lead && !stats_path.empty()) {
     nlohmann::json j = stats.to_json();
+    j["ranks"] = ranks;
     j["inputs"] = inputs;
     j["output"] = out;
     if (!removed.empty()) j["removed_file"] = removed;
@@ -184,6 +198,10 @@ int clean_main(const std::vector<std::string>& args) {
                     {"c4_boilerplate", f.c4_boilerplate},
                     {"on_bad_line", on_bad_line}};
     write_file_atomic(stats_path, j.dump(2) + "\n");
+  }
+  if (world) {
+    world.reset();
+    trainer::finalize_comm();
   }
   return 0;
 }

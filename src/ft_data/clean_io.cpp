@@ -133,21 +133,26 @@ void CleanIo::decided(const CleanDecision& d) {
   flush_buffers(false);
 }
 
-void CleanIo::write_kept(const Pending& p, const CleanDecision& d) {
-  if (!options_.jsonl_out) {
-    append_text_document(out_buf_, d.text);
+void append_kept_document(std::string& out, std::string_view raw, bool jsonl,
+                          const CleanDecision& d, const CleanIoOptions& options) {
+  if (!options.jsonl_out) {
+    append_text_document(out, d.text);
     return;
   }
-  if (p.jsonl && !d.text_changed) {
-    out_buf_ += p.raw;  // every field, byte for byte
-  } else if (p.jsonl) {
-    Ordered j = Ordered::parse(p.raw);
-    j[options_.text_field] = std::string(d.text);
-    out_buf_ += dump(j);
+  if (jsonl && !d.text_changed) {
+    out += raw;  // every field, byte for byte
+  } else if (jsonl) {
+    Ordered j = Ordered::parse(raw);
+    j[options.text_field] = std::string(d.text);
+    out += dump(j);
   } else {
-    out_buf_ += dump(Ordered{{"text", std::string(d.text)}});
+    out += dump(Ordered{{"text", std::string(d.text)}});
   }
-  out_buf_ += '\n';
+  out += '\n';
+}
+
+void CleanIo::write_kept(const Pending& p, const CleanDecision& d) {
+  append_kept_document(out_buf_, p.raw, p.jsonl, d, options_);
 }
 
 void CleanIo::write_removed(const Pending& p, const CleanDecision& d) {

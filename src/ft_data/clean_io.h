@@ -23,6 +23,11 @@ struct CleanIoOptions {
   std::string removed_path;         // --removed FILE.jsonl ("" = none)
 };
 
+// Appends the output form of a kept document (`raw`: its JSONL line, or its text) to `out`:
+// the line itself, the line with the text replaced, {"text": ...}, or text (see CleanIo).
+void append_kept_document(std::string& out, std::string_view raw, bool jsonl,
+                          const trainer::data::CleanDecision& d, const CleanIoOptions& options);
+
 // Feeds a Cleaner and writes its decisions in input order. A kept JSONL document is written
 // as its input line, byte for byte, unless line cleaning changed its text (then the object
 // with only that field replaced, its other fields in their order). A text document becomes

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "ft/core/error.h"
+#include "ft/trainer/communicator.h"
 
 namespace {
 
@@ -17,9 +18,19 @@ constexpr const char* kUsage =
     "  tokenize IN... --out DIR --tokenizer byte|gpt2 [--vocab FILE --merges FILE]\n"
     "                 write llm.c token shards (mmapped by ft-train --data DIR)\n"
     "  clean IN... --out OUT [--near-dup-threshold J] [--stats FILE.json]\n"
-    "                 exact and near-duplicate removal plus noise filters\n"
+    "                 exact and near-duplicate removal plus noise filters (under mpirun:\n"
+    "                 sharded across the ranks, the same output)\n"
     "  stats IN...    documents, bytes, tokens and quality signals of a data set\n"
     "run 'ft-data <command> --help' for a command's options\n";
+
+// Under mpirun a failing rank ends the job (its peers would wait in a collective otherwise).
+int fail(int code) {
+  if (ft::trainer::launched_by_mpi()) {
+    std::fflush(stderr);
+    ft::trainer::abort_job(code);
+  }
+  return code;
+}
 
 }  // namespace
 
@@ -38,9 +49,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const ft::ConfigError& e) {
     fmt::print(stderr, "ft-data {}: {}\n", command, e.what());
-    return 2;
+    return fail(2);
   } catch (const std::exception& e) {
     fmt::print(stderr, "ft-data {}: error: {}\n", command, e.what());
-    return 1;
+    return fail(1);
   }
 }

@@ -60,6 +60,10 @@ class Communicator {
   // Point-to-point, matched by (peer, tag) in order.
   virtual void send(const float* data, size_t n, int peer, int tag) = 0;
   virtual void recv(float* data, size_t n, int peer, int tag) = 0;
+  // The same for raw host bytes (records exchanged by ft-data's sharded mode); the receiver
+  // knows the size. MPI only: the other communicators throw CommError.
+  virtual void send_bytes(const void* data, size_t bytes, int peer, int tag);
+  virtual void recv_bytes(void* data, size_t bytes, int peer, int tag);
   virtual void barrier() = 0;
 
   // A new communicator over the ranks of this one that pass the same color,

@@ -105,6 +105,9 @@ class MinHasher {
 
 // Fraction of equal positions: the MinHash estimate of the Jaccard similarity.
 double estimate_jaccard(const uint32_t* a, const uint32_t* b, int num_perm);
+// The same from the low bytes of two signatures (b-bit MinHash, b = 8: unequal values share
+// a low byte with probability 1/256, which the estimate corrects for).
+double estimate_jaccard_8bit(const uint8_t* a, const uint8_t* b, int num_perm);
 
 // LSH index over documents' signatures. Memory per document: num_perm bytes of 8-bit signature
 // + bands * (4 bytes of chain link) + bands table entries of 8 bytes in a table kept at most
@@ -123,12 +126,13 @@ class NearDupIndex {
   void candidates(const uint32_t* sig, double min_estimate, std::vector<uint32_t>* out) const;
   uint32_t insert(const uint32_t* sig);  // stores `sig` unconditionally; returns its id
   const LshParams& params() const { return params_; }
+  // The 32-bit hash of band `band` of `sig` (never 0) that the index files documents under.
+  uint32_t band_key(const uint32_t* sig, int band) const;
   size_t size() const { return count_; }
   size_t memory_bytes() const;
   uint64_t candidates_checked() const { return candidates_checked_; }
 
  private:
-  uint32_t band_key(const uint32_t* sig, int band) const;
   double estimate(const uint32_t* sig, uint32_t doc) const;  // against the stored 8-bit one
   int64_t find(const uint32_t* sig, const std::vector<uint32_t>& keys) const;
   void table_insert(uint32_t key, uint32_t doc, int band);

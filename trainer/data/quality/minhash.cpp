@@ -202,14 +202,22 @@ uint32_t NearDupIndex::band_key(const uint32_t* sig, int band) const {
   return folded == 0 ? 1 : folded;  // a colliding key only adds a candidate, checked later
 }
 
-double NearDupIndex::estimate(const uint32_t* sig, uint32_t doc) const {
-  const int np = options_.num_perm;
-  const uint8_t* s = sig8_.data() + static_cast<size_t>(doc) * static_cast<size_t>(np);
+double estimate_jaccard_8bit(const uint8_t* a, const uint8_t* b, int num_perm) {
   int eq = 0;
-  for (int i = 0; i < np; ++i) eq += static_cast<uint8_t>(sig[i]) == s[i];
+  for (int i = 0; i < num_perm; ++i) eq += a[i] == b[i];
   // Unequal values share their low byte with probability 1/256 (Li and König's b-bit MinHash).
   constexpr double kChance = 1.0 / 256;
-  return std::max(0.0, (static_cast<double>(eq) / np - kChance) / (1 - kChance));
+  return std::max(0.0, (static_cast<double>(eq) / num_perm - kChance) / (1 - kChance));
+}
+
+double NearDupIndex::estimate(const uint32_t* sig, uint32_t doc) const {
+  const int np = options_.num_perm;
+  thread_local std::vector<uint8_t> low;
+  low.resize(static_cast<size_t>(np));
+  for (int i = 0; i < np; ++i) low[static_cast<size_t>(i)] = static_cast<uint8_t>(sig[i]);
+  return estimate_jaccard_8bit(low.data(),
+                               sig8_.data() + static_cast<size_t>(doc) * static_cast<size_t>(np),
+                               np);
 }
 
 int64_t NearDupIndex::find(const uint32_t* sig, const std::vector<uint32_t>& keys) const {

@@ -1,0 +1,506 @@
+// clean_sharded.cpp: 'ft-data clean' across MPI ranks: content and band hashes exchanged by
+// owner, candidate pairs verified where their shingle sets meet, rank 0 resolving the order.
+#include "clean_sharded.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ft/core/atomic_file.h"
+#include "ft/core/error.h"
+#include "ft/trainer/documents.h"
+
+namespace ft::data_cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using trainer::Communicator;
+using namespace trainer::data;
+
+constexpr uint8_t kPassed = 100;   // passed the filters (else a Rule)
+constexpr uint8_t kCleaned = 0x80;  // line cleaning changed its text
+
+// All-to-all of byte strings: out[p] goes to rank p; returns what each rank sent here. Every
+// rank walks the pairs (a < b) in the same order, a sending first: no pair waits on a later one.
+std::vector<std::string> exchange(Communicator& c, std::vector<std::string> out) {
+  const int R = c.world_size(), me = c.rank();
+  std::vector<double> mine(static_cast<size_t>(R)), sizes(static_cast<size_t>(R) * R);
+  for (int p = 0; p < R; ++p) mine[static_cast<size_t>(p)] = static_cast<double>(out[p].size());
+  c.all_gather(mine.data(), sizes.data(), static_cast<size_t>(R));
+  std::vector<std::string> in(static_cast<size_t>(R));
+  in[static_cast<size_t>(me)] = std::move(out[static_cast<size_t>(me)]);
+  auto size_from = [&](int src) { return static_cast<size_t>(sizes[static_cast<size_t>(src) * R + me]); };
+  for (int a = 0; a < R; ++a) {
+    for (int b = a + 1; b < R; ++b) {
+      if (me != a && me != b) continue;
+      const int peer = me == a ? b : a;
+      std::string& got = in[static_cast<size_t>(peer)];
+      got.resize(size_from(peer));
+      const std::string& send = out[static_cast<size_t>(peer)];
+      if (me == a) {
+        if (!send.empty()) c.send_bytes(send.data(), send.size(), peer, 71);
+        if (!got.empty()) c.recv_bytes(got.data(), got.size(), peer, 71);
+      } else {
+        if (!got.empty()) c.recv_bytes(got.data(), got.size(), peer, 71);
+        if (!send.empty()) c.send_bytes(send.data(), send.size(), peer, 71);
+      }
+    }
+  }
+  return in;
+}
+
+template <typename T>
+void put(std::string& s, const T& v) {
+  s.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+template <typename T>
+T get(const std::string& s, size_t& at) {
+  if (at + sizeof(T) > s.size()) throw Error("sharded clean: a truncated record (internal)");
+  T v;
+  std::memcpy(&v, s.data() + at, sizeof(T));
+  at += sizeof(T);
+  return v;
+}
+
+// This rank's slice: the files in order, cut where the bytes before reach r/R of the total.
+std::vector<fs::path> my_files(const std::vector<fs::path>& inputs, int me, int R) {
+  const std::vector<fs::path> files = list_document_files(inputs);
+  std::vector<uint64_t> cum(files.size() + 1, 0);
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::error_code ec;
+    const uint64_t n = fs::file_size(files[i], ec);
+    cum[i + 1] = cum[i] + (ec ? 0 : n);
+  }
+  auto first_of = [&](int r) {  // the first file whose start is at or past r/R of the bytes
+    const uint64_t target = cum.back() * static_cast<uint64_t>(r) / static_cast<uint64_t>(R);
+    size_t i = 0;
+    while (i < files.size() && cum[i] < target) ++i;
+    return r == 0 ? size_t{0} : i;
+  };
+  const size_t b = first_of(me), e = me + 1 == R ? files.size() : first_of(me + 1);
+  return std::vector<fs::path>(files.begin() + static_cast<long>(b),
+                               files.begin() + static_cast<long>(std::max(b, e)));
+}
+
+// One read of this rank's files: fn(raw, text, jsonl) per document; bad JSONL lines are
+// skipped (counted in `bad`) or refused as CleanIo does.
+template <typename Fn>
+void read_local(const std::vector<fs::path>& files, const CleanIoOptions& io, uint64_t* bad,
+                Fn&& fn) {
+  DocumentReadOptions ro;
+  ro.text_field = io.text_field;
+  ro.raw_jsonl = true;
+  for_each_document(
+      files,
+      [&](std::string_view doc, const DocumentOrigin& origin) {
+        if (!is_jsonl_path(origin.file)) {
+          fn(doc, doc, false);
+          return true;
+        }
+        std::string text;
+        try {
+          text = decode_jsonl_document(doc, origin, io.text_field);
+        } catch (const FormatError& e) {
+          if (!io.skip_bad_lines) {
+            throw FormatError(std::string(e.what()) +
+                              " (--on-bad-line skip skips and counts such lines)");
+          }
+          if (bad) ++*bad;
+          return true;
+        }
+        fn(doc, std::string_view(text), true);
+        return true;
+      },
+      ro);
+}
+
+struct Pass1 {
+  std::vector<uint8_t> kind;       // per local document
+  std::vector<uint64_t> passed;    // local index of each document that passed the filters
+  std::vector<Hash128> hashes;     // per passed document
+  std::vector<uint32_t> keys;      // per passed document x bands
+  std::vector<uint8_t> sig8;       // per passed document x num_perm
+  uint64_t bad_lines = 0;
+};
+
+Pass1 sign_local(const std::vector<fs::path>& files, const CleanOptions& clean,
+                 const CleanIoOptions& io, const NearDupIndex& lsh, const MinHasher& hasher) {
+  Pass1 p;
+  const int np = hasher.num_perm(), nb = lsh.params().bands;
+  std::vector<std::string> batch;
+  auto flush = [&] {
+    const int64_t n = static_cast<int64_t>(batch.size());
+    std::vector<FilterResult> r(batch.size());
+    std::vector<uint32_t> sigs(batch.size() * static_cast<size_t>(np));
+#pragma omp parallel for schedule(dynamic, 8)
+    for (int64_t i = 0; i < n; ++i) {
+      r[i] = apply_filters(batch[i], clean.filters);
+      if (!r[i].rejected) hasher.signature(r[i].text, sigs.data() + i * np);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (r[i].rejected) {
+        p.kind.push_back(static_cast<uint8_t>(*r[i].rejected));
+        continue;
+      }
+      const bool changed = r[i].lines_removed > 0 || r[i].text.size() != batch[i].size();
+      p.kind.push_back(static_cast<uint8_t>(kPassed | (changed ? kCleaned : 0)));
+      p.passed.push_back(p.kind.size() - 1);
+      p.hashes.push_back(content_hash(r[i].text));
+      const uint32_t* sig = sigs.data() + i * np;
+      for (int b = 0; b < nb; ++b) p.keys.push_back(lsh.band_key(sig, b));
+      for (int k = 0; k < np; ++k) p.sig8.push_back(static_cast<uint8_t>(sig[k]));
+    }
+    batch.clear();
+  };
+  read_local(files, io, &p.bad_lines, [&](std::string_view, std::string_view text, bool) {
+    batch.emplace_back(text);
+    if (batch.size() >= clean.batch_docs) flush();
+  });
+  flush();
+  return p;
+}
+
+}  // namespace
+
+CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string& out,
+                         const CleanOptions& clean, const CleanIoOptions& io,
+                         Communicator& world) {
+  const int R = world.world_size(), me = world.rank();
+  if (!io.removed_path.empty()) {
+    throw ConfigError("--removed is not supported across MPI ranks yet (the ids of documents "
+                      "on other ranks are not exchanged): run it in one process");
+  }
+  const MinHashOptions& m = clean.minhash;
+  const NearDupIndex lsh(m);  // the bands and their hashes, as one process would file them
+  const MinHasher hasher(m);
+  const int np = hasher.num_perm(), nb = lsh.params().bands;
+  const std::vector<fs::path> files = my_files(inputs, me, R);
+
+  // Pass 1 on every rank; a rank that fails stops all of them at the first collective.
+  std::optional<Pass1> p1;
+  std::string failure;
+  try {
+    p1.emplace(sign_local(files, clean, io, lsh, hasher));
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  double failed = failure.empty() ? 0 : 1;
+  world.all_reduce_max(&failed, 1);
+  if (failed > 0) {
+    if (!failure.empty()) throw FormatError(failure);
+    throw Error("another rank failed (its message is above)");
+  }
+  Pass1& p = *p1;
+
+  // Global ordinals: this rank's documents follow those of the ranks before it.
+  std::vector<double> counts(static_cast<size_t>(R));
+  const double mine = static_cast<double>(p.kind.size());
+  world.all_gather(&mine, counts.data(), 1);
+  std::vector<uint64_t> offset(static_cast<size_t>(R) + 1, 0);
+  for (int r = 0; r < R; ++r) offset[r + 1] = offset[r] + static_cast<uint64_t>(counts[r]);
+  const uint64_t base = offset[static_cast<size_t>(me)];
+  auto owner_of = [&](uint64_t ord) {
+    return static_cast<int>(std::upper_bound(offset.begin(), offset.end(), ord) - offset.begin()) - 1;
+  };
+
+  // Exact copies: every content hash to its owner, which names each copy's first occurrence.
+  std::unordered_map<uint64_t, uint64_t> exact_of;  // local index -> global original
+  if (clean.exact_dedup) {
+    std::vector<std::string> msg(static_cast<size_t>(R));
+    for (size_t k = 0; k < p.passed.size(); ++k) {
+      std::string& s = msg[p.hashes[k].lo % static_cast<uint64_t>(R)];
+      put(s, p.hashes[k].lo);
+      put(s, p.hashes[k].hi);
+      put(s, base + p.passed[k]);
+    }
+    struct Rec { uint64_t lo, hi, ord; };
+    std::vector<Rec> recs;
+    for (const std::string& s : exchange(world, std::move(msg))) {
+      for (size_t at = 0; at < s.size();) recs.push_back({get<uint64_t>(s, at), get<uint64_t>(s, at), get<uint64_t>(s, at)});
+    }
+    std::sort(recs.begin(), recs.end(), [](const Rec& a, const Rec& b) {
+      return std::tie(a.lo, a.hi, a.ord) < std::tie(b.lo, b.hi, b.ord);
+    });
+    std::vector<std::string> dups(static_cast<size_t>(R));
+    for (size_t g = 0; g < recs.size();) {
+      size_t e = g + 1;
+      for (; e < recs.size() && recs[e].lo == recs[g].lo && recs[e].hi == recs[g].hi; ++e) {
+        std::string& s = dups[static_cast<size_t>(owner_of(recs[e].ord))];
+        put(s, recs[e].ord);
+        put(s, recs[g].ord);  // the first occurrence
+      }
+      g = e;
+    }
+    for (const std::string& s : exchange(world, std::move(dups))) {
+      for (size_t at = 0; at < s.size();) {
+        const uint64_t dup = get<uint64_t>(s, at), orig = get<uint64_t>(s, at);
+        exact_of.emplace(dup - base, orig);
+      }
+    }
+  }
+
+  // Near candidates: each band hash (with the 8-bit signature) to its owner, which pairs every
+  // document with the earlier ones filed under the same hash, prefiltered as one process does.
+  std::map<uint64_t, std::vector<uint64_t>> cands;  // local index -> earlier global ordinals
+  uint64_t candidate_pairs = 0;
+  const double min_estimate = m.threshold - m.prefilter_margin;
+  if (clean.near_dedup) {
+    std::vector<std::string> msg(static_cast<size_t>(R));
+    for (size_t k = 0; k < p.passed.size(); ++k) {
+      if (exact_of.count(p.passed[k])) continue;
+      for (int b = 0; b < nb; ++b) {
+        const uint32_t key = p.keys[k * nb + b];
+        std::string& s = msg[(key ^ (static_cast<uint32_t>(b) * 0x9E3779B1u)) % static_cast<uint32_t>(R)];
+        put(s, key);
+        put(s, static_cast<uint32_t>(b));
+        put(s, base + p.passed[k]);
+        s.append(reinterpret_cast<const char*>(p.sig8.data() + k * np), static_cast<size_t>(np));
+      }
+    }
+    struct Entry { uint32_t key, band; uint64_t ord; std::string sig; };
+    std::vector<Entry> entries;
+    for (const std::string& s : exchange(world, std::move(msg))) {
+      for (size_t at = 0; at < s.size();) {
+        Entry e{get<uint32_t>(s, at), get<uint32_t>(s, at), get<uint64_t>(s, at), s.substr(at, np)};
+        at += static_cast<size_t>(np);
+        entries.push_back(std::move(e));
+      }
+    }
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+      return std::tie(a.band, a.key, a.ord) < std::tie(b.band, b.key, b.ord);
+    });
+    std::vector<std::string> pairs(static_cast<size_t>(R));
+    for (size_t g = 0; g < entries.size();) {
+      size_t e = g + 1;
+      while (e < entries.size() && entries[e].band == entries[g].band && entries[e].key == entries[g].key) ++e;
+      for (size_t j = g + 1; j < e; ++j) {
+        for (size_t i = g; i < j; ++i) {
+          const auto* a = reinterpret_cast<const uint8_t*>(entries[i].sig.data());
+          const auto* b = reinterpret_cast<const uint8_t*>(entries[j].sig.data());
+          if (estimate_jaccard_8bit(a, b, np) < min_estimate) continue;
+          std::string& s = pairs[static_cast<size_t>(owner_of(entries[j].ord))];
+          put(s, entries[j].ord);
+          put(s, entries[i].ord);
+        }
+      }
+      g = e;
+    }
+    for (const std::string& s : exchange(world, std::move(pairs))) {
+      for (size_t at = 0; at < s.size();) {
+        const uint64_t j = get<uint64_t>(s, at), i = get<uint64_t>(s, at);
+        cands[j - base].push_back(i);
+      }
+    }
+    for (auto& [j, list] : cands) {
+      std::sort(list.begin(), list.end());
+      list.erase(std::unique(list.begin(), list.end()), list.end());
+      candidate_pairs += list.size();
+    }
+  }
+  double totals_pairs = static_cast<double>(candidate_pairs);
+  world.all_reduce_sum(&totals_pairs, 1);
+
+  // Pass 2: the shingle sets the pairs need, made where their documents are.
+  std::unordered_set<uint64_t> local_need;  // local indexes
+  std::vector<std::string> requests(static_cast<size_t>(R));
+  for (const auto& [j, list] : cands) {
+    local_need.insert(j);
+    for (const uint64_t i : list) {
+      const int o = owner_of(i);
+      if (o == me) {
+        local_need.insert(i - base);
+      } else {
+        put(requests[static_cast<size_t>(o)], i);
+      }
+    }
+  }
+  std::vector<std::vector<uint64_t>> wanted_by(static_cast<size_t>(R));  // local indexes
+  {
+    const std::vector<std::string> got = exchange(world, std::move(requests));
+    for (int r = 0; r < R; ++r) {
+      std::unordered_set<uint64_t> seen;
+      for (size_t at = 0; at < got[r].size();) {
+        const uint64_t local = get<uint64_t>(got[r], at) - base;
+        if (seen.insert(local).second) wanted_by[static_cast<size_t>(r)].push_back(local);
+        local_need.insert(local);
+      }
+    }
+  }
+  std::unordered_map<uint64_t, std::vector<uint64_t>> sets;  // global ordinal -> shingle set
+  if (clean.near_dedup) {
+    uint64_t k = 0;
+    read_local(files, io, nullptr, [&](std::string_view, std::string_view text, bool) {
+      const uint64_t local = k++;
+      if (!local_need.count(local)) return;
+      std::string_view t = text;
+      FilterResult r;
+      if (p.kind[local] & kCleaned) {
+        r = apply_filters(text, clean.filters);
+        t = r.text;
+      }
+      sets.emplace(base + local, shingle_hashes(t, m.shingle, m.shingle_size));
+    });
+    if (k != p.kind.size()) throw Error("the input changed between reads");
+  }
+  {
+    std::vector<std::string> replies(static_cast<size_t>(R));
+    for (int r = 0; r < R; ++r) {
+      for (const uint64_t local : wanted_by[static_cast<size_t>(r)]) {
+        const std::vector<uint64_t>& set = sets.at(base + local);
+        std::string& s = replies[static_cast<size_t>(r)];
+        put(s, base + local);
+        put(s, static_cast<uint64_t>(set.size()));
+        s.append(reinterpret_cast<const char*>(set.data()), set.size() * sizeof(uint64_t));
+      }
+    }
+    for (const std::string& s : exchange(world, std::move(replies))) {
+      for (size_t at = 0; at < s.size();) {
+        const uint64_t ord = get<uint64_t>(s, at), n = get<uint64_t>(s, at);
+        std::vector<uint64_t> set(n);
+        if (at + n * sizeof(uint64_t) > s.size()) throw Error("sharded clean: a truncated set");
+        std::memcpy(set.data(), s.data() + at, n * sizeof(uint64_t));
+        at += n * sizeof(uint64_t);
+        sets.emplace(ord, std::move(set));
+      }
+    }
+  }
+  // Every pair at or above the threshold goes to rank 0, which decides in input order.
+  uint64_t jaccard_checks = 0;
+  std::vector<std::string> edges(static_cast<size_t>(R));
+  for (const auto& [j, list] : cands) {
+    for (const uint64_t i : list) {
+      ++jaccard_checks;
+      const double jac = set_jaccard(sets.at(base + j), sets.at(i));
+      if (jac < m.threshold) continue;
+      put(edges[0], base + j);
+      put(edges[0], i);
+      put(edges[0], jac);
+    }
+  }
+  std::map<uint64_t, std::pair<uint64_t, double>> near_of;  // local index -> (original, J)
+  {
+    const std::vector<std::string> at0 = exchange(world, std::move(edges));
+    std::vector<std::string> decisions(static_cast<size_t>(R));
+    if (me == 0) {
+      struct Edge { uint64_t j, i; double jac; };
+      std::vector<Edge> all;
+      for (const std::string& s : at0) {
+        for (size_t at = 0; at < s.size();) all.push_back({get<uint64_t>(s, at), get<uint64_t>(s, at), get<double>(s, at)});
+      }
+      std::sort(all.begin(), all.end(), [](const Edge& a, const Edge& b) { return std::tie(a.j, a.i) < std::tie(b.j, b.i); });
+      std::unordered_set<uint64_t> removed;
+      for (size_t e = 0; e < all.size(); ++e) {
+        if (removed.count(all[e].j) || removed.count(all[e].i)) continue;
+        removed.insert(all[e].j);  // its first earlier partner that is kept
+        std::string& s = decisions[static_cast<size_t>(owner_of(all[e].j))];
+        put(s, all[e].j);
+        put(s, all[e].i);
+        put(s, all[e].jac);
+      }
+    }
+    for (const std::string& s : exchange(world, std::move(decisions))) {
+      for (size_t at = 0; at < s.size();) {
+        const uint64_t j = get<uint64_t>(s, at), i = get<uint64_t>(s, at);
+        near_of[j - base] = {i, get<double>(s, at)};
+      }
+    }
+  }
+  sets.clear();
+
+  // Pass 3: this rank's part of the output, then rank 0 joins the parts in rank order.
+  CleanStats st;
+  const fs::path part = out + fmt::format(".part{}", me);
+  {
+    AtomicFileWriter w(part);
+    std::string buf;
+    uint64_t k = 0;
+    read_local(files, io, nullptr, [&](std::string_view raw, std::string_view text, bool jsonl) {
+      const uint64_t local = k++;
+      const uint8_t kind = p.kind[local], what = kind & ~kCleaned;
+      CleanDecision d;
+      d.ordinal = base + local;
+      FilterResult r;
+      if (what < kRuleCount) {
+        d.rule = rule_name(static_cast<Rule>(what));
+        ++st.rule_docs[what];
+        st.rule_bytes[what] += text.size();
+      } else if (exact_of.count(local)) {
+        ++st.exact_dups;
+        st.exact_dup_bytes += text.size();
+      } else if (near_of.count(local)) {
+        ++st.near_dups;
+        st.near_dup_bytes += text.size();
+      } else {
+        d.kept = true;
+        d.text = text;
+        if (kind & kCleaned) {
+          r = apply_filters(text, clean.filters);
+          d.text = r.text;
+          d.text_changed = true;
+          st.boilerplate_lines_removed += static_cast<uint64_t>(r.lines_removed);
+        }
+        ++st.docs_kept;
+        st.bytes_kept += d.text.size();
+        append_kept_document(buf, raw, jsonl, d, io);
+        if (buf.size() >= (1u << 20)) {
+          w.write(buf.data(), buf.size());
+          buf.clear();
+        }
+      }
+      ++st.docs_in;
+      st.bytes_in += text.size();
+    });
+    if (k != p.kind.size()) throw Error("the input changed between reads");
+    w.write(buf.data(), buf.size());
+    w.commit();
+  }
+  world.barrier();
+  if (me == 0) {
+    AtomicFileWriter w(out);
+    for (int r = 0; r < R; ++r) {
+      const fs::path pr = out + fmt::format(".part{}", r);
+      const std::string text = read_file(pr);
+      w.write(text.data(), text.size());
+    }
+    w.commit();
+    for (int r = 0; r < R; ++r) fs::remove(out + fmt::format(".part{}", r));
+  }
+  world.barrier();
+
+  // The statistics, summed over ranks.
+  std::vector<double> v = {double(st.docs_in), double(st.bytes_in), double(st.exact_dups),
+                           double(st.exact_dup_bytes), double(st.near_dups),
+                           double(st.near_dup_bytes), double(st.boilerplate_lines_removed),
+                           double(st.docs_kept), double(st.bytes_kept), double(p.bad_lines),
+                           double(jaccard_checks)};
+  for (int k = 0; k < kRuleCount; ++k) {
+    v.push_back(double(st.rule_docs[k]));
+    v.push_back(double(st.rule_bytes[k]));
+  }
+  world.all_reduce_sum(v.data(), v.size());
+  auto u = [&](size_t i) { return static_cast<uint64_t>(v[i]); };
+  CleanStats s;
+  s.docs_in = u(0), s.bytes_in = u(1), s.exact_dups = u(2), s.exact_dup_bytes = u(3);
+  s.near_dups = u(4), s.near_dup_bytes = u(5), s.boilerplate_lines_removed = u(6);
+  s.docs_kept = u(7), s.bytes_kept = u(8), s.bad_lines_skipped = u(9), s.jaccard_checks = u(10);
+  for (int k = 0; k < kRuleCount; ++k) {
+    s.rule_docs[k] = u(11 + 2 * k);
+    s.rule_bytes[k] = u(12 + 2 * k);
+  }
+  s.candidate_pairs = static_cast<uint64_t>(totals_pairs);
+  if (clean.near_dedup) {
+    s.lsh = lsh.params();
+    s.num_perm = np;
+  }
+  s.peak_rss_bytes = peak_rss_bytes();
+  return s;
+}
+
+}  // namespace ft::data_cli
