@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
     const ft::tuner::MemoryEstimate m =
         ft::tuner::predict_memory(*c, ft::tuner::ParallelLayout::of(c->parallel));
     std::printf("predicted %zu (%s)\n", m.peak, m.phase_at_peak.c_str());
-    for (const auto& [term, bytes] : m.components()) std::printf("  %-22s %12zu\n", term.c_str(), bytes);
+    for (const auto& [term, bytes] : m.components())
+      std::printf("  %-22s %12zu\n", term.c_str(), bytes);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "memory_predict: %s\n", e.what());

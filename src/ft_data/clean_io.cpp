@@ -66,7 +66,8 @@ void CleanIo::add(std::string_view doc, const DocumentOrigin& origin) {
       text = trainer::data::decode_jsonl_document(doc, origin, options_.text_field);
     } catch (const FormatError& e) {
       if (!options_.skip_bad_lines) {
-        throw FormatError(std::string(e.what()) + " (--on-bad-line skip skips and counts such lines)");
+        throw FormatError(std::string(e.what()) +
+                          " (--on-bad-line skip skips and counts such lines)");
       }
       if (first_of_two_) return;  // counted and recorded in the pass that writes
       ++bad_lines_;
@@ -83,7 +84,8 @@ void CleanIo::add(std::string_view doc, const DocumentOrigin& origin) {
     if (removed_) {
       const nlohmann::json j = nlohmann::json::parse(doc);
       const auto it = j.find(options_.id_field);
-      if (it != j.end() && !it->is_null()) p.id = it->is_string() ? it->get<std::string>() : it->dump();
+      if (it != j.end() && !it->is_null())
+        p.id = it->is_string() ? it->get<std::string>() : it->dump();
     }
   } else {
     if (first_of_two_) {

@@ -49,10 +49,10 @@ class CleanIo {
 
  private:
   struct Pending {
-    std::string raw;     // the JSONL line, or the text document
+    std::string raw;  // the JSONL line, or the text document
     bool jsonl = false;
-    bool bad = false;    // a skipped line: no document, no ordinal
-    std::string error;   // why it was skipped
+    bool bad = false;   // a skipped line: no document, no ordinal
+    std::string error;  // why it was skipped
     std::string id, origin;
   };
   void decided(const trainer::data::CleanDecision& d);

@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 using trainer::Communicator;
 using namespace trainer::data;
 
-constexpr uint8_t kPassed = 100;   // passed the filters (else a Rule)
+constexpr uint8_t kPassed = 100;    // passed the filters (else a Rule)
 constexpr uint8_t kCleaned = 0x80;  // line cleaning changed its text
 
 // All-to-all of byte strings: out[p] goes to rank p; returns what each rank sent here. Every
@@ -36,7 +36,9 @@ std::vector<std::string> exchange(Communicator& c, std::vector<std::string> out)
   c.all_gather(mine.data(), sizes.data(), static_cast<size_t>(R));
   std::vector<std::string> in(static_cast<size_t>(R));
   in[static_cast<size_t>(me)] = std::move(out[static_cast<size_t>(me)]);
-  auto size_from = [&](int src) { return static_cast<size_t>(sizes[static_cast<size_t>(src) * R + me]); };
+  auto size_from = [&](int src) {
+    return static_cast<size_t>(sizes[static_cast<size_t>(src) * R + me]);
+  };
   for (int a = 0; a < R; ++a) {
     for (int b = a + 1; b < R; ++b) {
       if (me != a && me != b) continue;
@@ -122,11 +124,11 @@ void read_local(const std::vector<fs::path>& files, const CleanIoOptions& io, ui
 }
 
 struct Pass1 {
-  std::vector<uint8_t> kind;       // per local document
-  std::vector<uint64_t> passed;    // local index of each document that passed the filters
-  std::vector<Hash128> hashes;     // per passed document
-  std::vector<uint32_t> keys;      // per passed document x bands
-  std::vector<uint8_t> sig8;       // per passed document x num_perm
+  std::vector<uint8_t> kind;     // per local document
+  std::vector<uint64_t> passed;  // local index of each document that passed the filters
+  std::vector<Hash128> hashes;   // per passed document
+  std::vector<uint32_t> keys;    // per passed document x bands
+  std::vector<uint8_t> sig8;     // per passed document x num_perm
   uint64_t bad_lines = 0;
 };
 
@@ -170,12 +172,12 @@ Pass1 sign_local(const std::vector<fs::path>& files, const CleanOptions& clean,
 }  // namespace
 
 CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string& out,
-                         const CleanOptions& clean, const CleanIoOptions& io,
-                         Communicator& world) {
+                         const CleanOptions& clean, const CleanIoOptions& io, Communicator& world) {
   const int R = world.world_size(), me = world.rank();
   if (!io.removed_path.empty()) {
-    throw ConfigError("--removed is not supported across MPI ranks yet (the ids of documents "
-                      "on other ranks are not exchanged): run it in one process");
+    throw ConfigError(
+        "--removed is not supported across MPI ranks yet (the ids of documents "
+        "on other ranks are not exchanged): run it in one process");
   }
   const MinHashOptions& m = clean.minhash;
   const NearDupIndex lsh(m);  // the bands and their hashes, as one process would file them
@@ -207,7 +209,8 @@ CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string&
   for (int r = 0; r < R; ++r) offset[r + 1] = offset[r] + static_cast<uint64_t>(counts[r]);
   const uint64_t base = offset[static_cast<size_t>(me)];
   auto owner_of = [&](uint64_t ord) {
-    return static_cast<int>(std::upper_bound(offset.begin(), offset.end(), ord) - offset.begin()) - 1;
+    return static_cast<int>(std::upper_bound(offset.begin(), offset.end(), ord) - offset.begin()) -
+           1;
   };
 
   // Exact copies: every content hash to its owner, which names each copy's first occurrence.
@@ -220,10 +223,13 @@ CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string&
       put(s, p.hashes[k].hi);
       put(s, base + p.passed[k]);
     }
-    struct Rec { uint64_t lo, hi, ord; };
+    struct Rec {
+      uint64_t lo, hi, ord;
+    };
     std::vector<Rec> recs;
     for (const std::string& s : exchange(world, std::move(msg))) {
-      for (size_t at = 0; at < s.size();) recs.push_back({get<uint64_t>(s, at), get<uint64_t>(s, at), get<uint64_t>(s, at)});
+      for (size_t at = 0; at < s.size();)
+        recs.push_back({get<uint64_t>(s, at), get<uint64_t>(s, at), get<uint64_t>(s, at)});
     }
     std::sort(recs.begin(), recs.end(), [](const Rec& a, const Rec& b) {
       return std::tie(a.lo, a.hi, a.ord) < std::tie(b.lo, b.hi, b.ord);
@@ -257,14 +263,19 @@ CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string&
       if (exact_of.count(p.passed[k])) continue;
       for (int b = 0; b < nb; ++b) {
         const uint32_t key = p.keys[k * nb + b];
-        std::string& s = msg[(key ^ (static_cast<uint32_t>(b) * 0x9E3779B1u)) % static_cast<uint32_t>(R)];
+        std::string& s =
+            msg[(key ^ (static_cast<uint32_t>(b) * 0x9E3779B1u)) % static_cast<uint32_t>(R)];
         put(s, key);
         put(s, static_cast<uint32_t>(b));
         put(s, base + p.passed[k]);
         s.append(reinterpret_cast<const char*>(p.sig8.data() + k * np), static_cast<size_t>(np));
       }
     }
-    struct Entry { uint32_t key, band; uint64_t ord; std::string sig; };
+    struct Entry {
+      uint32_t key, band;
+      uint64_t ord;
+      std::string sig;
+    };
     std::vector<Entry> entries;
     for (const std::string& s : exchange(world, std::move(msg))) {
       for (size_t at = 0; at < s.size();) {
@@ -279,7 +290,9 @@ CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string&
     std::vector<std::string> pairs(static_cast<size_t>(R));
     for (size_t g = 0; g < entries.size();) {
       size_t e = g + 1;
-      while (e < entries.size() && entries[e].band == entries[g].band && entries[e].key == entries[g].key) ++e;
+      while (e < entries.size() && entries[e].band == entries[g].band &&
+             entries[e].key == entries[g].key)
+        ++e;
       for (size_t j = g + 1; j < e; ++j) {
         for (size_t i = g; i < j; ++i) {
           const auto* a = reinterpret_cast<const uint8_t*>(entries[i].sig.data());
@@ -389,12 +402,18 @@ CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string&
     const std::vector<std::string> at0 = exchange(world, std::move(edges));
     std::vector<std::string> decisions(static_cast<size_t>(R));
     if (me == 0) {
-      struct Edge { uint64_t j, i; double jac; };
+      struct Edge {
+        uint64_t j, i;
+        double jac;
+      };
       std::vector<Edge> all;
       for (const std::string& s : at0) {
-        for (size_t at = 0; at < s.size();) all.push_back({get<uint64_t>(s, at), get<uint64_t>(s, at), get<double>(s, at)});
+        for (size_t at = 0; at < s.size();)
+          all.push_back({get<uint64_t>(s, at), get<uint64_t>(s, at), get<double>(s, at)});
       }
-      std::sort(all.begin(), all.end(), [](const Edge& a, const Edge& b) { return std::tie(a.j, a.i) < std::tie(b.j, b.i); });
+      std::sort(all.begin(), all.end(), [](const Edge& a, const Edge& b) {
+        return std::tie(a.j, a.i) < std::tie(b.j, b.i);
+      });
       std::unordered_set<uint64_t> removed;
       for (size_t e = 0; e < all.size(); ++e) {
         if (removed.count(all[e].j) || removed.count(all[e].i)) continue;
@@ -475,10 +494,16 @@ CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string&
   world.barrier();
 
   // The statistics, summed over ranks.
-  std::vector<double> v = {double(st.docs_in), double(st.bytes_in), double(st.exact_dups),
-                           double(st.exact_dup_bytes), double(st.near_dups),
-                           double(st.near_dup_bytes), double(st.boilerplate_lines_removed),
-                           double(st.docs_kept), double(st.bytes_kept), double(p.bad_lines),
+  std::vector<double> v = {double(st.docs_in),
+                           double(st.bytes_in),
+                           double(st.exact_dups),
+                           double(st.exact_dup_bytes),
+                           double(st.near_dups),
+                           double(st.near_dup_bytes),
+                           double(st.boilerplate_lines_removed),
+                           double(st.docs_kept),
+                           double(st.bytes_kept),
+                           double(p.bad_lines),
                            double(jaccard_checks)};
   for (int k = 0; k < kRuleCount; ++k) {
     v.push_back(double(st.rule_docs[k]));
