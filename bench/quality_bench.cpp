@@ -207,8 +207,7 @@ int main(int argc, char** argv) {
       }
       const NearDupEval b = evaluate_near_dup(bucket, mo);
       fmt::print("  J in [{:.2f}, {:.2f}{}: {} pairs, recall {:.4f}\n", lo,
-                 std::min(1.0, lo + 0.05), lo + 0.05 >= 1.0 ? "]" : ")", bucket.size(),
-                 b.recall());
+                 std::min(1.0, lo + 0.05), lo + 0.05 >= 1.0 ? "]" : ")", bucket.size(), b.recall());
     }
     std::vector<LabelledPair> small_edits;
     for (const auto& p : pairs) {
@@ -225,8 +224,8 @@ int main(int argc, char** argv) {
     MinHashOptions mo;
     std::vector<std::string> small(long_docs.begin(),
                                    long_docs.begin() + std::min<size_t>(1500, long_docs.size()));
-    const auto edits = make_labelled_pairs(small, {0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1}, 150,
-                                           mo, 99);
+    const auto edits =
+        make_labelled_pairs(small, {0.0, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1}, 150, mo, 99);
     for (const auto& p : edits) small.push_back(p.b);
     std::vector<std::vector<uint64_t>> sets;
     for (const auto& d : small) sets.push_back(shingle_hashes(d, mo.shingle, mo.shingle_size));

@@ -188,9 +188,10 @@ TEST(DiagnoseRanksScenario, PipelineBubbleSuggestsMoreMicroBatches) {
 TEST(DiagnoseRanksScenario, MemoryFindingPricesZero3) {
   if (const std::string why = skip_reason(); !why.empty()) GTEST_SKIP() << why;
   // The allocator's reserved peak of this model is 16 MiB on each rank: 94% of the limit.
-  const CliRun r = diagnose_ranks("zero3_knob",
-                                  "--dp 2 --layers 2 --heads 4 --channels 128 --seq-len 64 "
-                                  "--micro-batch 4 --steps 4 --loader-workers 0 --memory-limit 17M");
+  const CliRun r =
+      diagnose_ranks("zero3_knob",
+                     "--dp 2 --layers 2 --heads 4 --channels 128 --seq-len 64 "
+                     "--micro-batch 4 --steps 4 --loader-workers 0 --memory-limit 17M");
   const json j = report(r);
   auto zero3_knob = [](const json& findings) {
     for (const auto& f : findings) {

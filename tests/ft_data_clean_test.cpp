@@ -12,7 +12,6 @@
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/documents.h"
 #include "ft/trainer/launch.h"
-
 #include "reference/run_cli.h"
 
 namespace {
@@ -234,8 +233,8 @@ TEST_F(CleanCli, ShardedAcrossRanksEqualsOneProcess) {
     EXPECT_EQ(ft::read_file(path("sharded.jsonl")), ft::read_file(path("one.jsonl"))) << ranks;
     const auto sh = nlohmann::json::parse(ft::read_file(path("sharded.json")));
     EXPECT_EQ(sh["ranks"], ranks);
-    for (const char* k : {"in", "exact_duplicates", "near_duplicates", "kept", "filters",
-                          "bad_lines_skipped"}) {
+    for (const char* k :
+         {"in", "exact_duplicates", "near_duplicates", "kept", "filters", "bad_lines_skipped"}) {
       EXPECT_EQ(sh[k], one[k]) << k << " with " << ranks << " ranks";
     }
     for (int rank = 0; rank < ranks; ++rank) {

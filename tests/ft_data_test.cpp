@@ -337,11 +337,11 @@ TEST_F(FtData, StatsReportsExactAndNearDuplicateRates) {
   };
   std::string near = doc(2);
   near.replace(near.find(' ', 300), 1, " and ");  // one inserted word: J ~ 0.97
-  const std::string text = doc(1) + "\n\n" + doc(2) + "\n\n" + doc(3) + "\n\n" + doc(1) +
-                           "\n\n" + doc(3) + "\n\n" + near + "\n";
+  const std::string text = doc(1) + "\n\n" + doc(2) + "\n\n" + doc(3) + "\n\n" + doc(1) + "\n\n" +
+                           doc(3) + "\n\n" + near + "\n";
   write_file_atomic(dir_ / "dups.txt", text);
-  Result r = ft_data("stats " + (dir_ / "dups.txt").string() + " --json " +
-                     (dir_ / "d.json").string());
+  Result r =
+      ft_data("stats " + (dir_ / "dups.txt").string() + " --json " + (dir_ / "d.json").string());
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("near duplicates"), std::string::npos) << r.out;
   const auto j = nlohmann::json::parse(read_file(dir_ / "d.json"))["documents"]["duplicates"];
@@ -351,7 +351,8 @@ TEST_F(FtData, StatsReportsExactAndNearDuplicateRates) {
   r = ft_data("stats " + (dir_ / "dups.txt").string() + " --no-dup-rates --json " +
               (dir_ / "n.json").string());
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_FALSE(nlohmann::json::parse(read_file(dir_ / "n.json"))["documents"].contains("duplicates"));
+  EXPECT_FALSE(
+      nlohmann::json::parse(read_file(dir_ / "n.json"))["documents"].contains("duplicates"));
   EXPECT_NE(ft_data("stats " + (dir_ / "dups.txt").string() + " --near-dup-threshold 2").status, 0);
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "ft/core/block_pool.h"
 #include "ft/core/error.h"
 #include "ft/trainer/gpt_config.h"
 #include "ft/trainer/grad_sync.h"
@@ -13,7 +14,6 @@
 #include "ft/trainer/matmul.h"
 #include "ft/trainer/model.h"
 #include "ft/trainer/tensor_parallel.h"
-#include "ft/core/block_pool.h"
 
 namespace ft::tuner {
 namespace {

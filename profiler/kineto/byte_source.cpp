@@ -120,7 +120,10 @@ class GzipSource : public ByteSource {
 class IsalGzipSource : public ByteSource {
  public:
   IsalGzipSource(FILE* f, std::string path, uint64_t hint)
-      : f_(f), path_(std::move(path)), in_(new unsigned char[kIn]), st_(new inflate_state),
+      : f_(f),
+        path_(std::move(path)),
+        in_(new unsigned char[kIn]),
+        st_(new inflate_state),
         hint_(hint) {
     isal_inflate_init(st_.get());
     st_->crc_flag = ISAL_GZIP;
@@ -185,13 +188,20 @@ class IsalGzipSource : public ByteSource {
   }
   static const char* error_name(int rc) {
     switch (rc) {
-      case ISAL_INVALID_BLOCK: return "invalid deflate block";
-      case ISAL_INVALID_SYMBOL: return "invalid deflate symbol";
-      case ISAL_INVALID_LOOKBACK: return "invalid lookback distance";
-      case ISAL_INVALID_WRAPPER: return "invalid gzip header";
-      case ISAL_UNSUPPORTED_METHOD: return "unsupported compression method";
-      case ISAL_INCORRECT_CHECKSUM: return "CRC-32 or size mismatch";
-      default: return "inflate error";
+      case ISAL_INVALID_BLOCK:
+        return "invalid deflate block";
+      case ISAL_INVALID_SYMBOL:
+        return "invalid deflate symbol";
+      case ISAL_INVALID_LOOKBACK:
+        return "invalid lookback distance";
+      case ISAL_INVALID_WRAPPER:
+        return "invalid gzip header";
+      case ISAL_UNSUPPORTED_METHOD:
+        return "unsupported compression method";
+      case ISAL_INCORRECT_CHECKSUM:
+        return "CRC-32 or size mismatch";
+      default:
+        return "inflate error";
     }
   }
   FILE* f_;

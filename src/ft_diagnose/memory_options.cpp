@@ -51,7 +51,8 @@ Zero3Step zero3_step(const trainer::TrainConfig& c, const profiler::Trace& t, do
   const int L = std::max(1, c.model.num_layers);
   const int K = std::max(1, c.grad_accum);
   if (all_reduce <= 0 || fwd_blocks <= 0 || bwd_blocks <= 0) {
-    z.basis = "the run traced no all-reduce or block phases: its gathers' exposure is not predicted";
+    z.basis =
+        "the run traced no all-reduce or block phases: its gathers' exposure is not predicted";
     return z;
   }
   const trainer::ParamLayout pl = trainer::ParamLayout::make(c.model);

@@ -23,8 +23,8 @@
 #include "ft/profiler/trace_writer.h"
 #include "ft/trainer/communicator.h"
 #include "ft/trainer/launch.h"
-#include "memory_options.h"
 #include "ft/trainer/trainer.h"
+#include "memory_options.h"
 
 namespace ft::diagnose {
 namespace {

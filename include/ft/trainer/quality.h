@@ -238,11 +238,11 @@ struct CleanStats {
 
 // What the cleaner decided for one document, in input order.
 struct CleanDecision {
-  uint64_t ordinal = 0;      // 0-based position of the document in the input
+  uint64_t ordinal = 0;  // 0-based position of the document in the input
   bool kept = false;
-  std::string_view text;     // kept: the text after line cleaning (valid during the call)
+  std::string_view text;      // kept: the text after line cleaning (valid during the call)
   bool text_changed = false;  // kept: boilerplate lines were dropped from it
-  std::string_view rule;     // removed: a filter rule_name, "exact_duplicate" or "near_duplicate"
+  std::string_view rule;      // removed: a filter rule_name, "exact_duplicate" or "near_duplicate"
   int64_t duplicate_of = -1;  // duplicates: ordinal of the kept document it duplicates
   double similarity = 0;      // near duplicates: the MinHash estimate of their Jaccard
 };
@@ -263,7 +263,7 @@ struct CleanDecision {
 // pass and needs_second_pass() is false.
 class Cleaner {
  public:
-  using Sink = std::function<void(std::string_view text)>;  // kept texts only
+  using Sink = std::function<void(std::string_view text)>;         // kept texts only
   using DecisionSink = std::function<void(const CleanDecision&)>;  // every document
   Cleaner(CleanOptions options, Sink sink);
   Cleaner(CleanOptions options, DecisionSink sink);
@@ -289,11 +289,11 @@ class Cleaner {
   MinHasher hasher_;
   ExactDeduper exact_;
   NearDupIndex near_;
-  std::vector<uint64_t> near_ordinal_;  // the input ordinal of each document in near_
-  std::vector<uint8_t> kind_;           // per input document
+  std::vector<uint64_t> near_ordinal_;               // the input ordinal of each document in near_
+  std::vector<uint8_t> kind_;                        // per input document
   std::unordered_map<uint64_t, uint64_t> exact_of_;  // exact duplicate -> its original
   std::unordered_map<uint64_t, std::pair<uint64_t, uint32_t>> cands_;  // -> (offset, count)
-  std::vector<uint64_t> cand_list_;     // candidates' ordinals, ascending per document
+  std::vector<uint64_t> cand_list_;                // candidates' ordinals, ascending per document
   std::unordered_map<uint64_t, uint32_t> needed_;  // later documents naming this candidate
   std::unordered_map<uint64_t, std::vector<uint64_t>> sets_;  // held shingle sets
   std::vector<std::string> batch_;

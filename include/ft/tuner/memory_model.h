@@ -62,20 +62,20 @@ struct ParallelLayout {
 // the block the allocator holds for it (allocator_block_bytes). Measured on 2 ranks (L4 C256
 // T128 B4, --bucket-mb 1; bench/dp_bench.sh's model; 2026-12-04): DP -0.3%, ZeRO-1 -0.9%,
 // ZeRO-2 +0.3%, ZeRO-3 -1.3%, one process -0.3%; the bytes requested at the peak are predicted
-// to within 4 KiB in all five, the rest is recycled blocks' unsplit tails. TP and PP (a model of the
-// sharded engine, not yet measured against it): TP divides
-// the sharded block tensors, their activations (QKV, attention output, FC1, GELU, attention
-// state) and the block GEMMs' operands by tp (LayerNorms, residual stream, embeddings and head
-// stay whole); PP keeps a stage's blocks, the embeddings on stage 0 and final LayerNorm + tied
-// head on the last, activations of up to min(m, pp - stage) micro-batches in flight (1F1B) plus
-// the received activation and gradient buffers. Measured (tests/memory_model_test): within 0.9% on
-// models of 24-290 MB peak across precisions, recompute and attention variants; what is left
-// is a recycled large block's unsplit tail (up to 1 MiB) that the model does not predict,
-// because it depends on which freed block a tensor reuses. Accumulation does not change the peak (micro-batches
-// run one after another). QLoRA (one rank, fp32 or bf16): frozen tensors without gradients, NF4
-// linears, adapters with their AdamW state, the adapters' saved activations (N r floats per
-// adapted linear and layer) and the dequantization tile and adapter scratch of one linear in
-// place of the GEMM transients. Throws ConfigError for an invalid model shape.
+// to within 4 KiB in all five, the rest is recycled blocks' unsplit tails. TP and PP (a model of
+// the sharded engine, not yet measured against it): TP divides the sharded block tensors, their
+// activations (QKV, attention output, FC1, GELU, attention state) and the block GEMMs' operands by
+// tp (LayerNorms, residual stream, embeddings and head stay whole); PP keeps a stage's blocks, the
+// embeddings on stage 0 and final LayerNorm + tied head on the last, activations of up to min(m, pp
+// - stage) micro-batches in flight (1F1B) plus the received activation and gradient buffers.
+// Measured (tests/memory_model_test): within 0.9% on models of 24-290 MB peak across precisions,
+// recompute and attention variants; what is left is a recycled large block's unsplit tail (up to 1
+// MiB) that the model does not predict, because it depends on which freed block a tensor reuses.
+// Accumulation does not change the peak (micro-batches run one after another). QLoRA (one rank,
+// fp32 or bf16): frozen tensors without gradients, NF4 linears, adapters with their AdamW state,
+// the adapters' saved activations (N r floats per adapted linear and layer) and the dequantization
+// tile and adapter scratch of one linear in place of the GEMM transients. Throws ConfigError for an
+// invalid model shape.
 MemoryEstimate predict_memory(const trainer::TrainConfig& config, const ParallelLayout& layout = {});
 
 // The bytes the caching allocator holds for one tensor of `bytes`: rounded to its 512-byte

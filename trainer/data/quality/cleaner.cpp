@@ -206,9 +206,10 @@ void Cleaner::verify(std::string_view text) {
 void Cleaner::finish_verify() {
   if (!batch_.empty()) verify_batch();
   if (verified_ != kind_.size()) {
-    throw Error(fmt::format("near dedup: the second pass read {} documents, the first {}: the "
-                            "input changed between them",
-                            verified_, kind_.size()));
+    throw Error(
+        fmt::format("near dedup: the second pass read {} documents, the first {}: the "
+                    "input changed between them",
+                    verified_, kind_.size()));
   }
   stats_.peak_rss_bytes = peak_rss_bytes();
 }
@@ -218,9 +219,10 @@ void Cleaner::verify_batch() {
   const int64_t n = static_cast<int64_t>(batch_.size());
   const uint64_t base = verified_;
   if (base + n > kind_.size()) {
-    throw Error(fmt::format("near dedup: the second pass read more than the first pass's {} "
-                            "documents: the input changed between them",
-                            kind_.size()));
+    throw Error(
+        fmt::format("near dedup: the second pass read more than the first pass's {} "
+                    "documents: the input changed between them",
+                    kind_.size()));
   }
   const MinHashOptions& m = options_.minhash;
   std::vector<FilterResult> cleaned(n);
@@ -251,9 +253,10 @@ void Cleaner::verify_batch() {
       d.similarity = 1;
     } else {
       if ((k & kCleaned) && cleaned[i].rejected) {
-        throw Error(fmt::format("near dedup: document {} passed the filters in the first pass "
-                                "and not in the second: the input changed between them",
-                                ord));
+        throw Error(
+            fmt::format("near dedup: document {} passed the filters in the first pass "
+                        "and not in the second: the input changed between them",
+                        ord));
       }
       if (kind == kHasCandidates) {
         const auto [off, count] = cands_.at(ord);

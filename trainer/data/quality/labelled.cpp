@@ -100,9 +100,9 @@ NearDupEval evaluate_near_dup(const std::vector<LabelledPair>& pairs,
     index.candidates(hasher.signature(p.b).data(), opts.threshold - opts.prefilter_margin, &cands);
     // The Cleaner's second pass: a candidate is a duplicate when its exact Jaccard is.
     const bool predicted =
-        !cands.empty() && set_jaccard(shingle_hashes(p.a, opts.shingle, opts.shingle_size),
-                                      shingle_hashes(p.b, opts.shingle, opts.shingle_size)) >=
-                              opts.threshold;
+        !cands.empty() &&
+        set_jaccard(shingle_hashes(p.a, opts.shingle, opts.shingle_size),
+                    shingle_hashes(p.b, opts.shingle, opts.shingle_size)) >= opts.threshold;
     const bool label = p.true_jaccard >= opts.threshold;
     if (predicted && label)
       ++e.tp;

@@ -215,9 +215,8 @@ double NearDupIndex::estimate(const uint32_t* sig, uint32_t doc) const {
   thread_local std::vector<uint8_t> low;
   low.resize(static_cast<size_t>(np));
   for (int i = 0; i < np; ++i) low[static_cast<size_t>(i)] = static_cast<uint8_t>(sig[i]);
-  return estimate_jaccard_8bit(low.data(),
-                               sig8_.data() + static_cast<size_t>(doc) * static_cast<size_t>(np),
-                               np);
+  return estimate_jaccard_8bit(
+      low.data(), sig8_.data() + static_cast<size_t>(doc) * static_cast<size_t>(np), np);
 }
 
 int64_t NearDupIndex::find(const uint32_t* sig, const std::vector<uint32_t>& keys) const {
@@ -268,9 +267,7 @@ void NearDupIndex::candidates(const uint32_t* sig, double min_estimate,
   out->erase(std::unique(out->begin(), out->end()), out->end());
   candidates_checked_ += out->size();
   out->erase(std::remove_if(out->begin(), out->end(),
-                            [&](uint32_t doc) {
-                              return estimate(sig, doc) < min_estimate;
-                            }),
+                            [&](uint32_t doc) { return estimate(sig, doc) < min_estimate; }),
              out->end());
 }
 
