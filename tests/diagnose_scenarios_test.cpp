@@ -188,9 +188,11 @@ TEST(DiagnoseScenario, ComputeBoundFp32TopFindingIsPrecision) {
 // (d) Under-filled: one 32-token sequence per micro-batch, lots of memory headroom.
 TEST(DiagnoseScenario, UnderfilledTopFindingIsBatch) {
   if (kUnderAsan) GTEST_SKIP() << "time shares are dominated by ASan's shadow-memory faults";
+  // In-line loading (--loader-workers 0): with a loader thread, one 1.7 ms hand-off wait (its
+  // worker descheduled by another process) in a 2.3 ms step made data the top finding once.
   const std::string flags =
       " --layers 2 --heads 2 --channels 64 --seq-len 32 --micro-batch 1"
-      " --grad-accum 4 --steps 6" +
+      " --grad-accum 4 --steps 6 --loader-workers 0" +
       ft::test::fast_precision_flag();
   // ctest runs this test alone (RUN_SERIAL); the batch rule reads MFU against the peak measured
   // on this machine, so no CPU kind's figure decides it. One run.

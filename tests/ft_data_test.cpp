@@ -356,6 +356,27 @@ TEST_F(FtData, StatsReportsExactAndNearDuplicateRates) {
   EXPECT_NE(ft_data("stats " + (dir_ / "dups.txt").string() + " --near-dup-threshold 2").status, 0);
 }
 
+// Writing systems: each document's dominant Unicode script, mixed-script documents, and
+// documents without letters.
+TEST_F(FtData, StatsReportsScripts) {
+  write_file_atomic(dir_ / "scripts.txt",
+                    "In the beginning God created the heaven\n\n"
+                    "\xD0\x92 \xD0\xBD\xD0\xB0\xD1\x87\xD0\xB0\xD0\xBB\xD0\xB5\n\n"  // Cyrillic
+                    "\xCE\x95\xCE\xBD \xCE\xB1\xCF\x81\xCF\x87\xCE\xB7\n\n"  // Greek
+                    "Genesis \xD0\x91\xD1\x8B\xD1\x82\xD0\xB8\xD0\xB5\n\n"  // Latin + Cyrillic
+                    "1 2 3 ...\n");
+  const Result r = ft_data("stats " + (dir_ / "scripts.txt").string() + " --json " +
+                           (dir_ / "sc.json").string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("scripts (documents)"), std::string::npos) << r.out;
+  const auto j = nlohmann::json::parse(read_file(dir_ / "sc.json"))["documents"]["scripts"];
+  EXPECT_EQ(j["dominant"]["Latin"], 1 + 1) << j.dump();  // the mixed one has 7 Latin letters
+  EXPECT_EQ(j["dominant"]["Cyrillic"], 1) << j.dump();
+  EXPECT_EQ(j["dominant"]["Greek"], 1) << j.dump();
+  EXPECT_EQ(j["mixed_documents"], 1);
+  EXPECT_EQ(j["no_letter_documents"], 1);
+}
+
 TEST_F(FtData, StatsOfShardsReportsHeadersAndErrors) {
   const fs::path d = dir_ / "shards";
   fs::create_directories(d);

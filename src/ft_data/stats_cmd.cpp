@@ -8,12 +8,17 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <system_error>
 #include <vector>
+
+#include <unicode/uchar.h>
+#include <unicode/uscript.h>
+#include <unicode/utf8.h>
 
 #include "commands.h"
 #include "ft/core/atomic_file.h"
@@ -178,6 +183,53 @@ class DupRates {
   std::vector<std::string> batch_;
 };
 
+// Writing systems, the part of "which language" a quick look can answer without a model: each
+// document's letters counted by Unicode script (ICU); its dominant script, and whether a
+// second script holds at least 10% of its letters (bilingual text, transliteration, or
+// homoglyph spam). Latin-script languages are not told apart.
+class ScriptStats {
+ public:
+  void add(std::string_view text) {
+    counts_.clear();
+    int32_t i = 0;
+    const auto* p = reinterpret_cast<const uint8_t*>(text.data());
+    const int32_t n = static_cast<int32_t>(std::min<size_t>(text.size(), INT32_MAX));
+    uint64_t letters = 0;
+    while (i < n) {
+      UChar32 c = 0;
+      U8_NEXT(p, i, n, c);
+      if (c < 0 || !u_isalpha(c)) continue;
+      UErrorCode err = U_ZERO_ERROR;
+      const UScriptCode sc = uscript_getScript(c, &err);
+      if (U_FAILURE(err)) continue;
+      ++counts_[static_cast<int>(sc)];
+      ++letters;
+    }
+    if (letters == 0) {
+      ++no_letters;
+      return;
+    }
+    int top = -1;
+    uint64_t top_n = 0, second_n = 0;
+    for (const auto& [sc, k] : counts_) {
+      if (k > top_n) {
+        second_n = top_n;
+        top_n = k;
+        top = sc;
+      } else if (k > second_n) {
+        second_n = k;
+      }
+    }
+    ++dominant[uscript_getName(static_cast<UScriptCode>(top))];
+    if (second_n * 10 >= letters) ++mixed;
+  }
+  std::map<std::string, uint64_t> dominant;  // script name -> documents
+  uint64_t mixed = 0, no_letters = 0;
+
+ private:
+  std::map<int, uint64_t> counts_;
+};
+
 struct DocStats {
   uint64_t files = 0, documents = 0, bytes = 0, lines = 0, invalid = 0, control = 0, tokens = 0;
   std::vector<uint64_t> lengths;
@@ -268,6 +320,7 @@ int stats_main(const std::vector<std::string>& args) {
     std::vector<int32_t> ids;
     std::optional<DupRates> dups;
     if (o.dup_rates) dups.emplace(o.near_threshold);
+    ScriptStats scripts;
     data::for_each_document(
         doc_paths,
         [&](std::string_view text, const data::DocumentOrigin&) {
@@ -279,6 +332,7 @@ int stats_main(const std::vector<std::string>& args) {
           d.invalid += invalid_utf8_bytes(text);
           for (unsigned char c : text) d.control += is_control(c) ? 1 : 0;
           if (dups) dups->add(text);
+          scripts.add(text);
           if (gpt2 != nullptr) {
             ids.clear();
             gpt2->encode_append(text, ids);
@@ -324,6 +378,26 @@ int stats_main(const std::vector<std::string>& args) {
                100.0 * static_cast<double>(d.invalid) / bytes);
     fmt::print("  {:<22} {:>14}  ({:.4f}%)\n", "control bytes", d.control,
                100.0 * static_cast<double>(d.control) / bytes);
+    {
+      std::vector<std::pair<uint64_t, std::string>> by(scripts.dominant.size());
+      size_t k = 0;
+      for (const auto& [name, n] : scripts.dominant) by[k++] = {n, name};
+      std::sort(by.rbegin(), by.rend());
+      nlohmann::json dom = nlohmann::json::object();
+      std::string top;
+      for (const auto& [n, name] : by) {
+        dom[name] = n;
+        if (top.size() < 60) top += fmt::format("{}{} {}", top.empty() ? "" : ", ", name, n);
+      }
+      j["scripts"] = {{"dominant", dom},
+                      {"mixed_documents", scripts.mixed},
+                      {"no_letter_documents", scripts.no_letters},
+                      {"note", "Unicode scripts of the letters (ICU); a second script with >= "
+                               "10% of a document's letters makes it mixed"}};
+      fmt::print("  {:<22} {:>14}  ({})\n", "scripts (documents)", by.size(), top);
+      fmt::print("  {:<22} {:>14}\n", "  mixed scripts", scripts.mixed);
+      fmt::print("  {:<22} {:>14}\n", "  no letters", scripts.no_letters);
+    }
     if (dups) {
       const double docs = static_cast<double>(std::max<uint64_t>(d.documents, 1));
       j["duplicates"] = {
