@@ -169,23 +169,59 @@ Pass1 sign_local(const std::vector<fs::path>& files, const CleanOptions& clean,
   return p;
 }
 
-}  // namespace
+// The phases of the sharded run, in order; the state they hand on.
+class ShardedCleaner {
+ public:
+  ShardedCleaner(const std::vector<fs::path>& inputs, const std::string& out,
+                 const CleanOptions& clean, const CleanIoOptions& io, Communicator& world)
+      : world(world),
+        R(world.world_size()),
+        me(world.rank()),
+        out(out),
+        clean(clean),
+        io(io),
+        m(clean.minhash),
+        lsh(m),
+        hasher(m),
+        np(hasher.num_perm()),
+        nb(lsh.params().bands),
+        files(my_files(inputs, me, R)) {}
+  void sign();
+  void exact_copies();
+  void near_candidates();
+  void verify_pairs();
+  CleanStats write_output();
 
-CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string& out,
-                         const CleanOptions& clean, const CleanIoOptions& io, Communicator& world) {
-  const int R = world.world_size(), me = world.rank();
-  if (!io.removed_path.empty()) {
-    throw ConfigError(
-        "--removed is not supported across MPI ranks yet (the ids of documents "
-        "on other ranks are not exchanged): run it in one process");
+ private:
+  int owner_of(uint64_t ord) const {
+    return static_cast<int>(std::upper_bound(offset.begin(), offset.end(), ord) - offset.begin()) -
+           1;
   }
-  const MinHashOptions& m = clean.minhash;
-  const NearDupIndex lsh(m);  // the bands and their hashes, as one process would file them
-  const MinHasher hasher(m);
-  const int np = hasher.num_perm(), nb = lsh.params().bands;
-  const std::vector<fs::path> files = my_files(inputs, me, R);
+  std::unordered_map<uint64_t, std::vector<uint64_t>> shingle_sets();
+  void resolve(std::vector<std::string> edges);
 
-  // Pass 1 on every rank; a rank that fails stops all of them at the first collective.
+  Communicator& world;
+  const int R, me;
+  const std::string out;
+  const CleanOptions& clean;
+  const CleanIoOptions& io;
+  const MinHashOptions& m;
+  const NearDupIndex lsh;  // the bands and their hashes, as one process would file them
+  const MinHasher hasher;
+  const int np, nb;
+  const std::vector<fs::path> files;
+  Pass1 p;
+  std::vector<uint64_t> offset;                     // R + 1: the first global ordinal of each rank
+  uint64_t base = 0;                                // this rank's first
+  std::unordered_map<uint64_t, uint64_t> exact_of;  // local index -> global original
+  std::map<uint64_t, std::vector<uint64_t>> cands;  // local index -> earlier global ordinals
+  double candidate_pairs = 0;                       // over all ranks
+  uint64_t jaccard_checks = 0;
+  std::map<uint64_t, std::pair<uint64_t, double>> near_of;  // local index -> (original, J)
+};
+
+// Pass 1 on every rank; a rank that fails stops all of them at the first collective.
+void ShardedCleaner::sign() {
   std::optional<Pass1> p1;
   std::string failure;
   try {
@@ -199,22 +235,18 @@ CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string&
     if (!failure.empty()) throw FormatError(failure);
     throw Error("another rank failed (its message is above)");
   }
-  Pass1& p = *p1;
-
+  p = std::move(*p1);
   // Global ordinals: this rank's documents follow those of the ranks before it.
   std::vector<double> counts(static_cast<size_t>(R));
   const double mine = static_cast<double>(p.kind.size());
   world.all_gather(&mine, counts.data(), 1);
-  std::vector<uint64_t> offset(static_cast<size_t>(R) + 1, 0);
+  offset.assign(static_cast<size_t>(R) + 1, 0);
   for (int r = 0; r < R; ++r) offset[r + 1] = offset[r] + static_cast<uint64_t>(counts[r]);
-  const uint64_t base = offset[static_cast<size_t>(me)];
-  auto owner_of = [&](uint64_t ord) {
-    return static_cast<int>(std::upper_bound(offset.begin(), offset.end(), ord) - offset.begin()) -
-           1;
-  };
+  base = offset[static_cast<size_t>(me)];
+}
 
-  // Exact copies: every content hash to its owner, which names each copy's first occurrence.
-  std::unordered_map<uint64_t, uint64_t> exact_of;  // local index -> global original
+// Exact copies: every content hash to its owner, which names each copy's first occurrence.
+void ShardedCleaner::exact_copies() {
   if (clean.exact_dedup) {
     std::vector<std::string> msg(static_cast<size_t>(R));
     for (size_t k = 0; k < p.passed.size(); ++k) {
@@ -251,11 +283,11 @@ CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string&
       }
     }
   }
+}
 
-  // Near candidates: each band hash (with the 8-bit signature) to its owner, which pairs every
-  // document with the earlier ones filed under the same hash, prefiltered as one process does.
-  std::map<uint64_t, std::vector<uint64_t>> cands;  // local index -> earlier global ordinals
-  uint64_t candidate_pairs = 0;
+// Near candidates: each band hash (with the 8-bit signature) to its owner, which pairs every
+// document with the earlier ones filed under the same hash, prefiltered as one process does.
+void ShardedCleaner::near_candidates() {
   const double min_estimate = m.threshold - m.prefilter_margin;
   if (clean.near_dedup) {
     std::vector<std::string> msg(static_cast<size_t>(R));
@@ -314,13 +346,15 @@ CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string&
     for (auto& [j, list] : cands) {
       std::sort(list.begin(), list.end());
       list.erase(std::unique(list.begin(), list.end()), list.end());
-      candidate_pairs += list.size();
+      candidate_pairs += static_cast<double>(list.size());
     }
   }
-  double totals_pairs = static_cast<double>(candidate_pairs);
-  world.all_reduce_sum(&totals_pairs, 1);
+  world.all_reduce_sum(&candidate_pairs, 1);
+}
 
-  // Pass 2: the shingle sets the pairs need, made where their documents are.
+// Pass 2: the shingle sets the pairs need, made where their documents are and sent where the
+// pairs are checked.
+std::unordered_map<uint64_t, std::vector<uint64_t>> ShardedCleaner::shingle_sets() {
   std::unordered_set<uint64_t> local_need;  // local indexes
   std::vector<std::string> requests(static_cast<size_t>(R));
   for (const auto& [j, list] : cands) {
@@ -384,8 +418,12 @@ CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string&
       }
     }
   }
-  // Every pair at or above the threshold goes to rank 0, which decides in input order.
-  uint64_t jaccard_checks = 0;
+  return sets;
+}
+
+// Every pair at or above the threshold goes to rank 0, which decides in input order.
+void ShardedCleaner::verify_pairs() {
+  const auto sets = shingle_sets();
   std::vector<std::string> edges(static_cast<size_t>(R));
   for (const auto& [j, list] : cands) {
     for (const uint64_t i : list) {
@@ -397,7 +435,12 @@ CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string&
       put(edges[0], jac);
     }
   }
-  std::map<uint64_t, std::pair<uint64_t, double>> near_of;  // local index -> (original, J)
+  resolve(std::move(edges));
+}
+
+// Rank 0 takes the verified pairs in input order: a document is a near duplicate of its first
+// earlier partner that is kept; each rank gets its decisions.
+void ShardedCleaner::resolve(std::vector<std::string> edges) {
   {
     const std::vector<std::string> at0 = exchange(world, std::move(edges));
     std::vector<std::string> decisions(static_cast<size_t>(R));
@@ -431,9 +474,11 @@ CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string&
       }
     }
   }
-  sets.clear();
+}
 
-  // Pass 3: this rank's part of the output, then rank 0 joins the parts in rank order.
+// Pass 3: this rank's part of the output, then rank 0 joins the parts in rank order; the
+// statistics summed over ranks.
+CleanStats ShardedCleaner::write_output() {
   CleanStats st;
   const fs::path part = out + fmt::format(".part{}", me);
   {
@@ -519,13 +564,30 @@ CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string&
     s.rule_docs[k] = u(11 + 2 * k);
     s.rule_bytes[k] = u(12 + 2 * k);
   }
-  s.candidate_pairs = static_cast<uint64_t>(totals_pairs);
+  s.candidate_pairs = static_cast<uint64_t>(candidate_pairs);
   if (clean.near_dedup) {
     s.lsh = lsh.params();
     s.num_perm = np;
   }
   s.peak_rss_bytes = peak_rss_bytes();
   return s;
+}
+
+}  // namespace
+
+CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string& out,
+                         const CleanOptions& clean, const CleanIoOptions& io, Communicator& world) {
+  if (!io.removed_path.empty()) {
+    throw ConfigError(
+        "--removed is not supported across MPI ranks yet (the ids of documents "
+        "on other ranks are not exchanged): run it in one process");
+  }
+  ShardedCleaner sc(inputs, out, clean, io, world);
+  sc.sign();
+  sc.exact_copies();
+  sc.near_candidates();
+  sc.verify_pairs();
+  return sc.write_output();
 }
 
 }  // namespace ft::data_cli
