@@ -186,8 +186,9 @@ TEST_F(CleanCli, JsonlFieldsPassThroughAndEveryRemovalIsAudited) {
   EXPECT_EQ(r.status, 2) << r.out;
 }
 
-// The sharded mode (ft-data clean under mpirun) gives the single-process output byte for byte:
-// exact and near copies that cross the ranks' file slices, a bad line skipped, JSONL and text.
+// The sharded mode (ft-data clean under mpirun) gives the single-process output and --removed
+// audit byte for byte: exact and near copies that cross the ranks' file slices, a bad line
+// skipped, JSONL and text.
 TEST_F(CleanCli, ShardedAcrossRanksEqualsOneProcess) {
   if (!ft::trainer::mpi_supported()) GTEST_SKIP() << "ft built without MPI";
   const std::string mpirun = ft::trainer::find_mpirun();
@@ -215,7 +216,7 @@ TEST_F(CleanCli, ShardedAcrossRanksEqualsOneProcess) {
   ft::write_file_atomic(path("c.jsonl"), c);
   const std::string in = path("a.jsonl") + " " + path("b.txt") + " " + path("c.jsonl");
   Result r = run(in + " --on-bad-line skip --out " + path("one.jsonl") + " --stats " +
-                 path("one.json") + " -q");
+                 path("one.json") + " --removed " + path("one_removed.jsonl") + " -q");
   ASSERT_EQ(r.status, 0) << r.out;
   const auto one = nlohmann::json::parse(ft::read_file(path("one.json")));
   ASSERT_GT(one["exact_duplicates"]["docs"].get<int>(), 0);
@@ -225,12 +226,15 @@ TEST_F(CleanCli, ShardedAcrossRanksEqualsOneProcess) {
     for (const auto& w : ft::trainer::mpirun_command(
              mpirun, ranks, std::string(FT_BINARY_DIR) + "/ft-data",
              {"clean", path("a.jsonl"), path("b.txt"), path("c.jsonl"), "--on-bad-line", "skip",
-              "--out", path("sharded.jsonl"), "--stats", path("sharded.json"), "-q"})) {
+              "--out", path("sharded.jsonl"), "--stats", path("sharded.json"), "--removed",
+              path("sharded_removed.jsonl"), "-q"})) {
       cmd += " " + w;
     }
     r = ft::testing::run_shell(cmd);
     ASSERT_EQ(r.status, 0) << r.out;
     EXPECT_EQ(ft::read_file(path("sharded.jsonl")), ft::read_file(path("one.jsonl"))) << ranks;
+    EXPECT_EQ(ft::read_file(path("sharded_removed.jsonl")), ft::read_file(path("one_removed.jsonl")))
+        << ranks;
     const auto sh = nlohmann::json::parse(ft::read_file(path("sharded.json")));
     EXPECT_EQ(sh["ranks"], ranks);
     for (const char* k :
@@ -239,6 +243,7 @@ TEST_F(CleanCli, ShardedAcrossRanksEqualsOneProcess) {
     }
     for (int rank = 0; rank < ranks; ++rank) {
       EXPECT_FALSE(fs::exists(path("sharded.jsonl") + ".part" + std::to_string(rank)));
+      EXPECT_FALSE(fs::exists(path("sharded_removed.jsonl") + ".part" + std::to_string(rank)));
     }
   }
 }

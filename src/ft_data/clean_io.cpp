@@ -81,12 +81,7 @@ void CleanIo::add(std::string_view doc, const DocumentOrigin& origin) {
       cleaner_.add(text);
       return;
     }
-    if (removed_) {
-      const nlohmann::json j = nlohmann::json::parse(doc);
-      const auto it = j.find(options_.id_field);
-      if (it != j.end() && !it->is_null())
-        p.id = it->is_string() ? it->get<std::string>() : it->dump();
-    }
+    if (removed_) p.id = document_id(doc, options_.id_field, p.origin);
   } else {
     if (first_of_two_) {
       cleaner_.add(doc);
@@ -104,17 +99,47 @@ void CleanIo::add(std::string_view doc, const DocumentOrigin& origin) {
   }
 }
 
+void append_bad_line_record(std::string& out, const std::string& origin, const std::string& error,
+                            std::string_view line) {
+  Ordered r;
+  r["rule"] = "bad_line";
+  r["origin"] = origin;
+  r["error"] = error;
+  r["line"] = std::string(line);
+  out += dump(r) + '\n';
+}
+
+void append_removed_record(std::string& out, std::string_view raw, bool jsonl,
+                           const std::string& id, const std::string& origin, const CleanDecision& d,
+                           const std::string& duplicate_of_id) {
+  Ordered r;
+  r["rule"] = std::string(d.rule);
+  r["id"] = id;
+  r["origin"] = origin;
+  if (d.duplicate_of >= 0) {
+    r["duplicate_of"] = duplicate_of_id;
+    r["similarity"] = d.similarity;
+  }
+  r["document"] = jsonl ? Ordered::parse(raw) : Ordered{{"text", std::string(raw)}};
+  out += dump(r) + '\n';
+}
+
+std::string document_id(std::string_view line, const std::string& id_field,
+                        const std::string& origin) {
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object()) {
+    const auto it = j.find(id_field);
+    if (it != j.end() && !it->is_null()) {
+      return it->is_string() ? it->get<std::string>() : it->dump();
+    }
+  }
+  return origin;
+}
+
 void CleanIo::flush_bad_lines() {
   while (!pending_.empty() && pending_.front().bad) {
     const Pending& p = pending_.front();
-    if (removed_) {
-      Ordered r;
-      r["rule"] = "bad_line";
-      r["origin"] = p.origin;
-      r["error"] = p.error;
-      r["line"] = p.raw;
-      removed_buf_ += dump(r) + '\n';
-    }
+    if (removed_) append_bad_line_record(removed_buf_, p.origin, p.error, p.raw);
     pending_.pop_front();
   }
 }
@@ -159,17 +184,12 @@ void CleanIo::write_kept(const Pending& p, const CleanDecision& d) {
 
 void CleanIo::write_removed(const Pending& p, const CleanDecision& d) {
   if (!removed_) return;
-  Ordered r;
-  r["rule"] = std::string(d.rule);
-  r["id"] = p.id;
-  r["origin"] = p.origin;
+  std::string dup;
   if (d.duplicate_of >= 0) {
     const auto it = ids_.find(static_cast<uint64_t>(d.duplicate_of));
-    r["duplicate_of"] = it != ids_.end() ? it->second : fmt::format("#{}", d.duplicate_of);
-    r["similarity"] = d.similarity;
+    dup = it != ids_.end() ? it->second : fmt::format("#{}", d.duplicate_of);
   }
-  r["document"] = p.jsonl ? Ordered::parse(p.raw) : Ordered{{"text", p.raw}};
-  removed_buf_ += dump(r) + '\n';
+  append_removed_record(removed_buf_, p.raw, p.jsonl, p.id, p.origin, d, dup);
 }
 
 void CleanIo::flush_buffers(bool force) {

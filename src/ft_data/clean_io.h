@@ -28,6 +28,18 @@ struct CleanIoOptions {
 void append_kept_document(std::string& out, std::string_view raw, bool jsonl,
                           const trainer::data::CleanDecision& d, const CleanIoOptions& options);
 
+// The --removed records: a dropped document (its rule, id, origin, for a duplicate the id of
+// the document it duplicates and the similarity, and the document) and a skipped line.
+void append_removed_record(std::string& out, std::string_view raw, bool jsonl,
+                           const std::string& id, const std::string& origin,
+                           const trainer::data::CleanDecision& d,
+                           const std::string& duplicate_of_id);
+void append_bad_line_record(std::string& out, const std::string& origin, const std::string& error,
+                            std::string_view line);
+// A JSONL document's id: its `id_field` (a string as it is, else its JSON), else `origin`.
+std::string document_id(std::string_view line, const std::string& id_field,
+                        const std::string& origin);
+
 // Feeds a Cleaner and writes its decisions in input order. A kept JSONL document is written
 // as its input line, byte for byte, unless line cleaning changed its text (then the object
 // with only that field replaced, its other fields in their order). A text document becomes

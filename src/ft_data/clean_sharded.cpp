@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <unordered_map>
@@ -91,11 +92,12 @@ std::vector<fs::path> my_files(const std::vector<fs::path>& inputs, int me, int 
                                files.begin() + static_cast<long>(std::max(b, e)));
 }
 
-// One read of this rank's files: fn(raw, text, jsonl) per document; bad JSONL lines are
-// skipped (counted in `bad`) or refused as CleanIo does.
-template <typename Fn>
-void read_local(const std::vector<fs::path>& files, const CleanIoOptions& io, uint64_t* bad,
-                Fn&& fn) {
+// One read of this rank's files: fn(raw, text, jsonl, origin) per document; a bad JSONL line
+// goes to bad(raw, origin, error) with --on-bad-line skip, and is refused as CleanIo does
+// otherwise.
+template <typename Fn, typename BadFn>
+void read_local(const std::vector<fs::path>& files, const CleanIoOptions& io, Fn&& fn,
+                BadFn&& bad) {
   DocumentReadOptions ro;
   ro.text_field = io.text_field;
   ro.raw_jsonl = true;
@@ -103,7 +105,7 @@ void read_local(const std::vector<fs::path>& files, const CleanIoOptions& io, ui
       files,
       [&](std::string_view doc, const DocumentOrigin& origin) {
         if (!is_jsonl_path(origin.file)) {
-          fn(doc, doc, false);
+          fn(doc, doc, false, origin);
           return true;
         }
         std::string text;
@@ -114,14 +116,16 @@ void read_local(const std::vector<fs::path>& files, const CleanIoOptions& io, ui
             throw FormatError(std::string(e.what()) +
                               " (--on-bad-line skip skips and counts such lines)");
           }
-          if (bad) ++*bad;
+          bad(doc, origin, std::string(e.what()));
           return true;
         }
-        fn(doc, std::string_view(text), true);
+        fn(doc, std::string_view(text), true, origin);
         return true;
       },
       ro);
 }
+
+std::string origin_text(const DocumentOrigin& o) { return fmt::format("{}:{}", o.file, o.line); }
 
 struct Pass1 {
   std::vector<uint8_t> kind;     // per local document
@@ -129,6 +133,7 @@ struct Pass1 {
   std::vector<Hash128> hashes;   // per passed document
   std::vector<uint32_t> keys;    // per passed document x bands
   std::vector<uint8_t> sig8;     // per passed document x num_perm
+  std::vector<std::string> ids;  // with --removed: per local document (passed ones only)
   uint64_t bad_lines = 0;
 };
 
@@ -136,7 +141,7 @@ Pass1 sign_local(const std::vector<fs::path>& files, const CleanOptions& clean,
                  const CleanIoOptions& io, const NearDupIndex& lsh, const MinHasher& hasher) {
   Pass1 p;
   const int np = hasher.num_perm(), nb = lsh.params().bands;
-  std::vector<std::string> batch;
+  std::vector<std::string> batch, batch_ids;
   auto flush = [&] {
     const int64_t n = static_cast<int64_t>(batch.size());
     std::vector<FilterResult> r(batch.size());
@@ -147,6 +152,9 @@ Pass1 sign_local(const std::vector<fs::path>& files, const CleanOptions& clean,
       if (!r[i].rejected) hasher.signature(r[i].text, sigs.data() + i * np);
     }
     for (int64_t i = 0; i < n; ++i) {
+      if (!batch_ids.empty()) {
+        p.ids.push_back(r[i].rejected ? std::string() : std::move(batch_ids[i]));
+      }
       if (r[i].rejected) {
         p.kind.push_back(static_cast<uint8_t>(*r[i].rejected));
         continue;
@@ -160,11 +168,19 @@ Pass1 sign_local(const std::vector<fs::path>& files, const CleanOptions& clean,
       for (int k = 0; k < np; ++k) p.sig8.push_back(static_cast<uint8_t>(sig[k]));
     }
     batch.clear();
+    batch_ids.clear();
   };
-  read_local(files, io, &p.bad_lines, [&](std::string_view, std::string_view text, bool) {
-    batch.emplace_back(text);
-    if (batch.size() >= clean.batch_docs) flush();
-  });
+  read_local(
+      files, io,
+      [&](std::string_view raw, std::string_view text, bool jsonl, const DocumentOrigin& o) {
+        batch.emplace_back(text);
+        if (!io.removed_path.empty()) {
+          batch_ids.push_back(jsonl ? document_id(raw, io.id_field, origin_text(o))
+                                    : origin_text(o));
+        }
+        if (batch.size() >= clean.batch_docs) flush();
+      },
+      [&](std::string_view, const DocumentOrigin&, const std::string&) { ++p.bad_lines; });
   flush();
   return p;
 }
@@ -199,6 +215,11 @@ class ShardedCleaner {
   }
   std::unordered_map<uint64_t, std::vector<uint64_t>> shingle_sets();
   void resolve(std::vector<std::string> edges);
+  std::map<uint64_t, std::string> original_ids();
+  static std::string part_of(const std::string& path, int rank) {
+    return path + fmt::format(".part{}", rank);
+  }
+  void join_parts(const std::string& path) const;
 
   Communicator& world;
   const int R, me;
@@ -383,17 +404,20 @@ std::unordered_map<uint64_t, std::vector<uint64_t>> ShardedCleaner::shingle_sets
   std::unordered_map<uint64_t, std::vector<uint64_t>> sets;  // global ordinal -> shingle set
   if (clean.near_dedup) {
     uint64_t k = 0;
-    read_local(files, io, nullptr, [&](std::string_view, std::string_view text, bool) {
-      const uint64_t local = k++;
-      if (!local_need.count(local)) return;
-      std::string_view t = text;
-      FilterResult r;
-      if (p.kind[local] & kCleaned) {
-        r = apply_filters(text, clean.filters);
-        t = r.text;
-      }
-      sets.emplace(base + local, shingle_hashes(t, m.shingle, m.shingle_size));
-    });
+    read_local(
+        files, io,
+        [&](std::string_view, std::string_view text, bool, const DocumentOrigin&) {
+          const uint64_t local = k++;
+          if (!local_need.count(local)) return;
+          std::string_view t = text;
+          FilterResult r;
+          if (p.kind[local] & kCleaned) {
+            r = apply_filters(text, clean.filters);
+            t = r.text;
+          }
+          sets.emplace(base + local, shingle_hashes(t, m.shingle, m.shingle_size));
+        },
+        [](std::string_view, const DocumentOrigin&, const std::string&) {});
     if (k != p.kind.size()) throw Error("the input changed between reads");
   }
   {
@@ -476,65 +500,136 @@ void ShardedCleaner::resolve(std::vector<std::string> edges) {
   }
 }
 
+// The ids of the originals this rank's duplicates name (--removed): from p.ids here, from
+// their ranks otherwise.
+std::map<uint64_t, std::string> ShardedCleaner::original_ids() {
+  std::map<uint64_t, std::string> ids;
+  std::vector<std::string> ask(static_cast<size_t>(R));
+  auto want = [&](uint64_t ord) {
+    if (owner_of(ord) == me) {
+      ids[ord] = p.ids.at(ord - base);
+    } else {
+      put(ask[static_cast<size_t>(owner_of(ord))], ord);
+    }
+  };
+  for (const auto& [local, orig] : exact_of) want(orig);
+  for (const auto& [local, pair] : near_of) want(pair.first);
+  const std::vector<std::string> asked = exchange(world, std::move(ask));
+  std::vector<std::string> replies(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    for (size_t at = 0; at < asked[r].size();) {
+      const uint64_t ord = get<uint64_t>(asked[r], at);
+      const std::string& id = p.ids.at(ord - base);
+      put(replies[static_cast<size_t>(r)], ord);
+      put(replies[static_cast<size_t>(r)], static_cast<uint64_t>(id.size()));
+      replies[static_cast<size_t>(r)] += id;
+    }
+  }
+  for (const std::string& s : exchange(world, std::move(replies))) {
+    for (size_t at = 0; at < s.size();) {
+      const uint64_t ord = get<uint64_t>(s, at), n = get<uint64_t>(s, at);
+      if (at + n > s.size()) throw Error("sharded clean: a truncated id");
+      ids[ord] = s.substr(at, n);
+      at += n;
+    }
+  }
+  return ids;
+}
+
+// Rank 0: the ranks' parts of `path`, joined in rank order (atomically), then removed.
+void ShardedCleaner::join_parts(const std::string& path) const {
+  AtomicFileWriter w(path);
+  for (int r = 0; r < R; ++r) {
+    const std::string text = read_file(part_of(path, r));
+    w.write(text.data(), text.size());
+  }
+  w.commit();
+  for (int r = 0; r < R; ++r) fs::remove(part_of(path, r));
+}
+
 // Pass 3: this rank's part of the output, then rank 0 joins the parts in rank order; the
 // statistics summed over ranks.
 CleanStats ShardedCleaner::write_output() {
+  const bool audit = !io.removed_path.empty();
+  const std::map<uint64_t, std::string> dup_ids =
+      audit ? original_ids() : std::map<uint64_t, std::string>{};
   CleanStats st;
-  const fs::path part = out + fmt::format(".part{}", me);
   {
-    AtomicFileWriter w(part);
-    std::string buf;
-    uint64_t k = 0;
-    read_local(files, io, nullptr, [&](std::string_view raw, std::string_view text, bool jsonl) {
-      const uint64_t local = k++;
-      const uint8_t kind = p.kind[local], what = kind & ~kCleaned;
-      CleanDecision d;
-      d.ordinal = base + local;
-      FilterResult r;
-      if (what < kRuleCount) {
-        d.rule = rule_name(static_cast<Rule>(what));
-        ++st.rule_docs[what];
-        st.rule_bytes[what] += text.size();
-      } else if (exact_of.count(local)) {
-        ++st.exact_dups;
-        st.exact_dup_bytes += text.size();
-      } else if (near_of.count(local)) {
-        ++st.near_dups;
-        st.near_dup_bytes += text.size();
-      } else {
-        d.kept = true;
-        d.text = text;
-        if (kind & kCleaned) {
-          r = apply_filters(text, clean.filters);
-          d.text = r.text;
-          d.text_changed = true;
-          st.boilerplate_lines_removed += static_cast<uint64_t>(r.lines_removed);
-        }
-        ++st.docs_kept;
-        st.bytes_kept += d.text.size();
-        append_kept_document(buf, raw, jsonl, d, io);
-        if (buf.size() >= (1u << 20)) {
-          w.write(buf.data(), buf.size());
-          buf.clear();
-        }
+    AtomicFileWriter w(part_of(out, me));
+    std::unique_ptr<AtomicFileWriter> rw;
+    if (audit) rw = std::make_unique<AtomicFileWriter>(part_of(io.removed_path, me));
+    std::string buf, rbuf;
+    auto flush = [&](bool force) {
+      if (force || buf.size() >= (1u << 20)) {
+        w.write(buf.data(), buf.size());
+        buf.clear();
       }
-      ++st.docs_in;
-      st.bytes_in += text.size();
-    });
+      if (rw && (force || rbuf.size() >= (1u << 20))) {
+        rw->write(rbuf.data(), rbuf.size());
+        rbuf.clear();
+      }
+    };
+    uint64_t k = 0;
+    read_local(
+        files, io,
+        [&](std::string_view raw, std::string_view text, bool jsonl, const DocumentOrigin& o) {
+          const uint64_t local = k++;
+          const uint8_t kind = p.kind[local], what = kind & ~kCleaned;
+          CleanDecision d;
+          d.ordinal = base + local;
+          FilterResult r;
+          if (what < kRuleCount) {
+            d.rule = rule_name(static_cast<Rule>(what));
+            ++st.rule_docs[what];
+            st.rule_bytes[what] += text.size();
+          } else if (const auto e = exact_of.find(local); e != exact_of.end()) {
+            d.rule = "exact_duplicate";
+            d.duplicate_of = static_cast<int64_t>(e->second);
+            d.similarity = 1;
+            ++st.exact_dups;
+            st.exact_dup_bytes += text.size();
+          } else if (const auto n = near_of.find(local); n != near_of.end()) {
+            d.rule = "near_duplicate";
+            d.duplicate_of = static_cast<int64_t>(n->second.first);
+            d.similarity = n->second.second;
+            ++st.near_dups;
+            st.near_dup_bytes += text.size();
+          } else {
+            d.kept = true;
+            d.text = text;
+            if (kind & kCleaned) {
+              r = apply_filters(text, clean.filters);
+              d.text = r.text;
+              d.text_changed = true;
+              st.boilerplate_lines_removed += static_cast<uint64_t>(r.lines_removed);
+            }
+            ++st.docs_kept;
+            st.bytes_kept += d.text.size();
+            append_kept_document(buf, raw, jsonl, d, io);
+          }
+          if (audit && !d.kept) {
+            const std::string origin = origin_text(o);
+            const std::string id = jsonl ? document_id(raw, io.id_field, origin) : origin;
+            const std::string dup =
+                d.duplicate_of >= 0 ? dup_ids.at(static_cast<uint64_t>(d.duplicate_of)) : "";
+            append_removed_record(rbuf, raw, jsonl, id, origin, d, dup);
+          }
+          ++st.docs_in;
+          st.bytes_in += text.size();
+          flush(false);
+        },
+        [&](std::string_view raw, const DocumentOrigin& o, const std::string& error) {
+          if (audit) append_bad_line_record(rbuf, origin_text(o), error, raw);
+        });
     if (k != p.kind.size()) throw Error("the input changed between reads");
-    w.write(buf.data(), buf.size());
+    flush(true);
     w.commit();
+    if (rw) rw->commit();
   }
   world.barrier();
   if (me == 0) {
-    AtomicFileWriter w(out);
-    for (int r = 0; r < R; ++r) {
-      const fs::path pr = out + fmt::format(".part{}", r);
-      const std::string text = read_file(pr);
-      w.write(text.data(), text.size());
-    }
-    w.commit();
-    for (int r = 0; r < R; ++r) fs::remove(out + fmt::format(".part{}", r));
+    join_parts(out);
+    if (audit) join_parts(io.removed_path);
   }
   world.barrier();
 
@@ -577,11 +672,6 @@ CleanStats ShardedCleaner::write_output() {
 
 CleanStats clean_sharded(const std::vector<fs::path>& inputs, const std::string& out,
                          const CleanOptions& clean, const CleanIoOptions& io, Communicator& world) {
-  if (!io.removed_path.empty()) {
-    throw ConfigError(
-        "--removed is not supported across MPI ranks yet (the ids of documents "
-        "on other ranks are not exchanged): run it in one process");
-  }
   ShardedCleaner sc(inputs, out, clean, io, world);
   sc.sign();
   sc.exact_copies();

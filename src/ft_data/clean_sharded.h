@@ -20,8 +20,8 @@ namespace ft::data_cli {
 // are and sent to the rank that checks the pair, which keeps the pairs at or above the
 // threshold; rank 0 resolves them in input order (a document is a near duplicate of its first
 // earlier kept partner); (3) every rank writes its kept documents, and rank 0 concatenates
-// the parts into `out`. The output equals the single-process run's byte for byte. --removed
-// is refused (ids of documents on other ranks are not exchanged yet). Returns the statistics
+// the parts into `out` (and --removed's parts, the originals' ids fetched from their ranks).
+// Both files equal the single-process run's byte for byte. Returns the statistics
 // summed over ranks (on every rank).
 trainer::data::CleanStats clean_sharded(const std::vector<std::filesystem::path>& inputs,
                                         const std::string& out,
