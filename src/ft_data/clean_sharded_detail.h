@@ -1,0 +1,95 @@
+// clean_sharded_detail.h: the pieces of ft-data clean's sharded mode below its phases: the
+// byte exchange between ranks, record packing, the rank's slice of the files and its first read.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "clean_io.h"
+#include "ft/core/error.h"
+#include "ft/trainer/communicator.h"
+#include "ft/trainer/documents.h"
+#include "ft/trainer/quality.h"
+
+namespace ft::data_cli::shard {
+
+constexpr uint8_t kPassed = 100;    // passed the filters (else a Rule)
+constexpr uint8_t kCleaned = 0x80;  // line cleaning changed its text
+
+// All-to-all of byte strings: out[p] goes to rank p; returns what each rank sent here.
+std::vector<std::string> exchange(trainer::Communicator& c, std::vector<std::string> out);
+
+template <typename T>
+void put(std::string& s, const T& v) {
+  s.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+template <typename T>
+T get(const std::string& s, size_t& at) {
+  if (at + sizeof(T) > s.size()) throw Error("sharded clean: a truncated record (internal)");
+  T v;
+  std::memcpy(&v, s.data() + at, sizeof(T));
+  at += sizeof(T);
+  return v;
+}
+
+// This rank's slice: the files in order, cut where the bytes before reach r/R of the total.
+std::vector<std::filesystem::path> my_files(const std::vector<std::filesystem::path>& inputs,
+                                            int me, int R);
+
+std::string origin_text(const trainer::data::DocumentOrigin& o);
+
+// One read of this rank's files: fn(raw, text, jsonl, origin) per document; a bad JSONL line
+// goes to bad(raw, origin, error) with --on-bad-line skip, and is refused as CleanIo does
+// otherwise.
+template <typename Fn, typename BadFn>
+void read_local(const std::vector<std::filesystem::path>& files, const CleanIoOptions& io, Fn&& fn,
+                BadFn&& bad) {
+  trainer::data::DocumentReadOptions ro;
+  ro.text_field = io.text_field;
+  ro.raw_jsonl = true;
+  trainer::data::for_each_document(
+      files,
+      [&](std::string_view doc, const trainer::data::DocumentOrigin& origin) {
+        if (!trainer::data::is_jsonl_path(origin.file)) {
+          fn(doc, doc, false, origin);
+          return true;
+        }
+        std::string text;
+        try {
+          text = trainer::data::decode_jsonl_document(doc, origin, io.text_field);
+        } catch (const FormatError& e) {
+          if (!io.skip_bad_lines) {
+            throw FormatError(std::string(e.what()) +
+                              " (--on-bad-line skip skips and counts such lines)");
+          }
+          bad(doc, origin, std::string(e.what()));
+          return true;
+        }
+        fn(doc, std::string_view(text), true, origin);
+        return true;
+      },
+      ro);
+}
+
+// The first read: per document its filter verdict; per document that passed, its content
+// hash, band hashes and 8-bit signature (and id, with --removed).
+struct Pass1 {
+  std::vector<uint8_t> kind;     // per local document
+  std::vector<uint64_t> passed;  // local index of each document that passed the filters
+  std::vector<trainer::data::Hash128> hashes;  // per passed document
+  std::vector<uint32_t> keys;                  // per passed document x bands
+  std::vector<uint8_t> sig8;                   // per passed document x num_perm
+  std::vector<std::string> ids;  // with --removed: per local document (passed ones only)
+  uint64_t bad_lines = 0;
+};
+Pass1 sign_local(const std::vector<std::filesystem::path>& files,
+                 const trainer::data::CleanOptions& clean, const CleanIoOptions& io,
+                 const trainer::data::NearDupIndex& lsh, const trainer::data::MinHasher& hasher);
+
+}  // namespace ft::data_cli::shard
