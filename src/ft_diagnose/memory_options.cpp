@@ -29,7 +29,8 @@ double per_step_ms(const profiler::Trace& t, const std::string& name) {
 }
 
 // ZeRO-3's step from a data-parallel run's own phases. The all-reduces' time per element
-// (comm.all_reduce, all buckets) prices the ring: an all-reduce moves 2(D-1)/D of its data, a
+// (their transfer across the ranks when the caller matched them, else this rank's
+// comm.all_reduce time, waits included) prices the ring: an all-reduce moves 2(D-1)/D of its data, a
 // gather or a reduce-scatter (D-1)/D, so one block's gather takes half its all-reduce. A block's
 // gather hides behind the previous block's forward, and its gather plus the next block's
 // reduce-scatter behind a block's backward (zero3.cpp's one-block-ahead schedule, per
@@ -43,9 +44,11 @@ struct Zero3Step {
   double predicted(double step_ms) const { return ok && step_ms >= 0 ? step_ms + delta_ms : -1; }
 };
 
-Zero3Step zero3_step(const trainer::TrainConfig& c, const profiler::Trace& t, double fwd_blocks) {
+Zero3Step zero3_step(const trainer::TrainConfig& c, const profiler::Trace& t, double fwd_blocks,
+                     double transfer_ms) {
   Zero3Step z;
-  const double all_reduce = per_step_ms(t, "comm.all_reduce");
+  const bool transfer = transfer_ms >= 0;
+  const double all_reduce = transfer ? transfer_ms : per_step_ms(t, "comm.all_reduce");
   const double exposed_dp = per_step_ms(t, "grad_sync");
   const double bwd_blocks = per_step_ms(t, "bwd.block");
   const int L = std::max(1, c.model.num_layers);
@@ -70,16 +73,18 @@ Zero3Step zero3_step(const trainer::TrainConfig& c, const profiler::Trace& t, do
   z.ok = true;
   z.basis = fmt::format(
       "{:+.1f} ms: gathers and reduce-scatters priced by this run's all-reduces ({:.1f} ms a "
-      "step, waits for the other ranks included: an upper bound), {:.1f} ms exposed against "
-      "its {:.1f} ms",
-      z.delta_ms, all_reduce, exposed, exposed_dp);
+      "step, {}), {:.1f} ms exposed against its {:.1f} ms",
+      z.delta_ms, all_reduce,
+      transfer ? "their transfer across the ranks"
+               : "waits for the other ranks included: an upper bound",
+      exposed, exposed_dp);
   return z;
 }
 
 }  // namespace
 
 void add_memory_options(const trainer::TrainConfig& c, double measured_peak, double step_ms,
-                        bool completed, profiler::Trace* trace) {
+                        bool completed, profiler::Trace* trace, double all_reduce_transfer_ms) {
   double base = 0;
   try {
     base =
@@ -120,7 +125,7 @@ void add_memory_options(const trainer::TrainConfig& c, double measured_peak, dou
   if (c.parallel.dp > 1 && c.parallel.tp == 1 && c.parallel.pp == 1 && c.parallel.zero < 3) {
     trainer::TrainConfig v = c;
     v.parallel.zero = 3;
-    const Zero3Step z = zero3_step(c, *trace, fwd_blocks);
+    const Zero3Step z = zero3_step(c, *trace, fwd_blocks, all_reduce_transfer_ms);
     options.push_back({"--zero 3", v, z.predicted(step_ms), z.basis});
   }
   if (!c.init_from.empty() && !c.options.lora.enabled() && c.parallel.size() == 1 &&

@@ -13,11 +13,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "ft/app/training_profile.h"
 #include "ft/core/error.h"
+#include "ft/core/comm_range.h"
+#include "ft/profiler/collectives.h"
 #include "ft/profiler/multi_rank.h"
 #include "ft/profiler/trace_reader.h"
 #include "ft/profiler/trace_writer.h"
@@ -139,10 +142,48 @@ int run_ranks(const std::vector<std::string>& train_args, const RunOptions& opti
   return rc;
 }
 
+namespace {
+
+// The data-parallel all-reduces' transfer per step: each all-reduce matched across the ranks
+// (by its communicator group and sequence number), at its shortest duration over them (the
+// others waited for the slowest rank as well); -1 when none match.
+double all_reduce_transfer_ms(const std::vector<profiler::Trace>& traces) {
+  std::vector<std::vector<profiler::CollectiveCall>> calls(traces.size());
+  std::map<std::pair<size_t, size_t>, int64_t> step_of;  // (rank, call index) -> step
+  for (size_t r = 0; r < traces.size(); ++r) {
+    const profiler::Trace& t = traces[r];
+    for (size_t i = 0; i < t.events.size(); ++i) {
+      const profiler::Event& e = t.events[i];
+      if (e.phase != profiler::Phase::kSpan || e.step < 0 || e.arg < 0 ||
+          t.names.at(e.name) != "comm.all_reduce") {
+        continue;
+      }
+      calls[r].push_back({fmt::format("{}|{}", static_cast<int>(comm_range_group(e.arg)),
+                                      comm_range_seq(e.arg)),
+                          e.ts_ns, e.dur_ns, i, 0, -1});
+    }
+  }
+  std::map<int64_t, double> per_step;
+  for (const profiler::MatchedCollective& m : profiler::match_collectives(calls)) {
+    const auto& [r, call] = m.calls.front();
+    per_step[traces[static_cast<size_t>(r)].events[call->ref].step] += m.transfer_ns / 1e6;
+  }
+  if (per_step.empty()) return -1;
+  double sum = 0;
+  for (const auto& [step, ms] : per_step) sum += ms;
+  return sum / static_cast<double>(per_step.size());
+}
+
+}  // namespace
+
 void add_rank_memory_options(const trainer::TrainConfig& config, const std::string& out_dir) {
-  for (const fs::path& path : profiler::find_rank_traces(out_dir)) {
+  const std::vector<fs::path> paths = profiler::find_rank_traces(out_dir);
+  std::vector<profiler::Trace> traces;
+  for (const fs::path& path : paths) traces.push_back(profiler::read_trace_json(path));
+  const double transfer_ms = all_reduce_transfer_ms(traces);
+  for (size_t k = 0; k < paths.size(); ++k) {
     // DIR/trace.rankR.json beside DIR/metrics.rankR.jsonl, whose last line is the summary.
-    std::string name = path.filename().string();
+    std::string name = paths[k].filename().string();
     const size_t at = name.find(".rank");
     if (at == std::string::npos) continue;
     name.replace(0, at, "metrics");
@@ -157,9 +198,8 @@ void add_rank_memory_options(const trainer::TrainConfig& config, const std::stri
     const nlohmann::json& s = j["summary"];
     const double peak = s.value("mem_peak", 0.0), step_ms = s.value("mean_step_ms", 0.0);
     const bool completed = s.value("ooms", 0) == 0 && s.value("steps", 0) > 0;
-    profiler::Trace trace = profiler::read_trace_json(path);
-    add_memory_options(config, peak, step_ms, completed, &trace);
-    profiler::write_trace_json(trace, path);
+    add_memory_options(config, peak, step_ms, completed, &traces[k], transfer_ms);
+    profiler::write_trace_json(traces[k], paths[k]);
   }
 }
 
