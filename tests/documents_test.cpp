@@ -145,5 +145,30 @@ TEST_F(DocumentsTest, EarlyStop) {
   EXPECT_EQ(seen, 2);
 }
 
+// Byte ranges (ft-data clean's slices across ranks): cut a file anywhere into [0, k) and
+// [k, end); the two reads together are the whole read, in order, with file-wide line numbers.
+TEST_F(DocumentsTest, ByteRangesPartitionTheDocuments) {
+  const fs::path text = dir_ / "t.txt", jsonl = dir_ / "j.jsonl";
+  write_file_atomic(text, "a one\ntwo\r\n\n  \nb\n%\nc fortune\n%\n\nd\ne\n\nlast");
+  write_file_atomic(jsonl, "{\"text\": \"x\"}\n\n{\"text\": \"y\"}\r\n{\"text\": \"z\"}");
+  for (const fs::path& p : {text, jsonl}) {
+    const auto all = read({p});
+    ASSERT_GE(all.size(), 3u) << p;
+    const uint64_t size = fs::file_size(p);
+    for (uint64_t k = 0; k <= size; ++k) {
+      DocumentReadOptions first, second;
+      first.range_end = k;
+      second.range_begin = k;
+      auto got = read({p}, first);
+      for (auto& d : read({p}, second)) got.push_back(d);
+      ASSERT_EQ(got.size(), all.size()) << p << " cut at " << k;
+      for (size_t i = 0; i < all.size(); ++i) {
+        EXPECT_EQ(got[i].text, all[i].text) << p << " cut at " << k;
+        EXPECT_EQ(got[i].line, all[i].line) << p << " cut at " << k;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ft::trainer::data

@@ -246,6 +246,23 @@ TEST_F(CleanCli, ShardedAcrossRanksEqualsOneProcess) {
       EXPECT_FALSE(fs::exists(path("sharded_removed.jsonl") + ".part" + std::to_string(rank)));
     }
   }
+  // One large file is cut between the ranks (a document goes where its first byte is).
+  ft::write_file_atomic(path("all.jsonl"), a + c);
+  r = run(path("all.jsonl") + " --on-bad-line skip --out " + path("one_all.jsonl") + " -q");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const int ranks : {2, 3}) {
+    std::string cmd = "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1";
+    for (const auto& w : ft::trainer::mpirun_command(
+             mpirun, ranks, std::string(FT_BINARY_DIR) + "/ft-data",
+             {"clean", path("all.jsonl"), "--on-bad-line", "skip", "--out", path("sharded_all.jsonl"),
+              "-q"})) {
+      cmd += " " + w;
+    }
+    r = ft::testing::run_shell(cmd);
+    ASSERT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(ft::read_file(path("sharded_all.jsonl")), ft::read_file(path("one_all.jsonl")))
+        << "one file, " << ranks << " ranks";
+  }
 }
 
 TEST_F(CleanCli, BadInputIsAClearErrorAndWritesNothing) {

@@ -43,7 +43,7 @@ class ShardedCleaner {
         hasher(m),
         np(hasher.num_perm()),
         nb(lsh.params().bands),
-        files(my_files(inputs, me, R)) {}
+        files(my_slices(inputs, me, R)) {}
   void sign();
   void exact_copies();
   void near_candidates();
@@ -72,7 +72,7 @@ class ShardedCleaner {
   const NearDupIndex lsh;  // the bands and their hashes, as one process would file them
   const MinHasher hasher;
   const int np, nb;
-  const std::vector<fs::path> files;
+  const std::vector<Slice> files;  // this rank's slices of the input
   Pass1 p;
   std::vector<uint64_t> offset;                     // R + 1: the first global ordinal of each rank
   uint64_t base = 0;                                // this rank's first

@@ -41,8 +41,7 @@ std::vector<std::string> exchange(Communicator& c, std::vector<std::string> out)
   return in;
 }
 
-// This rank's slice: the files in order, cut where the bytes before reach r/R of the total.
-std::vector<fs::path> my_files(const std::vector<fs::path>& inputs, int me, int R) {
+std::vector<Slice> my_slices(const std::vector<fs::path>& inputs, int me, int R) {
   const std::vector<fs::path> files = list_document_files(inputs);
   std::vector<uint64_t> cum(files.size() + 1, 0);
   for (size_t i = 0; i < files.size(); ++i) {
@@ -50,20 +49,28 @@ std::vector<fs::path> my_files(const std::vector<fs::path>& inputs, int me, int 
     const uint64_t n = fs::file_size(files[i], ec);
     cum[i + 1] = cum[i] + (ec ? 0 : n);
   }
-  auto first_of = [&](int r) {  // the first file whose start is at or past r/R of the bytes
-    const uint64_t target = cum.back() * static_cast<uint64_t>(r) / static_cast<uint64_t>(R);
-    size_t i = 0;
-    while (i < files.size() && cum[i] < target) ++i;
-    return r == 0 ? size_t{0} : i;
-  };
-  const size_t b = first_of(me), e = me + 1 == R ? files.size() : first_of(me + 1);
-  return std::vector<fs::path>(files.begin() + static_cast<long>(b),
-                               files.begin() + static_cast<long>(std::max(b, e)));
+  const uint64_t total = cum.back();
+  const uint64_t lo = total * static_cast<uint64_t>(me) / static_cast<uint64_t>(R);
+  const uint64_t hi =
+      me + 1 == R ? UINT64_MAX : total * static_cast<uint64_t>(me + 1) / static_cast<uint64_t>(R);
+  std::vector<Slice> out;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const uint64_t c0 = cum[i], c1 = cum[i + 1];
+    const std::string name = files[i].filename().string();
+    if (name.size() > 3 && name.compare(name.size() - 3, 3, ".gz") == 0) {
+      // Compressed offsets are not document offsets: the whole file, to the rank it starts in.
+      if (c0 >= lo && c0 < hi) out.push_back({files[i], 0, UINT64_MAX});
+      continue;
+    }
+    const uint64_t a = std::max(lo, c0), b = std::min(hi, c1);
+    if (a < b) out.push_back({files[i], a - c0, c1 <= hi ? UINT64_MAX : b - c0});
+  }
+  return out;
 }
 
 std::string origin_text(const DocumentOrigin& o) { return fmt::format("{}:{}", o.file, o.line); }
 
-Pass1 sign_local(const std::vector<fs::path>& files, const CleanOptions& clean,
+Pass1 sign_local(const std::vector<Slice>& files, const CleanOptions& clean,
                  const CleanIoOptions& io, const NearDupIndex& lsh, const MinHasher& hasher) {
   Pass1 p;
   const int np = hasher.num_perm(), nb = lsh.params().bands;

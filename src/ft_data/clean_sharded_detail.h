@@ -38,9 +38,15 @@ T get(const std::string& s, size_t& at) {
   return v;
 }
 
-// This rank's slice: the files in order, cut where the bytes before reach r/R of the total.
-std::vector<std::filesystem::path> my_files(const std::vector<std::filesystem::path>& inputs,
-                                            int me, int R);
+// A byte range of one input file: the documents that start in [begin, end).
+struct Slice {
+  std::filesystem::path file;
+  uint64_t begin = 0, end = UINT64_MAX;
+};
+// This rank's slices: the input bytes in file order, cut at r/R of the total; a plain file may
+// be cut anywhere (a document belongs to the slice its first byte is in), a gzip file goes
+// whole to the rank whose share it starts in.
+std::vector<Slice> my_slices(const std::vector<std::filesystem::path>& inputs, int me, int R);
 
 std::string origin_text(const trainer::data::DocumentOrigin& o);
 
@@ -48,33 +54,36 @@ std::string origin_text(const trainer::data::DocumentOrigin& o);
 // goes to bad(raw, origin, error) with --on-bad-line skip, and is refused as CleanIo does
 // otherwise.
 template <typename Fn, typename BadFn>
-void read_local(const std::vector<std::filesystem::path>& files, const CleanIoOptions& io, Fn&& fn,
-                BadFn&& bad) {
-  trainer::data::DocumentReadOptions ro;
-  ro.text_field = io.text_field;
-  ro.raw_jsonl = true;
-  trainer::data::for_each_document(
-      files,
-      [&](std::string_view doc, const trainer::data::DocumentOrigin& origin) {
-        if (!trainer::data::is_jsonl_path(origin.file)) {
-          fn(doc, doc, false, origin);
-          return true;
-        }
-        std::string text;
-        try {
-          text = trainer::data::decode_jsonl_document(doc, origin, io.text_field);
-        } catch (const FormatError& e) {
-          if (!io.skip_bad_lines) {
-            throw FormatError(std::string(e.what()) +
-                              " (--on-bad-line skip skips and counts such lines)");
+void read_local(const std::vector<Slice>& slices, const CleanIoOptions& io, Fn&& fn, BadFn&& bad) {
+  for (const Slice& slice : slices) {
+    trainer::data::DocumentReadOptions ro;
+    ro.text_field = io.text_field;
+    ro.raw_jsonl = true;
+    ro.range_begin = slice.begin;
+    ro.range_end = slice.end;
+    trainer::data::for_each_document(
+        {slice.file},
+        [&](std::string_view doc, const trainer::data::DocumentOrigin& origin) {
+          if (!trainer::data::is_jsonl_path(origin.file)) {
+            fn(doc, doc, false, origin);
+            return true;
           }
-          bad(doc, origin, std::string(e.what()));
+          std::string text;
+          try {
+            text = trainer::data::decode_jsonl_document(doc, origin, io.text_field);
+          } catch (const FormatError& e) {
+            if (!io.skip_bad_lines) {
+              throw FormatError(std::string(e.what()) +
+                                " (--on-bad-line skip skips and counts such lines)");
+            }
+            bad(doc, origin, std::string(e.what()));
+            return true;
+          }
+          fn(doc, std::string_view(text), true, origin);
           return true;
-        }
-        fn(doc, std::string_view(text), true, origin);
-        return true;
-      },
-      ro);
+        },
+        ro);
+  }
 }
 
 // The first read: per document its filter verdict; per document that passed, its content
@@ -88,8 +97,8 @@ struct Pass1 {
   std::vector<std::string> ids;  // with --removed: per local document (passed ones only)
   uint64_t bad_lines = 0;
 };
-Pass1 sign_local(const std::vector<std::filesystem::path>& files,
-                 const trainer::data::CleanOptions& clean, const CleanIoOptions& io,
-                 const trainer::data::NearDupIndex& lsh, const trainer::data::MinHasher& hasher);
+Pass1 sign_local(const std::vector<Slice>& files, const trainer::data::CleanOptions& clean,
+                 const CleanIoOptions& io, const trainer::data::NearDupIndex& lsh,
+                 const trainer::data::MinHasher& hasher);
 
 }  // namespace ft::data_cli::shard

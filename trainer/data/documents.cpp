@@ -40,10 +40,14 @@ class LineReader {
   LineReader(const LineReader&) = delete;
   LineReader& operator=(const LineReader&) = delete;
 
+  // Byte offset (in the decompressed file) of the line `next` returned last.
+  uint64_t offset() const { return offset_; }
+
   // Next line without its '\n' (and a trailing '\r'); false at end of file.
   bool next(std::string_view& line) {
     for (;;) {
       const char* nl = static_cast<const char*>(std::memchr(buf_.data() + begin_, '\n', end_ - begin_));
+      offset_ = base_ + begin_;
       if (nl) {
         const size_t len = static_cast<size_t>(nl - (buf_.data() + begin_));
         line = std::string_view(buf_.data() + begin_, len);
@@ -61,6 +65,7 @@ class LineReader {
       // Move the partial line to the front, grow if one line fills the buffer, refill.
       if (begin_ > 0) {
         std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
+        base_ += begin_;
         end_ -= begin_;
         begin_ = 0;
       }
@@ -81,6 +86,8 @@ class LineReader {
   gzFile file_ = nullptr;
   std::vector<char> buf_;
   size_t begin_ = 0, end_ = 0;
+  uint64_t base_ = 0;    // offset of buf_[0] in the file
+  uint64_t offset_ = 0;  // of the line returned last
   bool eof_ = false;
 };
 
@@ -101,11 +108,12 @@ bool read_text_file(const fs::path& path, const Callback& fn, const DocumentRead
   LineReader reader(path);
   std::string doc;
   DocumentOrigin origin{path.string(), 0};
-  uint64_t line_no = 0, doc_line = 0;
+  uint64_t line_no = 0, doc_line = 0, doc_offset = 0;
   auto flush = [&]() -> bool {
     const bool empty = trim(doc).empty();
+    const bool in_range = doc_offset >= options.range_begin && doc_offset < options.range_end;
     bool go_on = true;
-    if (!(empty && options.skip_empty) && (doc_line != 0 || !doc.empty())) {
+    if (in_range && !(empty && options.skip_empty) && (doc_line != 0 || !doc.empty())) {
       origin.line = doc_line;
       go_on = fn(doc, origin);
     }
@@ -120,8 +128,13 @@ bool read_text_file(const fs::path& path, const Callback& fn, const DocumentRead
       if (!doc.empty() && !flush()) return false;
       continue;
     }
-    if (doc.empty()) doc_line = line_no;
-    else doc += '\n';
+    if (doc.empty()) {
+      doc_line = line_no;
+      doc_offset = reader.offset();
+      if (doc_offset >= options.range_end) return true;  // past the range: this file is done
+    } else {
+      doc += '\n';
+    }
     doc.append(line);
   }
   return doc.empty() || flush();
@@ -134,7 +147,8 @@ bool read_jsonl_file(const fs::path& path, const Callback& fn, const DocumentRea
   uint64_t line_no = 0;
   while (reader.next(line)) {
     ++line_no;
-    if (is_blank(line)) continue;
+    if (reader.offset() >= options.range_end) return true;  // past the range: this file is done
+    if (is_blank(line) || reader.offset() < options.range_begin) continue;
     origin.line = line_no;
     if (options.raw_jsonl) {
       if (!fn(line, origin)) return false;

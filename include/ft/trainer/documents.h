@@ -23,6 +23,11 @@ struct DocumentReadOptions {
   // JSONL: pass each non-blank line undecoded (the caller parses it later with
   // decode_jsonl_document, e.g. on a loader worker); skip_empty then cannot apply to JSONL.
   bool raw_jsonl = false;
+  // Only the documents whose first byte (in the decompressed file) lies in
+  // [range_begin, range_end), with their file-wide line numbers; each file read stops at
+  // range_end. Meant for one file at a time: slices of a file for ft-data clean's ranks.
+  uint64_t range_begin = 0;
+  uint64_t range_end = UINT64_MAX;
 };
 
 // The `text_field` string of one JSONL line. Throws FormatError naming origin.file and
