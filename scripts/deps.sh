@@ -4,7 +4,7 @@
 set -euo pipefail
 set_name="${1:-core}"
 core=(build-essential cmake pkg-config git libdnnl-dev libfmt-dev libboost-program-options-dev
-      nlohmann-json3-dev libsimdjson-dev zlib1g-dev libisal-dev libgtest-dev googletest bible-kjv libxxhash-dev libicu-dev
+      nlohmann-json3-dev libsimdjson-dev zlib1g-dev libgtest-dev googletest bible-kjv libxxhash-dev libicu-dev
       chromium)  # chromium: headless check of report.html (tests/report_html_browser_test.cpp)
 core+=(libopenmpi-dev openmpi-bin)  # distributed training (FT_WITH_MPI) and its mpirun tests
 core+=(python3 python3-torch)  # tests/torch_client_test.cpp: a real PyTorch client (/usr/bin/python3)
@@ -12,6 +12,27 @@ extra=(python3 python3-torch python3-numpy libopenblas0-openmp libopenblas-dev l
        clang libclang-rt-14-dev)
 pkgs=("${core[@]}")
 if [[ "$set_name" == "all" ]]; then pkgs+=("${extra[@]}"); fi
+# Accelerators the build detects and does without (FT_WITH_ISAL=AUTO falls back to zlib):
+# installed when possible, never a reason to stop.
+optional=(libisal-dev)
+
+opt_missing=()
+for p in "${optional[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    opt_missing+=("$p")
+  fi
+done
+if ((${#opt_missing[@]} > 0)); then
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "ft: installing optional ${opt_missing[*]}" >&2
+    if ! (export DEBIAN_FRONTEND=noninteractive; apt-get update -qq >/dev/null &&
+          apt-get install -y -qq --no-install-recommends "${opt_missing[@]}" >/dev/null); then
+      echo "ft: warning: could not install ${opt_missing[*]}; building without them" >&2
+    fi
+  else
+    echo "ft: optional packages missing (faster gzip): apt-get install ${opt_missing[*]}" >&2
+  fi
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do
