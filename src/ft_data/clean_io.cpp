@@ -57,40 +57,27 @@ void CleanIo::begin_second_pass() {
 }
 
 void CleanIo::add(std::string_view doc, const DocumentOrigin& origin) {
+  std::string text, error;
   Pending p;
+  // The first of two passes only feeds the Cleaner: bad lines are counted and recorded in
+  // the pass that writes.
+  const bool ok = read_document(doc, origin, options_, &text,
+                                first_of_two_ || !removed_ ? nullptr : &p.id, &error);
+  if (first_of_two_) {
+    if (ok) cleaner_.add(text);
+    return;
+  }
   p.origin = fmt::format("{}:{}", origin.file, origin.line);
   p.jsonl = trainer::data::is_jsonl_path(origin.file);
-  std::string text;
-  if (p.jsonl) {
-    try {
-      text = trainer::data::decode_jsonl_document(doc, origin, options_.text_field);
-    } catch (const FormatError& e) {
-      if (!options_.skip_bad_lines) {
-        throw FormatError(std::string(e.what()) +
-                          " (--on-bad-line skip skips and counts such lines)");
-      }
-      if (first_of_two_) return;  // counted and recorded in the pass that writes
-      ++bad_lines_;
-      p.bad = true;
-      p.error = e.what();
-      p.raw = doc;
-      pending_.push_back(std::move(p));
-      return;
-    }
-    if (first_of_two_) {
-      cleaner_.add(text);
-      return;
-    }
-    if (removed_) p.id = document_id(doc, options_.id_field, p.origin);
-  } else {
-    if (first_of_two_) {
-      cleaner_.add(doc);
-      return;
-    }
-    text = doc;
+  p.raw = doc;
+  if (!ok) {
+    ++bad_lines_;
+    p.bad = true;
+    p.error = std::move(error);
+    pending_.push_back(std::move(p));
+    return;
   }
   if (p.id.empty()) p.id = p.origin;
-  p.raw = doc;
   pending_.push_back(std::move(p));
   if (cleaner_.needs_second_pass()) {
     cleaner_.verify(text);
@@ -124,16 +111,27 @@ void append_removed_record(std::string& out, std::string_view raw, bool jsonl,
   out += dump(r) + '\n';
 }
 
-std::string document_id(std::string_view line, const std::string& id_field,
-                        const std::string& origin) {
-  const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (j.is_object()) {
-    const auto it = j.find(id_field);
-    if (it != j.end() && !it->is_null()) {
-      return it->is_string() ? it->get<std::string>() : it->dump();
-    }
+bool read_document(std::string_view doc, const DocumentOrigin& origin,
+                   const CleanIoOptions& options, std::string* text, std::string* id,
+                   std::string* error) {
+  if (!trainer::data::is_jsonl_path(origin.file)) {
+    text->assign(doc);
+    if (id) *id = fmt::format("{}:{}", origin.file, origin.line);
+    return true;
   }
-  return origin;
+  try {
+    *text =
+        trainer::data::decode_jsonl_document(doc, origin, options.text_field, options.id_field, id);
+  } catch (const FormatError& e) {
+    if (!options.skip_bad_lines) {
+      throw FormatError(std::string(e.what()) +
+                        " (--on-bad-line skip skips and counts such lines)");
+    }
+    *error = e.what();
+    return false;
+  }
+  if (id && id->empty()) *id = fmt::format("{}:{}", origin.file, origin.line);
+  return true;
 }
 
 void CleanIo::flush_bad_lines() {

@@ -36,9 +36,13 @@ void append_removed_record(std::string& out, std::string_view raw, bool jsonl,
                            const std::string& duplicate_of_id);
 void append_bad_line_record(std::string& out, const std::string& origin, const std::string& error,
                             std::string_view line);
-// A JSONL document's id: its `id_field` (a string as it is, else its JSON), else `origin`.
-std::string document_id(std::string_view line, const std::string& id_field,
-                        const std::string& origin);
+// One input document as ft-data clean reads it: a JSONL line decoded (one parse) into its text
+// and, when `id` is given, its --id-field (else FILE:LINE); a text document as it is (its id
+// FILE:LINE). A bad JSONL line throws FormatError naming it and the way out, or under
+// --on-bad-line skip returns false with `error` saying why.
+bool read_document(std::string_view doc, const trainer::data::DocumentOrigin& origin,
+                   const CleanIoOptions& options, std::string* text, std::string* id,
+                   std::string* error);
 
 // Feeds a Cleaner and writes its decisions in input order. A kept JSONL document is written
 // as its input line, byte for byte, unless line cleaning changed its text (then the object

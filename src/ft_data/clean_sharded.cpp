@@ -248,7 +248,8 @@ std::unordered_map<uint64_t, std::vector<uint64_t>> ShardedCleaner::shingle_sets
     uint64_t k = 0;
     read_local(
         files, io,
-        [&](std::string_view, std::string_view text, bool, const DocumentOrigin&) {
+        [&](std::string_view, std::string_view text, bool, const DocumentOrigin&,
+            std::string_view) {
           const uint64_t local = k++;
           if (!local_need.count(local)) return;
           std::string_view t = text;
@@ -414,7 +415,8 @@ CleanStats ShardedCleaner::write_output() {
     uint64_t k = 0;
     read_local(
         files, io,
-        [&](std::string_view raw, std::string_view text, bool jsonl, const DocumentOrigin& o) {
+        [&](std::string_view raw, std::string_view text, bool jsonl, const DocumentOrigin& o,
+            std::string_view id) {
           const uint64_t local = k++;
           const uint8_t kind = p.kind[local], what = kind & ~kCleaned;
           CleanDecision d;
@@ -451,10 +453,9 @@ CleanStats ShardedCleaner::write_output() {
           }
           if (audit && !d.kept) {
             const std::string origin = origin_text(o);
-            const std::string id = jsonl ? document_id(raw, io.id_field, origin) : origin;
             const std::string dup =
                 d.duplicate_of >= 0 ? dup_ids.at(static_cast<uint64_t>(d.duplicate_of)) : "";
-            append_removed_record(rbuf, raw, jsonl, id, origin, d, dup);
+            append_removed_record(rbuf, raw, jsonl, std::string(id), origin, d, dup);
           }
           ++st.docs_in;
           st.bytes_in += text.size();

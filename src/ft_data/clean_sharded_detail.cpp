@@ -105,12 +105,10 @@ Pass1 sign_local(const std::vector<Slice>& files, const CleanOptions& clean,
   };
   read_local(
       files, io,
-      [&](std::string_view raw, std::string_view text, bool jsonl, const DocumentOrigin& o) {
+      [&](std::string_view, std::string_view text, bool, const DocumentOrigin&,
+          std::string_view id) {
         batch.emplace_back(text);
-        if (!io.removed_path.empty()) {
-          batch_ids.push_back(jsonl ? document_id(raw, io.id_field, origin_text(o))
-                                    : origin_text(o));
-        }
+        if (!io.removed_path.empty()) batch_ids.emplace_back(id);
         if (batch.size() >= clean.batch_docs) flush();
       },
       [&](std::string_view, const DocumentOrigin&, const std::string&) { ++p.bad_lines; });

@@ -50,11 +50,13 @@ std::vector<Slice> my_slices(const std::vector<std::filesystem::path>& inputs, i
 
 std::string origin_text(const trainer::data::DocumentOrigin& o);
 
-// One read of this rank's files: fn(raw, text, jsonl, origin) per document; a bad JSONL line
-// goes to bad(raw, origin, error) with --on-bad-line skip, and is refused as CleanIo does
-// otherwise.
+// One read of this rank's slices: fn(raw, text, jsonl, origin, id) per document (id: with
+// --removed, read_document's; else empty); a bad JSONL line goes to bad(raw, origin, error)
+// with --on-bad-line skip, and is refused as read_document says otherwise.
 template <typename Fn, typename BadFn>
 void read_local(const std::vector<Slice>& slices, const CleanIoOptions& io, Fn&& fn, BadFn&& bad) {
+  const bool ids = !io.removed_path.empty();
+  std::string text, id, error;
   for (const Slice& slice : slices) {
     trainer::data::DocumentReadOptions ro;
     ro.text_field = io.text_field;
@@ -64,22 +66,12 @@ void read_local(const std::vector<Slice>& slices, const CleanIoOptions& io, Fn&&
     trainer::data::for_each_document(
         {slice.file},
         [&](std::string_view doc, const trainer::data::DocumentOrigin& origin) {
-          if (!trainer::data::is_jsonl_path(origin.file)) {
-            fn(doc, doc, false, origin);
-            return true;
+          if (!read_document(doc, origin, io, &text, ids ? &id : nullptr, &error)) {
+            bad(doc, origin, error);
+          } else {
+            fn(doc, std::string_view(text), trainer::data::is_jsonl_path(origin.file), origin,
+               std::string_view(id));
           }
-          std::string text;
-          try {
-            text = trainer::data::decode_jsonl_document(doc, origin, io.text_field);
-          } catch (const FormatError& e) {
-            if (!io.skip_bad_lines) {
-              throw FormatError(std::string(e.what()) +
-                                " (--on-bad-line skip skips and counts such lines)");
-            }
-            bad(doc, origin, std::string(e.what()));
-            return true;
-          }
-          fn(doc, std::string_view(text), true, origin);
           return true;
         },
         ro);

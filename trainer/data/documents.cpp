@@ -170,6 +170,12 @@ bool skipped_in_directory(const fs::path& p) {
 
 std::string decode_jsonl_document(std::string_view line, const DocumentOrigin& origin,
                                   const std::string& text_field) {
+  return decode_jsonl_document(line, origin, text_field, "", nullptr);
+}
+
+std::string decode_jsonl_document(std::string_view line, const DocumentOrigin& origin,
+                                  const std::string& text_field, const std::string& id_field,
+                                  std::string* id) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
@@ -185,6 +191,11 @@ std::string decode_jsonl_document(std::string_view line, const DocumentOrigin& o
   if (it == j.end() || !it->is_string()) {
     throw FormatError(
         fmt::format("{}:{}: no string field \"{}\"", origin.file, origin.line, text_field));
+  }
+  if (id != nullptr) {
+    id->clear();
+    const auto k = j.find(id_field);
+    if (k != j.end() && !k->is_null()) *id = k->is_string() ? k->get<std::string>() : k->dump();
   }
   return it->get<std::string>();
 }

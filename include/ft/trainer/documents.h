@@ -34,6 +34,11 @@ struct DocumentReadOptions {
 // origin.line when the line is not valid JSON or not an object with that string field.
 std::string decode_jsonl_document(std::string_view line, const DocumentOrigin& origin,
                                   const std::string& text_field = "text");
+// The same, parsing the line once, and `*id` set to its `id_field` (a string as it is, any
+// other value as JSON; empty when absent or null).
+std::string decode_jsonl_document(std::string_view line, const DocumentOrigin& origin,
+                                  const std::string& text_field, const std::string& id_field,
+                                  std::string* id);
 
 // Calls `fn(text, origin)` for every document under `paths`, in a fixed order:
 //  - a directory contributes its regular files recursively, sorted by path;
