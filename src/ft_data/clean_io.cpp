@@ -67,7 +67,7 @@ void CleanIo::add(std::string_view doc, const DocumentOrigin& origin) {
     if (ok) cleaner_.add(text);
     return;
   }
-  p.origin = fmt::format("{}:{}", origin.file, origin.line);
+  p.origin = origin_text(origin);
   p.jsonl = trainer::data::is_jsonl_path(origin.file);
   p.raw = doc;
   if (!ok) {
@@ -111,12 +111,16 @@ void append_removed_record(std::string& out, std::string_view raw, bool jsonl,
   out += dump(r) + '\n';
 }
 
+std::string origin_text(const DocumentOrigin& origin) {
+  return fmt::format("{}:{}", origin.file, origin.line);
+}
+
 bool read_document(std::string_view doc, const DocumentOrigin& origin,
                    const CleanIoOptions& options, std::string* text, std::string* id,
                    std::string* error) {
   if (!trainer::data::is_jsonl_path(origin.file)) {
     text->assign(doc);
-    if (id) *id = fmt::format("{}:{}", origin.file, origin.line);
+    if (id) *id = origin_text(origin);
     return true;
   }
   try {
@@ -130,7 +134,7 @@ bool read_document(std::string_view doc, const DocumentOrigin& origin,
     *error = e.what();
     return false;
   }
-  if (id && id->empty()) *id = fmt::format("{}:{}", origin.file, origin.line);
+  if (id && id->empty()) *id = origin_text(origin);
   return true;
 }
 

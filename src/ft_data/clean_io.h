@@ -36,6 +36,9 @@ void append_removed_record(std::string& out, std::string_view raw, bool jsonl,
                            const std::string& duplicate_of_id);
 void append_bad_line_record(std::string& out, const std::string& origin, const std::string& error,
                             std::string_view line);
+// "FILE:LINE", what --removed calls a document's origin (and its id without --id-field).
+std::string origin_text(const trainer::data::DocumentOrigin& origin);
+
 // One input document as ft-data clean reads it: a JSONL line decoded (one parse) into its text
 // and, when `id` is given, its --id-field (else FILE:LINE); a text document as it is (its id
 // FILE:LINE). A bad JSONL line throws FormatError naming it and the way out, or under

@@ -68,8 +68,6 @@ std::vector<Slice> my_slices(const std::vector<fs::path>& inputs, int me, int R)
   return out;
 }
 
-std::string origin_text(const DocumentOrigin& o) { return fmt::format("{}:{}", o.file, o.line); }
-
 Pass1 sign_local(const std::vector<Slice>& files, const CleanOptions& clean,
                  const CleanIoOptions& io, const NearDupIndex& lsh, const MinHasher& hasher) {
   Pass1 p;

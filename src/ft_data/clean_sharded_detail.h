@@ -48,8 +48,6 @@ struct Slice {
 // whole to the rank whose share it starts in.
 std::vector<Slice> my_slices(const std::vector<std::filesystem::path>& inputs, int me, int R);
 
-std::string origin_text(const trainer::data::DocumentOrigin& o);
-
 // One read of this rank's slices: fn(raw, text, jsonl, origin, id) per document (id: with
 // --removed, read_document's; else empty); a bad JSONL line goes to bad(raw, origin, error)
 // with --on-bad-line skip, and is refused as read_document says otherwise.

@@ -283,7 +283,8 @@ class Cleaner {
   static constexpr uint8_t kCleaned = 0x80;  // line cleaning changed its text
   void process_batch();
   void verify_batch();
-  void decide(CleanDecision& d, uint64_t bytes, const FilterResult* r);
+  // Counts `d` (`filter`: the Rule that removed it, or -1) and hands it to the sink.
+  void decide(CleanDecision& d, uint64_t bytes, const FilterResult* r, int filter);
   CleanOptions options_;
   DecisionSink sink_;
   MinHasher hasher_;

@@ -114,7 +114,7 @@ void Cleaner::finish() {
   stats_.peak_rss_bytes = peak_rss_bytes();
 }
 
-void Cleaner::decide(CleanDecision& d, uint64_t bytes, const FilterResult* r) {
+void Cleaner::decide(CleanDecision& d, uint64_t bytes, const FilterResult* r, int filter) {
   ++stats_.docs_in;
   stats_.bytes_in += bytes;
   if (d.kept) {
@@ -127,12 +127,9 @@ void Cleaner::decide(CleanDecision& d, uint64_t bytes, const FilterResult* r) {
   } else if (d.rule == "near_duplicate") {
     ++stats_.near_dups;
     stats_.near_dup_bytes += bytes;
-  } else {
-    for (int k = 0; k < kRuleCount; ++k) {
-      if (d.rule != rule_name(static_cast<Rule>(k))) continue;
-      ++stats_.rule_docs[k];
-      stats_.rule_bytes[k] += bytes;
-    }
+  } else if (filter >= 0) {
+    ++stats_.rule_docs[filter];
+    stats_.rule_bytes[filter] += bytes;
   }
   sink_(d);
 }
@@ -191,7 +188,7 @@ void Cleaner::process_batch() {
       d.text = r.text;
       d.text_changed = r.lines_removed > 0 || r.text.size() != bytes;
     }
-    if (!near) decide(d, bytes, &r);
+    if (!near) decide(d, bytes, &r, r.rejected ? static_cast<int>(*r.rejected) : -1);
   }
   batch_.clear();
   batch_bytes_ = 0;
@@ -294,7 +291,8 @@ void Cleaner::verify_batch() {
         }
       }
     }
-    decide(d, batch_[i].size(), (k & kCleaned) ? &cleaned[i] : nullptr);
+    decide(d, batch_[i].size(), (k & kCleaned) ? &cleaned[i] : nullptr,
+           kind < kRuleCount ? static_cast<int>(kind) : -1);
   }
   verified_ += static_cast<uint64_t>(n);
   batch_.clear();
