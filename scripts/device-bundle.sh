@@ -21,7 +21,9 @@ targets="ft-train ft-diagnose"
 gpu_tests=()
 for f in tests/gpu/*_test.cpp; do gpu_tests+=("$(basename "$f" .cpp)"); done
 targets+=" ${gpu_tests[*]}"
-if cmake --build "$BUILD" --target help | grep -q cuda_train_bench; then targets+=" cuda_train_bench"; fi
+# (grep -q on the pipe would end it early: under pipefail cmake's SIGPIPE reads as "no target")
+help=$(cmake --build "$BUILD" --target help)
+if grep -q cuda_train_bench <<< "$help"; then targets+=" cuda_train_bench"; fi
 cmake --build "$BUILD" -j"$(nproc)" --target $targets
 rm -rf "$STAGE" .device-bundle.tar.xz
 mkdir -p "$STAGE/bin/gpu_tests" "$STAGE/lib"

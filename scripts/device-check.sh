@@ -147,7 +147,9 @@ build_from_source() {
     run_stage configure_auto 60 "${auto[@]}" || return 1
   fi
   local targets=$TARGETS
-  cmake --build "$BUILD" --target help 2>/dev/null | grep -q cuda_train_bench && targets+=" cuda_train_bench"
+  local help  # (grep -q on a pipe under pipefail: cmake's SIGPIPE would read as "no target")
+  help=$(cmake --build "$BUILD" --target help 2>/dev/null)
+  grep -q cuda_train_bench <<< "$help" && targets+=" cuda_train_bench"
   run_stage build 330 cmake --build "$BUILD" -j"$JOBS" --target $targets
 }
 unpack_bundle() {
