@@ -236,13 +236,18 @@ void LtGemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
     auto plan = std::make_unique<Plan>();
     const cublasComputeType_t compute =
         math == GemmMath::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    FT_CUBLAS_CHECK(lt().cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
     const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                        &op_a, sizeof(op_a)));
-    FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                        &op_b, sizeof(op_b)));
+    auto make_desc = [&] {  // a fresh descriptor: no epilogue and no bias attributes
+      if (plan->desc) lt().cublasLtMatmulDescDestroy(plan->desc);
+      plan->desc = nullptr;
+      FT_CUBLAS_CHECK(lt().cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
+      FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(
+          plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+      FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(
+          plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    };
+    make_desc();
     // Stored shapes: op(A) is (m,k), op(B) is (k,n); D (m,n); all column-major.
     FT_CUBLAS_CHECK(lt().cublasLtMatrixLayoutCreate(&plan->a, cuda_type(a_t), trans_a ? k : m,
                                                     trans_a ? m : k, lda));
@@ -282,11 +287,10 @@ void LtGemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
         ok = heuristic(&result);
       }
       plan->bias_epilogue = ok;
-      if (!ok) {  // no epilogue for this shape/type: plain GEMM, then the add kernel
-        const cublasLtEpilogue_t none = CUBLASLT_EPILOGUE_DEFAULT;
-        FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(
-            plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &none, sizeof(none)));
-      }
+      // No epilogue for this shape/type (cuBLASLt 13.1 on an H200 has none for an fp32 bias
+      // with a 16-bit D): plain GEMM, then the add kernel, on a fresh descriptor (with the bias
+      // attributes left set and the epilogue reset, that heuristic found no algorithm either).
+      if (!ok) make_desc();
     }
     if (!ok && st == CUBLAS_STATUS_SUCCESS) ok = heuristic(&result);
     lt().cublasLtMatmulPreferenceDestroy(pref);
