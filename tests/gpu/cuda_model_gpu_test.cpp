@@ -92,6 +92,56 @@ TEST(CudaModelTest, OneStepLossAndGradientsMatchTheCpuModel) {
   }
 }
 
+// Per-tensor relative L2 between two gradient vectors, the tensors above tol named (for the
+// failure messages of the same-engine comparisons below).
+std::string grad_diffs(const ParamLayout& L, const float* a, const float* b, double tol) {
+  std::string out;
+  for (int i = 0; i < kNumParamTensors; ++i) {
+    const double e = rel_l2(a + L.offsets[i], b + L.offsets[i], L.sizes[i]);
+    if (!(e < tol)) out += std::string(" ") + ParamLayout::name(i) + "=" + std::to_string(e);
+  }
+  return out.empty() ? " none" : out;
+}
+
+// Two engines of one precision alive together, each against the CPU model and each run twice:
+// every run matches the CPU within the precision's tolerance, and an engine repeats its own
+// step bitwise (same inputs, same kernels, no atomics in the reductions).
+TEST(CudaModelTest, TwoEnginesEachMatchTheCpuModelAndRepeatTheirStep) {
+  FT_REQUIRE_GPU();
+  const GptConfig g = tiny_config();
+  const int B = 2, T = 32;
+  const auto in = tokens(B * T, g.vocab_size, 60), tg = tokens(B * T, g.vocab_size, 61);
+  for (const PrecisionTol& pt : kTols) {
+    SCOPED_TRACE(precision_name(pt.p));
+    ModelOptions o;
+    o.precision = pt.p;
+    CachingAllocator ha;
+    GptModel cpu(g, ha, o);
+    cpu.init_weights(13);
+    const float dloss = (pt.p == Precision::kFp16 ? 256.0f : 1.0f) / (B * T);
+    const double lc = cpu.forward_backward(in.data(), tg.data(), B, T, dloss, true);
+    auto a = make_cuda_backend(g, o, {});
+    auto b = make_cuda_backend(g, o, {});
+    a->upload_state(cpu.params(), nullptr, nullptr);
+    b->upload_state(cpu.params(), nullptr, nullptr);
+    const size_t n = cpu.num_params();
+    std::vector<float> first(n), again(n);
+    for (auto* e : {a.get(), b.get()}) {
+      const char* which = e == a.get() ? "engine a" : "engine b";
+      const double l1 = e->forward_backward(in.data(), tg.data(), B, T, dloss, true);
+      e->download_grads(first.data());
+      const double l2 = e->forward_backward(in.data(), tg.data(), B, T, dloss, true);
+      e->download_grads(again.data());
+      EXPECT_NEAR(l1, lc, pt.loss) << which;
+      expect_grads_close(cpu, first, pt.grad, which);
+      EXPECT_EQ(l1, l2) << which << " repeated";
+      EXPECT_LT(rel_l2(again.data(), first.data(), n), 1e-6)
+          << which << " repeated; tensors off:" << grad_diffs(cpu.layout(), again.data(),
+                                                               first.data(), 1e-6);
+    }
+  }
+}
+
 TEST(CudaModelTest, DeviceResidentTokensGiveTheSameStepAsHostTokens) {
   FT_REQUIRE_GPU();
   const GptConfig g = tiny_config();
@@ -110,6 +160,9 @@ TEST(CudaModelTest, DeviceResidentTokensGiveTheSameStepAsHostTokens) {
   DeviceArray<int32_t> d_in(in.size()), d_tg(tg.size());
   FT_TEST_CUDA(cudaMemcpy(d_in.get(), in.data(), in.size() * 4, cudaMemcpyHostToDevice));
   FT_TEST_CUDA(cudaMemcpy(d_tg.get(), tg.data(), tg.size() * 4, cudaMemcpyHostToDevice));
+  // A pageable cudaMemcpy may return before its DMA lands, and b's stream does not wait for the
+  // legacy stream.
+  FT_TEST_CUDA(cudaDeviceSynchronize());
   const double la = a->forward_backward(in.data(), tg.data(), B, T, 1.0f / (B * T), true);
   b->use_device_tokens(d_in.get(), d_tg.get());
   const double lb = b->forward_backward(in.data(), tg.data(), B, T, 1.0f / (B * T), true);
@@ -117,7 +170,8 @@ TEST(CudaModelTest, DeviceResidentTokensGiveTheSameStepAsHostTokens) {
   std::vector<float> ga(init.num_params()), gb(init.num_params());
   a->download_grads(ga.data());
   b->download_grads(gb.data());
-  EXPECT_LT(rel_l2(gb.data(), ga.data(), ga.size()), 1e-6);
+  EXPECT_LT(rel_l2(gb.data(), ga.data(), ga.size()), 1e-6)
+      << "tensors off:" << grad_diffs(init.layout(), gb.data(), ga.data(), 1e-6);
 }
 
 TEST(CudaModelTest, EnqueuedMicroBatchesGiveTheSameLossesAndGradients) {
@@ -147,7 +201,8 @@ TEST(CudaModelTest, EnqueuedMicroBatchesGiveTheSameLossesAndGradients) {
   std::vector<float> ga(init.num_params()), gb(init.num_params());
   a->download_grads(ga.data());
   b->download_grads(gb.data());
-  EXPECT_LT(rel_l2(gb.data(), ga.data(), ga.size()), 1e-6);
+  EXPECT_LT(rel_l2(gb.data(), ga.data(), ga.size()), 1e-6)
+      << "tensors off:" << grad_diffs(init.layout(), gb.data(), ga.data(), 1e-6);
 }
 
 TEST(CudaModelTest, GradientAccumulationMatchesTheCpuModel) {
@@ -194,7 +249,8 @@ TEST(CudaModelTest, BlockRecomputeGivesTheSameGradientsAsNone) {
     std::vector<float> ga(init.num_params()), gb(init.num_params());
     a->download_grads(ga.data());
     b->download_grads(gb.data());
-    EXPECT_LT(rel_l2(gb.data(), ga.data(), ga.size()), 1e-6);
+    EXPECT_LT(rel_l2(gb.data(), ga.data(), ga.size()), 1e-6)
+        << "tensors off:" << grad_diffs(init.layout(), gb.data(), ga.data(), 1e-6);
     // Recompute saves activation memory.
     EXPECT_LT(b->activation_memory(B, T).saved_bytes, a->activation_memory(B, T).saved_bytes);
     EXPECT_LT(b->memory_stats().peak_allocated, a->memory_stats().peak_allocated);

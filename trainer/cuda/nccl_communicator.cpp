@@ -86,7 +86,7 @@ class NcclCommunicator final : public Communicator {
       name_cuda_stream(stream_, stream_name_.c_str());
       FT_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
       FT_CUDA_CHECK(cudaMalloc(&scratch_, sizeof(float)));
-      FT_CUDA_CHECK(cudaMemset(scratch_, 0, sizeof(float)));
+      FT_CUDA_CHECK(cudaMemsetAsync(scratch_, 0, sizeof(float), stream_));  // ordered with stream_
     } catch (...) {
       release();
       throw;
