@@ -120,12 +120,12 @@ struct PlanKey {
   DType at, bt, dt;
   GemmMath math;
   bool bias;
-  uint32_t al_a, al_b, al_d, al_bias;
+  uint32_t al_a, al_b, al_d, al_bias, al_bias_d;  // al_bias_d: 0 without a bias in D's type
   bool operator==(const PlanKey& o) const {
     return ta == o.ta && tb == o.tb && m == o.m && n == o.n && k == o.k && lda == o.lda &&
            ldb == o.ldb && ldd == o.ldd && at == o.at && bt == o.bt && dt == o.dt &&
            math == o.math && bias == o.bias && al_a == o.al_a && al_b == o.al_b && al_d == o.al_d &&
-           al_bias == o.al_bias;
+           al_bias == o.al_bias && al_bias_d == o.al_bias_d;
   }
 };
 
@@ -147,7 +147,8 @@ struct PlanKeyHash {
                          k.al_a,
                          k.al_b,
                          k.al_d,
-                         k.al_bias};
+                         k.al_bias,
+                         k.al_bias_d};
     size_t h = 1469598103934665603ull;
     for (int64_t x : v) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
     return h;
@@ -175,6 +176,7 @@ struct LtGemm::Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool bias_epilogue = false;  // false with a bias: the add kernel runs after the GEMM
+  bool bias_in_d = false;      // the epilogue reads the bias in D's type (bias_d)
   ~Plan() {
     if (a) lt().cublasLtMatrixLayoutDestroy(a);
     if (b) lt().cublasLtMatrixLayoutDestroy(b);
@@ -210,7 +212,9 @@ std::string LtGemm::library_info() {
 
 void LtGemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a,
                     DType a_t, int64_t lda, const void* b, DType b_t, int64_t ldb, void* d,
-                    DType d_t, int64_t ldd, float beta, const float* bias, int bias_rows) {
+                    DType d_t, int64_t ldd, float beta, const float* bias, int bias_rows,
+                    const void* bias_d) {
+  if (bias == nullptr || d_t == DType::kF32) bias_d = nullptr;
   const bool fp32_in = a_t == DType::kF32;
   const GemmMath math = fp32_in ? math_ : GemmMath::kFp32;
   PlanKey key{trans_a,
@@ -229,7 +233,8 @@ void LtGemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
               alignment(a),
               alignment(b),
               alignment(d),
-              bias ? alignment(bias) : 0u};
+              bias ? alignment(bias) : 0u,
+              bias_d ? alignment(bias_d) : 0u};
   auto it = impl_->plans.find(key);
   if (it == impl_->plans.end()) {
     FT_RANGE("gemm.plan", RangeKind::kHost);
@@ -275,16 +280,22 @@ void LtGemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
     cublasLtMatmulHeuristicResult_t result{};
     bool ok = false;
     if (st == CUBLAS_STATUS_SUCCESS && bias != nullptr) {
-      // Bias epilogue: fp32 bias added in the GEMM's epilogue, whatever D's type.
-      const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-      const cudaDataType_t bias_t = CUDA_R_32F;
-      if (lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-                                              sizeof(epi)) == CUBLAS_STATUS_SUCCESS &&
-          lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                              &bias_t, sizeof(bias_t)) == CUBLAS_STATUS_SUCCESS &&
-          lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                              sizeof(bias)) == CUBLAS_STATUS_SUCCESS) {
-        ok = heuristic(&result);
+      // Bias epilogue: the bias added in the GEMM's epilogue, fp32 first, else in D's type.
+      auto try_epilogue = [&](cudaDataType_t bias_t, const void* ptr) {
+        const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        return lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                   &epi, sizeof(epi)) == CUBLAS_STATUS_SUCCESS &&
+               lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                   &bias_t, sizeof(bias_t)) ==
+                   CUBLAS_STATUS_SUCCESS &&
+               lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &ptr, sizeof(ptr)) == CUBLAS_STATUS_SUCCESS &&
+               heuristic(&result);
+      };
+      ok = try_epilogue(CUDA_R_32F, bias);
+      if (!ok && bias_d != nullptr) {
+        make_desc();
+        ok = plan->bias_in_d = try_epilogue(cuda_type(d_t), bias_d);
       }
       plan->bias_epilogue = ok;
       // No epilogue for this shape/type (cuBLASLt 13.1 on an H200 has none for an fp32 bias
@@ -308,8 +319,9 @@ void LtGemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
   }
   Plan& plan = *it->second;
   if (plan.bias_epilogue) {
+    const void* ptr = plan.bias_in_d ? bias_d : static_cast<const void*>(bias);
     FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(
-        plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof(ptr)));
   }
   const float alpha = 1.0f;
   FT_CUBLAS_CHECK(lt().cublasLtMatmul(impl_->handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta,
@@ -339,10 +351,11 @@ void LtGemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 }
 
 void LtGemm::forward(void* out, DType out_t, const void* inp, const void* weight, DType in_t,
-                     const float* bias, int N, int IC, int OC) {
+                     const float* bias, int N, int IC, int OC, const void* bias_d) {
   // out^T (OC,N) = W (OC,IC) inp^T: A = weight stored (IC,OC) col-major, transposed;
   // B = inp stored (IC,N) col-major.
-  matmul(true, false, OC, N, IC, weight, in_t, IC, inp, in_t, IC, out, out_t, OC, 0.0f, bias, OC);
+  matmul(true, false, OC, N, IC, weight, in_t, IC, inp, in_t, IC, out, out_t, OC, 0.0f, bias, OC,
+         bias_d);
 }
 
 void LtGemm::backward_input(void* dinp, DType out_t, const void* dout, const void* weight,

@@ -34,9 +34,11 @@ class LtGemm {
 
   // out (N,OC) of out_t = inp (N,IC) @ weight (OC,IC)^T + bias (OC, fp32; null: none).
   // inp and weight are in_t. The bias rides cuBLASLt's bias epilogue when the heuristic
-  // offers one for the shape, else a separate add kernel.
+  // offers one for the shape (with the fp32 bias, else with bias_d: the same bias in out_t,
+  // when given; cuBLASLt 13.1 on an H200 takes only that one for a 16-bit out), else a separate
+  // add kernel.
   void forward(void* out, DType out_t, const void* inp, const void* weight, DType in_t,
-               const float* bias, int N, int IC, int OC);
+               const float* bias, int N, int IC, int OC, const void* bias_d = nullptr);
   // dinp (N,IC) of out_t = dout (N,OC) @ weight (OC,IC); += when accumulate.
   void backward_input(void* dinp, DType out_t, const void* dout, const void* weight, DType in_t,
                       int N, int IC, int OC, bool accumulate = false);
@@ -61,7 +63,7 @@ class LtGemm {
   // Column-major D (m,n) = alpha op(A) op(B) + beta D (cuBLASLt's convention).
   void matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, DType a_t,
               int64_t lda, const void* b, DType b_t, int64_t ldb, void* d, DType d_t, int64_t ldd,
-              float beta, const float* bias, int bias_rows);
+              float beta, const float* bias, int bias_rows, const void* bias_d = nullptr);
 
   DeviceCachingAllocator& alloc_;
   cudaStream_t stream_;

@@ -269,19 +269,22 @@ void CudaGpt<X>::layer_forward(int l, const X* x, X* x_out, LayerActs& a, int B,
   constexpr DType dt = dtype_of<X>();
   layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, param(kLn1w) + l * C_,
                     param(kLn1b) + l * C_, N, C, stream_);
+  // The biases also in X (their copy in params_lp_): cuBLASLt's epilogue takes a 16-bit D's bias
+  // only in D's type.
+  const bool lp = !std::is_same_v<X, float>;
   gemm_->forward(a.qkv.data(), dt, a.ln1.data(), weight(kQkvw, l), dt, param(kQkvb) + l * 3 * C_, N,
-                 C, 3 * C);
+                 C, 3 * C, lp ? weight(kQkvb, l) : nullptr);
   attention_forward(a.atty.data(), a.lse.data(), a.qkv.data(), B, T, C, NH, stream_);
   gemm_->forward(a.res2.data(), dt, a.atty.data(), weight(kAttprojw, l), dt,
-                 param(kAttprojb) + l * C_, N, C, C);
+                 param(kAttprojb) + l * C_, N, C, C, lp ? weight(kAttprojb, l) : nullptr);
   residual_forward(a.res2.data(), a.res2.data(), x, NC, stream_);
   layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(),
                     param(kLn2w) + l * C_, param(kLn2b) + l * C_, N, C, stream_);
   gemm_->forward(a.fch.data(), dt, a.ln2.data(), weight(kFcw, l), dt, param(kFcb) + l * 4 * C_, N,
-                 C, 4 * C);
+                 C, 4 * C, lp ? weight(kFcb, l) : nullptr);
   gelu_forward(a.fch_gelu.data(), a.fch.data(), NC * 4, stream_);
   gemm_->forward(x_out, dt, a.fch_gelu.data(), weight(kFcprojw, l), dt, param(kFcprojb) + l * C_, N,
-                 4 * C, C);
+                 4 * C, C, lp ? weight(kFcprojb, l) : nullptr);
   residual_forward(x_out, x_out, a.res2.data(), NC, stream_);
 }
 
