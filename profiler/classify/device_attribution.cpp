@@ -117,6 +117,16 @@ void charge_part(int cls, int64_t ns, StepPartitionNs* p) {
 
 }  // namespace
 
+bool is_cpu_work(const Event* e) {
+  return e != nullptr && !e->track.device && (e->flags & kCpuWork) &&
+         (e->category == Category::kCompute || e->category == Category::kOptimizer);
+}
+
+bool is_cpu_work_gap(const std::vector<HostPiece>& pieces, size_t k) {
+  return pieces[k].ev == nullptr && k > 0 && k + 1 < pieces.size() &&
+         is_cpu_work(pieces[k - 1].ev) && is_cpu_work(pieces[k + 1].ev);
+}
+
 bool is_busy(const Event& e) {
   if (!e.track.device || e.phase != Phase::kSpan || e.dur_ns <= 0 || (e.flags & kNoStream))
     return false;
@@ -171,13 +181,18 @@ void partition_step(const Trace& trace, const std::vector<const Event*>& device,
   p->ns.fill(0);
   std::map<uint32_t, int64_t> host_by_op;  // idle charged to the host, by the CPU operator
   size_t op = 0;                           // first operator piece that may overlap it
+  bool cpu_gap = false;  // charging an untraced stretch between two CPU-work operators
   auto charge_host = [&](int64_t a, int64_t b) {
     charge_part(static_cast<int>(WaitClass::kHost), b - a, p);
+    if (cpu_gap) p->detail_ns["host.cpu_work"] += b - a;
     while (op < operators.size() && operators[op].b <= a) ++op;
     for (size_t k = op; k < operators.size() && operators[k].a < b; ++k) {
-      if (operators[k].ev == nullptr) continue;
-      host_by_op[operators[k].ev->name] +=
-          std::min(b, operators[k].b) - std::max(a, operators[k].a);
+      const Event* ev = operators[k].ev;
+      if (ev == nullptr) continue;
+      const int64_t ns = std::min(b, operators[k].b) - std::max(a, operators[k].a);
+      host_by_op[ev->name] += ns;
+      // The program's own CPU work (an operator that launches nothing), not dispatch.
+      if (is_cpu_work(ev)) p->detail_ns["host.cpu_work"] += ns;
     }
   };
   size_t h = 0;  // first host piece that may overlap the current idle stretch
@@ -229,7 +244,9 @@ void partition_step(const Trace& trace, const std::vector<const Event*>& device,
     for (size_t k = h; k < host.size() && host[k].a < s.b; ++k) {
       const int64_t a = std::max(host[k].a, s.a), b = std::min(host[k].b, s.b);
       if (a >= b) continue;
+      cpu_gap = is_cpu_work_gap(host, k);
       charge(a, b, idle_class(host[k].ev));
+      cpu_gap = false;
       t = b;
     }
     if (t < s.b) charge(t, s.b, static_cast<int>(WaitClass::kHost));  // past the last piece

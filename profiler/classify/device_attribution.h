@@ -41,6 +41,13 @@ bool is_simt_fp32_gemm(const std::string& name);
 // Whether a device span keeps the device busy (kernels, copies, memsets, collectives).
 bool is_busy(const Event& e);
 
+// A host CPU operator flagged kCpuWork (the program's CPU computation, event.h).
+bool is_cpu_work(const Event* e);
+// An untraced host piece between two CPU-work operators is part of that work (the Python and
+// the frees of large CPU tensors between them): pieces[k] with no event, both neighbours
+// is_cpu_work.
+bool is_cpu_work_gap(const std::vector<HostPiece>& pieces, size_t k);
+
 // Partitions [lo, hi) on the device's timeline: `device` are the device's spans sorted by start,
 // `host` the training thread's pieces over [lo, hi) in time order, `host_spans` every host span
 // on the training thread overlapping [lo, hi) (for the call stack of a blocking call). Replaces
@@ -49,7 +56,8 @@ bool is_busy(const Event& e);
 // began), "sync.by.<stack>" (idle charged to each read-back, by the op stack that issued it) and
 // "sync.refill" (the part of that after the call returned) and "host_op.<operator>" (idle
 // charged to the host, by the innermost CPU operator running then: `operators` are the training
-// thread's innermost operator pieces over [lo, hi); the step's top three). Rules
+// thread's innermost operator pieces over [lo, hi); the step's top three), "host.cpu_work" (of
+// that, the idle under operators flagged kCpuWork: CPU computation, not dispatch). Rules
 // (docs/classification.md §2, "Device-centric attribution"):
 // - busy: compute kernels > collectives > host-device copies, by overlap priority;
 // - an idle stretch that starts while the host is blocked in a synchronizing call (stream/device/

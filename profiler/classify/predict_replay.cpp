@@ -21,12 +21,14 @@ struct Fix {
 };
 
 std::vector<Fix> fixes(const FindingRules& rules) {
-  replay::WhatIf data, memory, sync, pcie, host, precision, comm;
+  replay::WhatIf data, memory, sync, pcie, host, precision, comm, cpu_work;
+  cpu_work.no_cpu_work = true;
   comm.overlap_comm = true;
   data.no_data = true;
   memory.no_alloc = true;
   sync.no_readback = true;
   pcie.pinned_copies = true;
+  pcie.pinned_speedup = rules.pinned_copy_speedup;
   host.graphs = true;
   precision.gemm_speedup = rules.tensor_core_speedup;
   return {
@@ -35,15 +37,17 @@ std::vector<Fix> fixes(const FindingRules& rules) {
        "allocator calls take no time and cudaFree no longer drains the device (a warm caching "
        "allocator)"},
       {"sync", sync, "the blocking read-backs and syncs leave the step"},
-      {"pcie", pcie,
-       "each pageable or synchronous upload becomes an asynchronous call (a launch's cost) whose "
-       "copy runs on a side stream at its measured rate"},
+      {"pcie", pcie, nullptr},  // assumes: with the pinned rate, below
       {"host", host,
        "a CUDA-graph replay: the framework's operators, the runtime calls and the dispatch glue "
        "between them (untraced stretches up to 50 us) take no time; the user's Python (python "
        "frames, annotations' own time, longer untraced stretches), the loader, the allocator "
        "and blocking calls stay; each op starts 1 us after the last on its stream and after what "
        "it waits for on another, with no other delay"},
+      {"cpu_work", cpu_work,
+       "the CPU operators that launch no device work (the program's CPU computation) run in "
+       "loader workers ahead of the step and take no time on the training thread; dispatch, "
+       "launches and everything else stay as traced"},
       {"comm", comm,
        "each collective starts with its step's first device op and runs beside the compute "
        "before the op that waits for it (bucketed during backward), at its traced duration"},
@@ -57,10 +61,12 @@ void merge(replay::WhatIf* into, const replay::WhatIf& w) {
   into->no_alloc |= w.no_alloc;
   into->no_readback |= w.no_readback;
   into->pinned_copies |= w.pinned_copies;
+  into->pinned_speedup = std::max(into->pinned_speedup, w.pinned_speedup);
   into->graphs |= w.graphs;
   into->gemm_speedup = std::max(into->gemm_speedup, w.gemm_speedup);
   into->overlap_comm |= w.overlap_comm;
   into->remove_marked |= w.remove_marked;
+  into->no_cpu_work |= w.no_cpu_work;
   into->no_late_ranks |= w.no_late_ranks;
 }
 
@@ -171,8 +177,9 @@ void replay_predictions(const StepReplay& run, std::vector<Finding>* findings,
   int ranked = 0;
   for (Finding& f : *findings) {
     const Fix* fix = nullptr;
+    const std::string& remedy = f.remedy.empty() ? f.cls : f.remedy;
     for (const Fix& x : all)
-      if (f.share > 0 && f.cls == x.cls) fix = &x;
+      if (f.share > 0 && remedy == x.cls) fix = &x;
     if (!fix || !f.predictable || (f.cls == "precision" && !graph.has_simt_gemms())) continue;
     const double saving = run.saving_ms(fix->what);
     merge(&together, fix->what);
@@ -181,12 +188,27 @@ void replay_predictions(const StepReplay& run, std::vector<Finding>* findings,
       merge(&together_waits, fix->what);
       waits_so_far = run.saving_ms(together_waits);
     }
-    const std::string assumes =
-        fix->assumes ? fix->assumes
-                     : fmt::format(
-                           "the SIMT fp32 GEMM kernels run {:.0f}x faster on the tensor "
-                           "cores, every other op as traced",
-                           rules.tensor_core_speedup);
+    std::string assumes;
+    if (fix->assumes) {
+      assumes = fix->assumes;
+    } else if (f.cls == "pcie") {
+      const std::string rate =
+          graph.pinned_rate() > 0
+              ? fmt::format("the trace's fastest pinned upload ({:.1f} GB/s)", graph.pinned_rate())
+              : fmt::format("{:.0f}x its pageable rate (assumed: the trace has no pinned upload "
+                            "of 1 MiB or more)",
+                            rules.pinned_copy_speedup);
+      assumes = fmt::format(
+          "each pageable or synchronous upload becomes an asynchronous call (a launch's cost) "
+          "with no stream sync after it; its copy stays on its stream, before the compute that "
+          "reads it, at {}",
+          rate);
+    } else {
+      assumes = fmt::format(
+          "the SIMT fp32 GEMM kernels run {:.0f}x faster on the tensor cores, every other op as "
+          "traced",
+          rules.tensor_core_speedup);
+    }
     const std::string rule =
         f.predicted_step_ms >= 0
             ? fmt::format("; the rule estimated {:.2f} ms", step - f.predicted_step_ms)

@@ -338,6 +338,66 @@ HostCalls host_calls(const RuleContext& ctx) {
   return out;
 }
 
+// At least this share of the host-class device idle under CPU work (kCpuWork operators): the
+// step waits on the program's CPU computation, not on dispatch.
+constexpr double kCpuWorkMajority = 0.5;
+
+// The CPU operators the device waited on most ("host_op.<operator>" details), as examples.
+std::vector<std::string> host_op_examples(const RuleContext& ctx, size_t k) {
+  std::vector<std::pair<double, std::string>> by;
+  for (const auto& [key, v] : ctx.t.detail)
+    if (key.rfind("host_op.", 0) == 0) by.emplace_back(v, key.substr(8));
+  std::sort(by.rbegin(), by.rend());
+  std::vector<std::string> out;
+  for (size_t i = 0; i < by.size() && i < k; ++i) {
+    out.push_back(fmt::format("{}: the device idles {:.2f} ms/step under it", by[i].second,
+                              by[i].first / ctx.n));
+  }
+  return out;
+}
+
+// The device idles while the training thread computes on the CPU (operators that launch no
+// device work: tensor math on CPU tensors, input preparation): CUDA graphs and compilation do
+// not remove that work; moving it off the thread (loader workers) or onto the device does.
+void cpu_work_finding(const RuleContext& ctx, double cpu_ms, double host_ms,
+                      std::vector<Finding>* out) {
+  std::vector<std::string> knobs = {
+      "move the CPU computation off the training thread (loader workers) or onto the device"};
+  // Workers enough to prepare a batch per step once the step no longer waits: the CPU work over
+  // the rest of the step (what it takes without the host's idle).
+  double step_ms = 0;
+  for (const StepBreakdown* st : ctx.steps) step_ms += st->wall_ms;
+  step_ms /= ctx.n;
+  const double rest_ms = std::max(step_ms - host_ms, 0.05 * step_ms);
+  const int workers = std::max(1, static_cast<int>(std::ceil(cpu_ms / rest_ms)));
+  if (is_pytorch(ctx.trace)) {
+    knobs = {fmt::format("DataLoader(num_workers={}): prepare batches in worker processes, ahead "
+                         "of the step ({:.1f} ms of CPU work per batch against a {:.1f} ms step "
+                         "without the wait)",
+                         workers, cpu_ms, rest_ms),
+             "the preprocessing on the GPU (the same ops on CUDA tensors)"};
+  }
+  const size_t before = out->size();
+  add_time_finding(
+      ctx, out, WaitClass::kHost, ctx.r.host_share,
+      "The device waits while the host computes on the CPU",
+      "The training thread runs CPU operators that launch no device work (tensor math on CPU "
+      "tensors, input preparation, host-side metrics) while the device has nothing queued. "
+      "This is the program's own CPU work, not dispatch or launch overhead: CUDA graphs and "
+      "torch.compile on the model do not remove it. Done in loader workers it overlaps the "
+      "device; done on the device it is a few kernels.",
+      knobs,
+      fmt::format("host {:.2f} ms/step of device idle, {:.2f} ms/step of it under CPU operators "
+                  "that launch no device work (at least {} us each, no runtime call inside)",
+                  host_ms, cpu_ms, kCpuWorkMinNs / 1000));
+  if (out->size() > before) {
+    Finding& f = out->back();
+    f.evidence.examples = host_op_examples(ctx, 3);
+    for (std::string& e : f.evidence.examples) e = "CPU operator " + e;
+    f.remedy = "cpu_work";
+  }
+}
+
 void host_rule(const RuleContext& ctx, std::vector<Finding>* out) {
   std::vector<std::string> knobs = {
       fmt::format("--micro-batch {}", std::max(2, 2 * ctx.run.micro_batch))};
@@ -378,6 +438,11 @@ void host_rule(const RuleContext& ctx, std::vector<Finding>* out) {
     if (out->size() > before) out->back().predictable = false;
     return;
   }
+  const double cpu_ms = ctx.detail("host.cpu_work") / ctx.n;
+  if (cpu_ms > 0 && cpu_ms >= kCpuWorkMajority * host_ms) {
+    cpu_work_finding(ctx, cpu_ms, host_ms, out);
+    return;
+  }
   if (ops_ms + calls_ms > 0) {
     const size_t before = out->size();
     // What one runtime call costs: a few µs is a launch (many short kernels); much more is a
@@ -413,18 +478,9 @@ void host_rule(const RuleContext& ctx, std::vector<Finding>* out) {
                     ctx.ms_per_step(WaitClass::kHost), ops_ms, calls_ms));
     if (out->size() > before) {
       Finding& f = out->back();
-      // The CPU operators the device waited on most ("host_op.<operator>" details), else the
-      // longest CPU operators.
-      std::vector<std::pair<double, std::string>> by;
-      for (const auto& [k, v] : ctx.t.detail)
-        if (k.rfind("host_op.", 0) == 0) by.emplace_back(v, k.substr(8));
-      std::sort(by.rbegin(), by.rend());
-      f.evidence.examples.clear();
-      for (size_t i = 0; i < by.size() && i < 3; ++i) {
-        f.evidence.examples.push_back(fmt::format("{}: the device idles {:.2f} ms/step under it",
-                                                  by[i].second, by[i].first / ctx.n));
-      }
-      if (by.empty())
+      // The CPU operators the device waited on most, else the longest CPU operators.
+      f.evidence.examples = host_op_examples(ctx, 3);
+      if (f.evidence.examples.empty())
         f.evidence.examples = example_spans(ctx.trace, WaitClass::kCompute, ctx.steps, 3);
       bool compiled = false;
       for (std::string& e : f.evidence.examples) {

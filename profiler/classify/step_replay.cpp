@@ -26,6 +26,8 @@ constexpr int64_t kGraphGlueNs = 50000;
 // A launch call over kQueueFullMinNs (a launch takes a few µs) that returns within
 // kCrossStreamLagNs of an op's end was waiting for a slot in the launch queue.
 constexpr int64_t kQueueFullMinNs = 100000;
+// Pinned host-to-device copies at least this large give the trace's pinned-copy rate.
+constexpr uint64_t kRateMinBytes = 1 << 20;
 
 // The q-quantile of v (nearest rank), or `fallback` when v is empty.
 int64_t quantile(std::vector<int64_t> v, double q, int64_t fallback) {
@@ -40,8 +42,8 @@ constexpr uint8_t cls(WaitClass c) { return static_cast<uint8_t>(c); }
 // Whether a CUDA graph (or torch.compile's reduce-overhead) would capture a host piece: runtime
 // calls (launches, asynchronous copies, collective launches), framework operators, and short
 // untraced glue between them (the interpreter's dispatch); not the user's Python (python
-// frames, annotations' own time, long untraced stretches), the loader, the allocator, or a call
-// that blocks.
+// frames, annotations' own time, long untraced stretches), CPU work (kCpuWork operators), the
+// loader, the allocator, or a call that blocks.
 // Per name: is it user Python (a python frame or a built-in)? Memoised for the graph's build.
 class PythonNames {
  public:
@@ -72,7 +74,8 @@ bool captured(const Trace& trace, const Event* ev, int64_t len, PythonNames& pyt
       return device_attribution::blocking_class(trace, *ev) < 0;
     case Category::kCompute:
     case Category::kOptimizer:
-      return !python(ev->name);
+      // CPU work (tensor math on CPU tensors) is not device work: a graph cannot replay it.
+      return !python(ev->name) && !(ev->flags & kCpuWork);
     default:
       return false;
   }
@@ -154,6 +157,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       }
     }
     const size_t first = pieces_.size();
+    std::vector<const Event*> piece_ev;  // each piece's innermost span (nullptr: untraced)
     bool after_gap = true;
     const std::vector<sweep::Segment> segments = sweep::sweep(std::move(ivs), from, to);
     pieces_.reserve(pieces_.size() + segments.size());  // no doubling overshoot at the peak
@@ -170,6 +174,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       p.burst_first = after_gap;
       after_gap = false;
       p.captured = captured(trace, ev, s.b - s.a, python);
+      p.cpu_work = device_attribution::is_cpu_work(ev);
       int bc = ev ? device_attribution::blocking_class(trace, *ev) : -1;
       const bool linked = ev && ev->id != 0 && op_of.count(ev->id);
       bool queue_full = false;
@@ -188,14 +193,27 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
                                [&](int64_t v, int32_t o) { return v < dev[o]->end_ns(); });
           if (past != ops_by_end_.begin()) w = *(past - 1);
         }
-        if (w >= 0 && dev[w]->end_ns() >= ev->ts_ns && dev[w]->end_ns() <= ev->end_ns() &&
+        // A pageable upload returns once its last chunk is staged, a few µs before that chunk's
+        // DMA ends (seen on an H200: 12-15 µs): its own copy may end that much after it.
+        const int64_t slack = linked && !queue_full ? kCrossStreamLagNs : 0;
+        if (w >= 0 && dev[w]->end_ns() >= ev->ts_ns && dev[w]->end_ns() <= ev->end_ns() + slack &&
             (!queue_full || ev->end_ns() - dev[w]->end_ns() <= kCrossStreamLagNs)) {
           p.block = static_cast<uint8_t>(bc + 1);
           p.wait_op = w;
-          p.ret = ev->end_ns() - dev[w]->end_ns();
+          p.ret = std::max<int64_t>(0, ev->end_ns() - dev[w]->end_ns());
         }
       }
       pieces_.push_back(p);
+      piece_ev.push_back(ev);
+    }
+    // Untraced time between two CPU-work operators is that work too (partition's rule).
+    for (size_t j = first + 1; j + 1 < pieces_.size(); ++j) {
+      const size_t k = j - first;
+      if (piece_ev[k] == nullptr && pieces_[j - 1].cpu_work && pieces_[j + 1].cpu_work &&
+          piece_ev[k - 1] != nullptr && piece_ev[k + 1] != nullptr) {
+        pieces_[j].cpu_work = true;
+        pieces_[j].captured = false;
+      }
     }
     thread_range.emplace_back(first, pieces_.size());
   }
@@ -208,7 +226,6 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
   ops_.resize(dev.size());
   std::map<uint32_t, int32_t> last_on_stream;
   std::map<int64_t, int32_t> first_of_step;
-  int32_t last_upload = -1;
   std::vector<int64_t> free_latency;  // launch -> start of ops whose stream was empty
   std::vector<int8_t> simt_memo;      // name -> is a SIMT fp32 GEMM (-1: not looked at)
   for (size_t i = 0; i < dev.size(); ++i) {
@@ -232,7 +249,10 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
     if (const auto it = last_on_stream.find(e.track.tid); it != last_on_stream.end())
       o.prev = it->second;
     last_on_stream[e.track.tid] = static_cast<int32_t>(i);
-    if (o.pageable_upload) o.side_prev = last_upload, last_upload = static_cast<int32_t>(i);
+    o.bytes = e.bytes;
+    if (e.category == Category::kH2D && (e.flags & kPinned) && e.bytes >= kRateMinBytes &&
+        e.dur_ns > 0)
+      pinned_rate_ = std::max(pinned_rate_, static_cast<double>(e.bytes) / e.dur_ns);
     if (const auto it = launch_of.find(e.id); e.id != 0 && it != launch_of.end()) {
       const auto [first, past] = thread_range[it->second.thread];
       const auto pos =
@@ -374,6 +394,11 @@ void StepGraph::replay_piece(State& s, int32_t i, const WhatIf& w) const {
       end = st;
     } else if (bc == cls(WaitClass::kPcie) && w.pinned_copies) {
       end = st + std::min(own, launch_cost_ns_);
+    } else if (bc == cls(WaitClass::kSync) && w.pinned_copies && p.wait_op >= 0 &&
+               ops_[p.wait_op].pageable_upload) {
+      // The stream sync a blocking upload adds (PyTorch's copy_ from pageable memory without
+      // non_blocking): a non_blocking copy from pinned memory has none.
+      end = st;
     } else if (bc == cls(WaitClass::kMemory) && w.no_alloc) {
       end = st;
     } else if (s.op_end[p.wait_op] != kUnset) {
@@ -381,7 +406,8 @@ void StepGraph::replay_piece(State& s, int32_t i, const WhatIf& w) const {
     }
   } else if ((w.remove_marked && !marked_.empty() && marked_[i]) ||
              (p.cls == cls(WaitClass::kData) && w.no_data) ||
-             (p.cls == cls(WaitClass::kMemory) && w.no_alloc) || (w.graphs && p.captured)) {
+             (p.cls == cls(WaitClass::kMemory) && w.no_alloc) || (w.graphs && p.captured) ||
+             (w.no_cpu_work && p.cpu_work)) {
     end = st;
   }
   s.end[i] = end;
@@ -390,11 +416,7 @@ void StepGraph::replay_piece(State& s, int32_t i, const WhatIf& w) const {
 
 void StepGraph::replay_op(State& s, int32_t i, const WhatIf& w) const {
   const Op& o = ops_[i];
-  const bool side = w.pinned_copies && o.pageable_upload;
-  int32_t prev = side ? o.side_prev : o.prev;
-  if (w.pinned_copies && !side) {  // the uploads left this stream
-    while (prev >= 0 && ops_[prev].pageable_upload) prev = ops_[prev].prev;
-  }
+  const int32_t prev = o.prev;
   const int64_t p_end = prev >= 0 ? s.op_end[prev] + (w.graphs ? kGraphNodeGapNs : 0)
                                   : std::numeric_limits<int64_t>::min();
   // A graph replays the captured work back to back: delays the trace does not explain (a slow
@@ -427,6 +449,10 @@ void StepGraph::replay_op(State& s, int32_t i, const WhatIf& w) const {
   }
   s.op_start[i] = start;
   double dur = o.simt_gemm && w.gemm_speedup > 1 ? o.dur / w.gemm_speedup : o.dur;
+  if (w.pinned_copies && o.pageable_upload) {  // from page-locked memory: the DMA's own rate
+    dur = std::min(dur, pinned_rate_ > 0 ? static_cast<double>(o.bytes) / pinned_rate_
+                                         : dur / std::max(1.0, w.pinned_speedup));
+  }
   if (o.rank_wait && w.no_late_ranks) dur = 0;
   s.op_end[i] = start + static_cast<int64_t>(dur);
 }

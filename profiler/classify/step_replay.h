@@ -22,7 +22,9 @@ struct WhatIf {
   bool no_alloc = false;       // allocator calls take no time; cudaFree no longer drains the device
   bool no_readback = false;    // blocking read-backs and syncs leave the step
   bool pinned_copies = false;  // pageable/synchronous uploads: an asynchronous call (a launch's
-                               // cost), their copies on a side stream
+                               // cost) with no stream sync after it; the copy stays on its stream
+                               // at the trace's pinned rate, else pinned_speedup times faster
+  double pinned_speedup = 1.0;
   bool graphs = false;         // CUDA-graph replay: the captured host pieces (runtime calls,
                                // framework operators, short dispatch glue) take no time; user
                                // Python, the loader, the allocator and blocking calls stay;
@@ -33,6 +35,8 @@ struct WhatIf {
                                // NAME", split off by the cross-rank match) takes no time
   bool overlap_comm = false;   // each collective starts with its step's first device op (as
                                // soon as its stream allows), beside the compute before its consumer
+  bool no_cpu_work = false;    // the CPU operators flagged kCpuWork run off the training thread
+                               // (loader workers, ahead of the step): they take no time on it
 };
 
 // One device node after another in a CUDA graph replay (a kernel node's launch on the device).
@@ -77,6 +81,8 @@ class StepGraph {
   size_t pieces() const { return pieces_.size(); }
   size_t ops() const { return ops_.size(); }
   bool has_simt_gemms() const { return simt_gemms_; }
+  // The fastest pinned host-to-device copy of at least 1 MiB, bytes per ns (0: none traced).
+  double pinned_rate() const { return pinned_rate_; }
   // The share of the device's busy time in ops linked to their launch call (correlation id): an
   // op without one keeps its place after the op before it, so host-side changes cannot move it.
   double linked_share() const { return linked_share_; }
@@ -93,6 +99,7 @@ class StepGraph {
     uint8_t block = 0;         // WaitClass + 1 of a blocking call that ends here, else 0
     bool burst_first = false;  // first piece after untraced time on another thread
     bool captured = false;     // a CUDA graph would capture it (step_replay.cpp, captured())
+    bool cpu_work = false;     // under a CPU operator flagged kCpuWork (no device work)
   };
   struct Op {
     int64_t ts = 0, dur = 0;
@@ -102,7 +109,7 @@ class StepGraph {
     int64_t gap = 0;          // delay beyond launch and stream order (cross-stream waits)
     int32_t anchor = -1;      // piece the launch call starts in, -1: none
     int32_t prev = -1;        // previous op on the stream
-    int32_t side_prev = -1;   // previous pageable upload (its side stream under pinned_copies)
+    uint64_t bytes = 0;       // copies: bytes moved
     int32_t dep = -1;         // op on another stream it waited for (event wait), -1: none
     int64_t dep_lag = 0;      // from that op's end to this op's start
     int32_t step_first = -1;  // the first op of its step (by Event::step), -1: unknown
@@ -130,6 +137,7 @@ class StepGraph {
   std::vector<bool> marked_;                             // mark_spans
   int64_t latency_ns_ = 0, launch_cost_ns_ = 0;
   double linked_share_ = 0;
+  double pinned_rate_ = 0;
   bool simt_gemms_ = false;
 };
 

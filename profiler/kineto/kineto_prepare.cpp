@@ -12,6 +12,7 @@
 #include "ft/profiler/collectives.h"
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/load_trace.h"
+#include "cpu_work.h"
 #include "kineto_steps.h"
 
 namespace ft::profiler {
@@ -487,6 +488,8 @@ Trace prepare_matched(std::vector<KinetoTrace> ranks, const Waits& waits,
     out.names.intern("[memory]");
     mem.emit(plan.main, &out);
   }
+  // Before the gap copies below: a clipped copy may have lost its runtime calls.
+  kineto::mark_cpu_work(out.events.data(), out.events.size(), out.names);
   size_t gap_copies = 0, segment = 0;
   for (size_t i = 0; i < gap_sources.size(); ++i) {
     while (segment + 1 < source_steps.size() && source_steps[segment + 1].first <= i) ++segment;

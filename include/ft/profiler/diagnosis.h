@@ -56,6 +56,10 @@ struct Finding {
   // False when the trace does not show what the time is spent on (host time with no traced
   // span): no fix can be modelled, so no step time is predicted. Not written to report.json.
   bool predictable = true;
+  // The step-graph re-run that models the fix, when not the class's own: "cpu_work" (a host
+  // finding whose time is the program's CPU work, moved off the training thread). Not written
+  // to report.json.
+  std::string remedy;
   // The run stopped on this (out of memory): it ranks first, whatever its share. Not written to
   // report.json (the report keeps the ranked order).
   bool fatal = false;

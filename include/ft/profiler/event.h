@@ -56,11 +56,19 @@ enum EventFlags : uint8_t {
   kPageable = 1 << 1,  // copy from/to pageable memory (silently synchronous on CUDA)
   kSynchronous = 1 << 2,  // a synchronous copy/memset/collective
   kSlowPath = 1 << 3,  // allocator: went to the OS / device allocator
+  // The same bit on a host CPU operator (kCompute/kOptimizer) of an imported GPU trace: it
+  // launches no device work (no runtime call inside it) and lasts at least kCpuWorkMinNs: the
+  // program's own CPU computation (tensor math on CPU tensors, input preparation), not dispatch.
+  kCpuWork = 1 << 3,
   kRetry = 1 << 4,     // allocator: freed the cache and retried
   kOom = 1 << 5,       // allocator: out of memory
   kNoStream = 1 << 6,  // imported device event without a stream (gpu_user_annotation, ctx sync)
   kNoSourceCategory = 1 << 7,  // imported event had no source category (legacy autograd JSON)
 };
+
+// kCpuWork's length bar: a CPU operator this long with no runtime call inside is the program's
+// own CPU work; the dispatch of a device operator costs a few µs and launches inside it.
+inline constexpr int64_t kCpuWorkMinNs = 50000;
 
 // One event, plain data: per-thread buffers hold these directly.
 struct Event {

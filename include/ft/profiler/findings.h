@@ -78,6 +78,10 @@ struct FindingRules {
   // the A100's dense TF32-over-fp32 peak ratio, 156 / 19.5 TFLOP/s).
   double simt_gemm_share = 0.10;
   double tensor_core_speedup = 4.0;
+  // GPU traces with no pinned upload to measure: a pageable upload's copy assumed this much
+  // faster from page-locked memory (conservative: 7.6x measured on an H200, 128 MiB in 18.7
+  // against 2.46 ms; pageable copies are staged through a driver buffer by the CPU).
+  double pinned_copy_speedup = 3.0;
   int underfilled_tokens = 512;  // batch rule: tokens per micro-batch at most this
   // ... and MFU below this. Measured on Zen 4 (bf16 peak 235 GFLOP/s/core): the underfilled
   // scenario (32 tokens) runs at 31% MFU and doubling its micro-batch is 1.27x faster, while
