@@ -64,10 +64,10 @@ TEST(GpuRealTraces, CpuPreprocessingIsTheHostsOwnWorkNotLaunchOverhead) {
   EXPECT_NE(top->title.find("computes on the CPU"), std::string::npos) << top->title;
   ASSERT_FALSE(top->knobs.empty());
   EXPECT_EQ(top->knobs[0].rfind("DataLoader(num_workers=", 0), 0u) << top->knobs[0];
-  for (const std::string& k : top->knobs)
-    EXPECT_EQ(k.find("cuda.graphs"), std::string::npos) << k;
+  for (const std::string& k : top->knobs) EXPECT_EQ(k.find("cuda.graphs"), std::string::npos) << k;
   bool tanh = false;
-  for (const std::string& e : top->evidence.examples) tanh |= e.find("aten::tanh") != std::string::npos;
+  for (const std::string& e : top->evidence.examples)
+    tanh |= e.find("aten::tanh") != std::string::npos;
   EXPECT_TRUE(tanh) << "the CPU operators the device waited on are named";
   const double want = fixed_step_ms(t);
   EXPECT_NEAR(top->predicted_step_ms, want, 0.2 * want) << top->prediction;
@@ -120,8 +120,8 @@ Event span(Trace* t, const char* name, Category c, int64_t ts_us, int64_t dur_us
 // events.
 TEST(CpuWorkFlag, LongOperatorsThatLaunchNothingAndComputeSomething) {
   Trace t;
-  t.events.push_back(span(&t, "aten::tanh", Category::kCompute, 0, 100));     // CPU work
-  t.events.push_back(span(&t, "aten::add", Category::kCompute, 200, 100));    // launches
+  t.events.push_back(span(&t, "aten::tanh", Category::kCompute, 0, 100));   // CPU work
+  t.events.push_back(span(&t, "aten::add", Category::kCompute, 200, 100));  // launches
   t.events.push_back(span(&t, "cudaLaunchKernel", Category::kHost, 250, 10));
   t.events.push_back(span(&t, "aten::narrow", Category::kCompute, 400, 100));  // a view
   t.events.push_back(span(&t, "aten::mul", Category::kCompute, 600, 20));      // too short

@@ -195,9 +195,10 @@ void replay_predictions(const StepReplay& run, std::vector<Finding>* findings,
       const std::string rate =
           graph.pinned_rate() > 0
               ? fmt::format("the trace's fastest pinned upload ({:.1f} GB/s)", graph.pinned_rate())
-              : fmt::format("{:.0f}x its pageable rate (assumed: the trace has no pinned upload "
-                            "of 1 MiB or more)",
-                            rules.pinned_copy_speedup);
+              : fmt::format(
+                    "{:.0f}x its pageable rate (assumed: the trace has no pinned upload "
+                    "of 1 MiB or more)",
+                    rules.pinned_copy_speedup);
       assumes = fmt::format(
           "each pageable or synchronous upload becomes an asynchronous call (a launch's cost) "
           "with no stream sync after it; its copy stays on its stream, before the compute that "

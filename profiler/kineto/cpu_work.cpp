@@ -26,10 +26,11 @@ bool cpu_operator(const Event& e) {
 // aten::unflatten_dense_tensors), which is dispatch, not the program's CPU work.
 bool computes_nothing(std::string_view n) {
   static constexpr std::string_view kParts[] = {
-      "view",  "narrow",  "slice",  "select",  "transpose", "permute", "expand",
-      "reshape", "squeeze", "as_strided", "detach", "alias", "empty", "flatten",
-      "split", "chunk",   "unbind", "AccumulateGrad", "autograd::", "Backward", "resize_",
-      "set_",  "lift",    "contiguous", "record_param_comms"};
+      "view",    "narrow", "slice",          "select",     "transpose",
+      "permute", "expand", "reshape",        "squeeze",    "as_strided",
+      "detach",  "alias",  "empty",          "flatten",    "split",
+      "chunk",   "unbind", "AccumulateGrad", "autograd::", "Backward",
+      "resize_", "set_",   "lift",           "contiguous", "record_param_comms"};
   for (std::string_view p : kParts)
     if (n.find(p) != std::string_view::npos) return true;
   return n == "aten::t" || n == "aten::numpy_T" || n == "aten::to" || n == "aten::clone";

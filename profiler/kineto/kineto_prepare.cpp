@@ -8,11 +8,11 @@
 #include <string>
 #include <unordered_map>
 
+#include "cpu_work.h"
 #include "ft/profiler/classifier.h"
 #include "ft/profiler/collectives.h"
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/load_trace.h"
-#include "cpu_work.h"
 #include "kineto_steps.h"
 
 namespace ft::profiler {

@@ -136,8 +136,8 @@ TEST(CudaModelTest, TwoEnginesEachMatchTheCpuModelAndRepeatTheirStep) {
       expect_grads_close(cpu, first, pt.grad, which);
       EXPECT_EQ(l1, l2) << which << " repeated";
       EXPECT_LT(rel_l2(again.data(), first.data(), n), 1e-6)
-          << which << " repeated; tensors off:" << grad_diffs(cpu.layout(), again.data(),
-                                                               first.data(), 1e-6);
+          << which << " repeated; tensors off:"
+          << grad_diffs(cpu.layout(), again.data(), first.data(), 1e-6);
     }
   }
 }

@@ -247,10 +247,10 @@ void LtGemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
       if (plan->desc) lt().cublasLtMatmulDescDestroy(plan->desc);
       plan->desc = nullptr;
       FT_CUBLAS_CHECK(lt().cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
-      FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(
-          plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-      FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(
-          plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+      FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                          &op_a, sizeof(op_a)));
+      FT_CUBLAS_CHECK(lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                          &op_b, sizeof(op_b)));
     };
     make_desc();
     // Stored shapes: op(A) is (m,k), op(B) is (k,n); D (m,n); all column-major.
@@ -283,11 +283,11 @@ void LtGemm::matmul(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
       // Bias epilogue: the bias added in the GEMM's epilogue, fp32 first, else in D's type.
       auto try_epilogue = [&](cudaDataType_t bias_t, const void* ptr) {
         const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        return lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-                                                   &epi, sizeof(epi)) == CUBLAS_STATUS_SUCCESS &&
+        return lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                   sizeof(epi)) == CUBLAS_STATUS_SUCCESS &&
                lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                   &bias_t, sizeof(bias_t)) ==
-                   CUBLAS_STATUS_SUCCESS &&
+                                                   &bias_t,
+                                                   sizeof(bias_t)) == CUBLAS_STATUS_SUCCESS &&
                lt().cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                    &ptr, sizeof(ptr)) == CUBLAS_STATUS_SUCCESS &&
                heuristic(&result);

@@ -52,10 +52,10 @@ struct Track {
 
 // Event flags.
 enum EventFlags : uint8_t {
-  kPinned = 1 << 0,    // copy from/to page-locked memory
-  kPageable = 1 << 1,  // copy from/to pageable memory (silently synchronous on CUDA)
+  kPinned = 1 << 0,       // copy from/to page-locked memory
+  kPageable = 1 << 1,     // copy from/to pageable memory (silently synchronous on CUDA)
   kSynchronous = 1 << 2,  // a synchronous copy/memset/collective
-  kSlowPath = 1 << 3,  // allocator: went to the OS / device allocator
+  kSlowPath = 1 << 3,     // allocator: went to the OS / device allocator
   // The same bit on a host CPU operator (kCompute/kOptimizer) of an imported GPU trace: it
   // launches no device work (no runtime call inside it) and lasts at least kCpuWorkMinNs: the
   // program's own CPU computation (tensor math on CPU tensors, input preparation), not dispatch.
