@@ -365,9 +365,7 @@ void cpu_work_finding(const RuleContext& ctx, double cpu_ms, double host_ms,
       "move the CPU computation off the training thread (loader workers) or onto the device"};
   // Workers enough to prepare a batch per step once the step no longer waits: the CPU work over
   // the rest of the step (what it takes without the host's idle).
-  double step_ms = 0;
-  for (const StepBreakdown* st : ctx.steps) step_ms += st->wall_ms;
-  step_ms /= ctx.n;
+  const double step_ms = ctx.t.wall / ctx.n;
   const double rest_ms = std::max(step_ms - host_ms, 0.05 * step_ms);
   const int workers = std::max(1, static_cast<int>(std::ceil(cpu_ms / rest_ms)));
   if (is_pytorch(ctx.trace)) {

@@ -75,7 +75,7 @@ bool captured(const Trace& trace, const Event* ev, int64_t len, PythonNames& pyt
     case Category::kCompute:
     case Category::kOptimizer:
       // CPU work (tensor math on CPU tensors) is not device work: a graph cannot replay it.
-      return !python(ev->name) && !(ev->flags & kCpuWork);
+      return !python(ev->name) && !device_attribution::is_cpu_work(ev);
     default:
       return false;
   }
