@@ -37,6 +37,17 @@ struct JsonNumber {
   bool ns_ok = false;
 };
 
+// Parses exactly the characters of one JSON number, `text[0, n)`; false when they break JSON's
+// number grammar or number more than 128. `want_value` as in JsonCursor::read_number.
+bool parse_json_number(const char* text, size_t n, bool want_value, JsonNumber* out);
+
+// A JSON string in a contiguous buffer, `p` just past its opening quote: sets `out` to its text
+// (a view of the buffer when it has no escape, else of `scratch`, decoded as
+// JsonCursor::read_string decodes) and returns the byte after its closing quote; nullptr when the
+// string is malformed or does not end before `end`.
+const char* scan_json_string(const char* p, const char* end, std::string_view* out,
+                             std::string* scratch);
+
 enum class JsonType { kObject, kArray, kString, kNumber, kTrue, kFalse, kNull, kEnd };
 
 // Pull tokenizer. Memory is the fixed buffer plus the longest string read; values are never
@@ -44,6 +55,15 @@ enum class JsonType { kObject, kArray, kString, kNumber, kTrue, kFalse, kNull, k
 class JsonCursor {
  public:
   JsonCursor(std::unique_ptr<ByteSource> src, std::string label, size_t buffer_bytes = 1 << 20);
+  // Resumes inside a document: `base` is the document offset of the source's first byte and
+  // `open` the open containers, outermost first ('1': none of its members read yet, '0': some).
+  JsonCursor(std::unique_ptr<ByteSource> src, std::string label, size_t buffer_bytes,
+             uint64_t base, std::string open);
+  // Hands over the source and the bytes read from it but not consumed; the cursor is spent.
+  std::unique_ptr<ByteSource> release(std::string* unread);
+  size_t buffer_bytes() const { return cap_; }
+  const std::string& open_containers() const { return first_; }  // as `open` above
+  const std::string& label() const { return label_; }
 
   // Type of the next value (skips whitespace); kEnd at end of input.
   JsonType peek();
@@ -108,9 +128,7 @@ class JsonCursor {
   size_t pos_ = 0;
   size_t len_ = 0;
   uint64_t base_ = 0;
-  // Container state: a stack of bits (1 = object) plus "first element" flags.
-  std::string stack_;  // 'o' or 'a' per open container; '0'/'1' suffix handled by first_
-  std::string first_;  // '1' if the container has not yet produced an element
+  std::string first_;  // per open container: '1' if it has not yet produced an element
 };
 
 }  // namespace ft::profiler::kineto

@@ -13,16 +13,17 @@ struct IdValue {
   bool present = false;
   bool is_string = false;
   int64_t num = 0;
-  std::string str;
+  std::string_view str;
 };
 
-// Fields of one event object that the mapping uses; buffers are reused between events.
+// Fields of one event object that the mapping uses. Its strings view the reader's buffers (the
+// streaming reader's own strings, or a parsed chunk's text).
 struct RawEvent {
   char ph = 0;
   bool has_ts = false, has_dur = false, has_cat = false, has_flow_id = false;
   int64_t ts_ns = 0, dur_ns = 0;
   uint64_t flow_id = 0;
-  std::string name, cat;
+  std::string_view name, cat;
   IdValue pid, tid;
   // args
   bool stream_numeric = false;
@@ -36,7 +37,7 @@ struct RawEvent {
   bool has_mem = false;
   double total_allocated = 0, total_reserved = 0;
   int64_t in_nelems = -1;
-  std::string dtype, arg_name, direction;
+  std::string_view dtype, arg_name, direction;
   double counter_value = 0;
   bool has_counter_value = false;
   double mem_bw = 0;  // "memory bandwidth (GB/s)"
@@ -46,8 +47,7 @@ struct RawEvent {
     has_ts = has_dur = has_cat = has_flow_id = false;
     ts_ns = dur_ns = 0;
     flow_id = 0;
-    name.clear();
-    cat.clear();
+    name = cat = {};
     pid.present = tid.present = false;
     stream_numeric = false;
     stream = -1;
@@ -60,9 +60,7 @@ struct RawEvent {
     has_mem = false;
     total_allocated = total_reserved = 0;
     in_nelems = -1;
-    dtype.clear();
-    arg_name.clear();
-    direction.clear();
+    dtype = arg_name = direction = {};
     counter_value = 0;
     has_counter_value = false;
     mem_bw = 0;

@@ -11,6 +11,7 @@
 
 #include "ft/core/error.h"
 #include "ft/profiler/kineto_trace.h"
+#include "event_chunks.h"
 #include "json_stream.h"
 #include "kineto_event_fields.h"
 #include "kineto_names.h"
@@ -28,6 +29,7 @@ using kineto::JsonNumber;
 using kineto::JsonType;
 
 constexpr uint32_t kStringIdBase = 0x80000000u;
+constexpr size_t kMaxChunkBytes = 256 << 10;
 // |ts|, |dur| below 2^62 ns (~146 years) so that ts + dur never overflows.
 constexpr int64_t kMaxNs = int64_t{1} << 62;
 
@@ -47,34 +49,34 @@ using kineto::RawEvent;
 class Reader {
  public:
   Reader(JsonCursor* cur, const KinetoReadOptions& opt, std::string label)
-      : cur_(*cur), opt_(opt), label_(std::move(label)) {}
+      : cur_(cur), opt_(opt), label_(std::move(label)) {}
 
   KinetoTrace run() {
     trace_.source = "kineto";
-    const JsonType t = cur_.peek();
+    const JsonType t = cur_->peek();
     if (t == JsonType::kArray) {
       bare_array_ = true;
       read_events();
     } else if (t == JsonType::kObject) {
       read_top_object();
     } else if (t == JsonType::kEnd) {
-      cur_.fail("empty input: expected a JSON object or array");
+      cur_->fail("empty input: expected a JSON object or array");
     } else {
-      cur_.fail("expected a JSON object with traceEvents or an array of events");
+      cur_->fail("expected a JSON object with traceEvents or an array of events");
     }
-    cur_.expect_end();
-    trace_.metadata["json_bytes"] = std::to_string(cur_.offset());
-    if (!bare_array_ && !saw_events_) cur_.fail("no traceEvents array in the trace");
+    cur_->expect_end();
+    trace_.metadata["json_bytes"] = std::to_string(cur_->offset());
+    if (!bare_array_ && !saw_events_) cur_->fail("no traceEvents array in the trace");
     finish();
     return std::move(trace_);
   }
 
  private:
   void read_top_object() {
-    cur_.begin_object();
-    while (cur_.next_key(&key_)) {
+    cur_->begin_object();
+    while (cur_->next_key(&key_)) {
       if (key_ == "traceEvents") {
-        if (cur_.peek() != JsonType::kArray) cur_.fail("traceEvents is not an array");
+        if (cur_->peek() != JsonType::kArray) cur_->fail("traceEvents is not an array");
         saw_events_ = true;
         read_events();
       } else if (key_ == "distributedInfo") {
@@ -82,84 +84,109 @@ class Reader {
       } else if (key_ == "schemaVersion" || key_ == "displayTimeUnit" || key_ == "traceName") {
         trace_.metadata[key_] = scalar_text();
       } else {
-        cur_.skip_value();
+        cur_->skip_value();
       }
     }
   }
 
   std::string scalar_text() {
-    switch (cur_.peek()) {
+    switch (cur_->peek()) {
       case JsonType::kString: {
         std::string s;
-        cur_.read_string(&s);
+        cur_->read_string(&s);
         return s;
       }
       case JsonType::kNumber: {
-        const JsonNumber n = cur_.read_number();
+        const JsonNumber n = cur_->read_number();
         return n.int_ok ? std::to_string(n.int_value) : std::to_string(n.value);
       }
       default:
-        cur_.skip_value();
+        cur_->skip_value();
         return "";
     }
   }
 
   void read_distributed_info() {
-    if (cur_.peek() != JsonType::kObject) {
-      cur_.skip_value();
+    if (cur_->peek() != JsonType::kObject) {
+      cur_->skip_value();
       return;
     }
-    cur_.begin_object();
+    cur_->begin_object();
     std::string k;
-    while (cur_.next_key(&k)) {
-      if (k == "rank" && cur_.peek() == JsonType::kNumber) {
-        const JsonNumber n = cur_.read_number();
-        if (!n.int_ok || n.int_value < 0 || n.int_value > (1 << 24)) cur_.fail("bad rank");
+    while (cur_->next_key(&k)) {
+      if (k == "rank" && cur_->peek() == JsonType::kNumber) {
+        const JsonNumber n = cur_->read_number();
+        if (!n.int_ok || n.int_value < 0 || n.int_value > (1 << 24)) cur_->fail("bad rank");
         trace_.metadata["rank"] = std::to_string(n.int_value);
         trace_.metadata["has_rank"] = "1";
       } else if ((k == "world_size" || k == "backend") &&
-                 (cur_.peek() == JsonType::kNumber || cur_.peek() == JsonType::kString)) {
+                 (cur_->peek() == JsonType::kNumber || cur_->peek() == JsonType::kString)) {
         trace_.metadata["distributed." + k] = scalar_text();
       } else {
-        cur_.skip_value();
+        cur_->skip_value();
       }
     }
   }
 
   void read_events() {
-    cur_.begin_array();
-    while (cur_.next_element()) {
-      if (cur_.peek() != JsonType::kObject) {
-        cur_.fail("trace event is not an object");
+    cur_->begin_array();
+    if (opt_.parallel_events) read_events_in_chunks();
+    while (cur_->next_element()) {
+      if (cur_->peek() != JsonType::kObject) {
+        cur_->fail("trace event is not an object");
       }
       ev_.reset();
       read_event_object();
-      map_event();
+      map_event(ev_);
     }
   }
 
-  void read_id(IdValue* v) {
+  // The array's events through the chunk pipeline, mapped here in order; the cursor is then
+  // replaced by one that reads on from the first byte the pipeline did not consume.
+  void read_events_in_chunks() {
+    std::string unread;
+    const uint64_t offset = cur_->offset();
+    std::string open = cur_->open_containers();
+    const size_t buffer = cur_->buffer_bytes();
+    std::unique_ptr<kineto::ByteSource> src = cur_->release(&unread);
+    kineto::EventPipeline pipe(std::move(src), std::move(unread), offset,
+                               std::min<size_t>(buffer, kMaxChunkBytes));
+    bool any = false;
+    while (const kineto::EventChunk* c = pipe.next()) {
+      for (const RawEvent& e : c->events) map_event(e);
+      any = any || !c->events.empty();
+    }
+    uint64_t rest_offset = 0;
+    std::unique_ptr<kineto::ByteSource> rest = pipe.rest(&rest_offset);
+    if (any) open.back() = '0';
+    resumed_ = std::make_unique<JsonCursor>(std::move(rest), label_, buffer, rest_offset,
+                                            std::move(open));
+    cur_ = resumed_.get();
+  }
+
+  void read_id(IdValue* v, std::string* storage) {
     v->present = true;
-    const JsonType t = cur_.peek();
+    const JsonType t = cur_->peek();
     if (t == JsonType::kString) {
       v->is_string = true;
-      cur_.read_string(&v->str);
+      cur_->read_string(storage);
+      v->str = *storage;
     } else if (t == JsonType::kNumber) {
-      const JsonNumber n = cur_.read_number();
+      const JsonNumber n = cur_->read_number();
       v->is_string = false;
       v->num = n.int_ok                              ? n.int_value
                : (n.value > -9e18 && n.value < 9e18) ? static_cast<int64_t>(n.value)
                                                      : 0;
     } else {
       v->present = false;
-      cur_.skip_value();
+      cur_->skip_value();
     }
   }
 
   int64_t read_int_or(int64_t fallback, bool* numeric = nullptr) {
-    const JsonType t = cur_.peek();
+    const JsonType t = cur_->peek();
     if (t == JsonType::kNumber) {
-      const JsonNumber n = cur_.read_number();
+      const JsonNumber n = cur_->read_number();
       if (numeric) *numeric = true;
       if (n.int_ok) return n.int_value;
       if (n.value > -9e18 && n.value < 9e18) return static_cast<int64_t>(n.value);
@@ -167,7 +194,7 @@ class Reader {
     }
     if (t == JsonType::kString) {
       // HTA converts numeric strings too ("7"); "0x0" is not a number.
-      cur_.read_string(&scratch_);
+      cur_->read_string(&scratch_);
       int64_t v = 0;
       const char* b = scratch_.data();
       const char* e = b + scratch_.size();
@@ -178,28 +205,28 @@ class Reader {
       }
       return fallback;
     }
-    cur_.skip_value();
+    cur_->skip_value();
     return fallback;
   }
 
   double read_double_or(double fallback) {
-    if (cur_.peek() == JsonType::kNumber) return cur_.read_number().value;
-    cur_.skip_value();
+    if (cur_->peek() == JsonType::kNumber) return cur_->read_number().value;
+    cur_->skip_value();
     return fallback;
   }
 
   void read_event_object() {
-    cur_.begin_object();
+    cur_->begin_object();
     std::string_view key;
-    while (cur_.next_key(&key, &key_)) {
+    while (cur_->next_key(&key, &key_)) {
       // The key's view dies with the next cursor call: it is classified first.
       switch (event_key(key)) {
         case EventKey::kPh:
-          if (cur_.peek() == JsonType::kString) {
-            cur_.read_string(&scratch_);
+          if (cur_->peek() == JsonType::kString) {
+            cur_->read_string(&scratch_);
             ev_.ph = scratch_.size() == 1 ? scratch_[0] : '?';
           } else {
-            cur_.skip_value();
+            cur_->skip_value();
           }
           break;
         case EventKey::kTs:
@@ -209,25 +236,27 @@ class Reader {
           read_time(&ev_.dur_ns, &ev_.has_dur, "duration out of range");
           break;
         case EventKey::kName:
-          if (cur_.peek() == JsonType::kString) {
-            cur_.read_string(&ev_.name);
+          if (cur_->peek() == JsonType::kString) {
+            cur_->read_string(&name_);
+            ev_.name = name_;
           } else {
-            cur_.skip_value();
+            cur_->skip_value();
           }
           break;
         case EventKey::kCat:
-          if (cur_.peek() == JsonType::kString) {
-            cur_.read_string(&ev_.cat);
+          if (cur_->peek() == JsonType::kString) {
+            cur_->read_string(&cat_);
+            ev_.cat = cat_;
             ev_.has_cat = true;
           } else {
-            cur_.skip_value();
+            cur_->skip_value();
           }
           break;
         case EventKey::kPid:
-          read_id(&ev_.pid);
+          read_id(&ev_.pid, &pid_);
           break;
         case EventKey::kTid:
-          read_id(&ev_.tid);
+          read_id(&ev_.tid, &tid_);
           break;
         case EventKey::kId: {
           bool numeric = false;
@@ -237,14 +266,14 @@ class Reader {
           break;
         }
         case EventKey::kArgs:
-          if (cur_.peek() == JsonType::kObject) {
+          if (cur_->peek() == JsonType::kObject) {
             read_args();
           } else {
-            cur_.skip_value();
+            cur_->skip_value();
           }
           break;
         case EventKey::kOther:
-          cur_.skip_value();
+          cur_->skip_value();
           break;
       }
     }
@@ -252,22 +281,22 @@ class Reader {
 
   // A µs time as exact ns; a non-number is skipped.
   void read_time(int64_t* ns, bool* has, const char* out_of_range) {
-    if (cur_.peek() != JsonType::kNumber) {
-      cur_.skip_value();
+    if (cur_->peek() != JsonType::kNumber) {
+      cur_->skip_value();
       return;
     }
-    const JsonNumber v = cur_.read_number(/*want_value=*/false);
-    if (!v.ns_ok || v.micros_to_ns >= kMaxNs || v.micros_to_ns <= -kMaxNs) cur_.fail(out_of_range);
+    const JsonNumber v = cur_->read_number(/*want_value=*/false);
+    if (!v.ns_ok || v.micros_to_ns >= kMaxNs || v.micros_to_ns <= -kMaxNs) cur_->fail(out_of_range);
     *ns = v.micros_to_ns;
     *has = true;
   }
 
   void read_args() {
-    cur_.begin_object();
+    cur_->begin_object();
     std::string_view key;
-    while (cur_.next_key(&key, &arg_key_)) {
+    while (cur_->next_key(&key, &arg_key_)) {
       const ArgKey k = arg_key(key);
-      const JsonType t = cur_.peek();
+      const JsonType t = cur_->peek();
       switch (k) {
         case ArgKey::kStream: {
           bool numeric = false;
@@ -293,7 +322,7 @@ class Reader {
           continue;
         case ArgKey::kMemBw:
           if (t != JsonType::kNumber) break;
-          ev_.mem_bw = cur_.read_number().value;
+          ev_.mem_bw = cur_->read_number().value;
           ev_.has_mem_bw = true;
           continue;
         case ArgKey::kMemBytes:
@@ -313,9 +342,16 @@ class Reader {
         case ArgKey::kName:
         case ArgKey::kDirection:
           if (t != JsonType::kString) break;
-          cur_.read_string(k == ArgKey::kDtype  ? &ev_.dtype
-                           : k == ArgKey::kName ? &ev_.arg_name
-                                                : &ev_.direction);
+          if (k == ArgKey::kDtype) {
+            cur_->read_string(&dtype_);
+            ev_.dtype = dtype_;
+          } else if (k == ArgKey::kName) {
+            cur_->read_string(&arg_name_);
+            ev_.arg_name = arg_name_;
+          } else {
+            cur_->read_string(&direction_);
+            ev_.direction = direction_;
+          }
           continue;
         case ArgKey::kOther:
           break;
@@ -323,10 +359,10 @@ class Reader {
       // Any other number (the first) is a counter event's value; events whose phase came first
       // and is not 'C' do not need it converted.
       if (!ev_.has_counter_value && t == JsonType::kNumber && (ev_.ph == 0 || ev_.ph == 'C')) {
-        ev_.counter_value = cur_.read_number().value;
+        ev_.counter_value = cur_->read_number().value;
         ev_.has_counter_value = true;
       } else {
-        cur_.skip_value();
+        cur_->skip_value();
       }
     }
   }
@@ -345,33 +381,33 @@ class Reader {
     const auto it = string_ids_.find(v.str);
     if (it != string_ids_.end()) return it->second;
     const uint32_t id = kStringIdBase + static_cast<uint32_t>(string_ids_.size());
-    string_ids_.emplace(v.str, id);
-    if (is_pid) trace_.processes[id] = v.str;
+    string_ids_.emplace(std::string(v.str), id);
+    if (is_pid) trace_.processes[id] = std::string(v.str);
     return id;
   }
 
-  void map_metadata() {
+  void map_metadata(const RawEvent& ev_) {
     const uint32_t pid = id_of(ev_.pid, true);
     if (ev_.name == "process_name" && !ev_.arg_name.empty()) {
-      trace_.processes[pid] = ev_.arg_name;
+      trace_.processes[pid] = std::string(ev_.arg_name);
     } else if (ev_.name == "thread_name" && !ev_.arg_name.empty()) {
       const uint32_t tid = id_of(ev_.tid, false);
-      host_thread_names_[(static_cast<uint64_t>(pid) << 32) | tid] = ev_.arg_name;
+      host_thread_names_[(static_cast<uint64_t>(pid) << 32) | tid] = std::string(ev_.arg_name);
     }
   }
 
-  void map_event() {
+  void map_event(const RawEvent& ev_) {
     if (ev_.has_cat && ev_.ph == 'X') note_schema(ev_.cat);
     switch (ev_.ph) {
       case 'X':
         break;
       case 'M':
-        map_metadata();
+        map_metadata(ev_);
         return;
       case 'i':
       case 'I':
         if (ev_.name == "[memory]") {
-          if (opt_.keep_memory && ev_.has_ts) map_memory();
+          if (opt_.keep_memory && ev_.has_ts) map_memory(ev_);
           return;
         }
         if (!opt_.keep_instants || !ev_.has_ts) return;
@@ -379,20 +415,20 @@ class Reader {
       case 's':
       case 'f':
       case 't':
-        if (opt_.keep_flows && ev_.has_ts && ev_.has_flow_id) map_flow();
+        if (opt_.keep_flows && ev_.has_ts && ev_.has_flow_id) map_flow(ev_);
         return;
       case 'C':
-        if (ev_.has_ts) map_counter();
+        if (ev_.has_ts) map_counter(ev_);
         return;
       default:
         return;  // B/E, async and object events are not used by ft's analyses
     }
-    if (!ev_.has_ts) cur_.fail("event without ts");
+    if (!ev_.has_ts) cur_->fail("event without ts");
     if (ev_.has_cat && ev_.cat == "Trace") return;  // the profiler's own span
     // Malformed but readable: counted for the report's warnings (the classifier leaves negative
     // durations out; the records keep them, as HTA does).
-    if (ev_.ph == 'X' && ev_.dur_ns < 0) note_malformed("negative_durations");
-    if (ev_.ts_ns < 0) note_malformed("negative_timestamps");
+    if (ev_.ph == 'X' && ev_.dur_ns < 0) note_malformed("negative_durations", ev_.name);
+    if (ev_.ts_ns < 0) note_malformed("negative_timestamps", ev_.name);
     Event e;
     e.ts_ns = ev_.ts_ns;
     e.dur_ns = ev_.ph == 'X' ? ev_.dur_ns : 0;
@@ -434,7 +470,7 @@ class Reader {
     trace_.append(e);
   }
 
-  void map_memory() {
+  void map_memory(const RawEvent& ev_) {
     Event e;
     e.ts_ns = ev_.ts_ns;
     e.phase = Phase::kInstant;
@@ -462,7 +498,7 @@ class Reader {
     }
   }
 
-  void map_flow() {
+  void map_flow(const RawEvent& ev_) {
     Event e;
     e.ts_ns = ev_.ts_ns;
     e.phase = ev_.ph == 's' ? Phase::kFlowStart : Phase::kFlowEnd;
@@ -474,7 +510,7 @@ class Reader {
     trace_.append(e);
   }
 
-  void map_counter() {
+  void map_counter(const RawEvent& ev_) {
     Event e;
     e.ts_ns = ev_.ts_ns;
     e.phase = Phase::kCounter;
@@ -486,7 +522,7 @@ class Reader {
     trace_.append(e);
   }
 
-  void note_schema(const std::string& cat) {
+  void note_schema(std::string_view cat) {
     if (cat == "Operator" || cat == "Runtime" || cat == "Kernel" || cat == "Memcpy" ||
         cat == "Memset") {
       saw_2021_ = true;
@@ -495,10 +531,10 @@ class Reader {
     }
   }
 
-  void note_malformed(const char* what) {
+  void note_malformed(const char* what, std::string_view name) {
     const std::string key = std::string("input.") + what;
     auto& n = malformed_[key];
-    if (n++ == 0) trace_.metadata[key + ".first"] = ev_.name;
+    if (n++ == 0) trace_.metadata[key + ".first"] = std::string(name);
   }
 
   void finish() {
@@ -526,14 +562,16 @@ class Reader {
     }
   }
 
-  JsonCursor& cur_;
+  JsonCursor* cur_;
+  std::unique_ptr<JsonCursor> resumed_;  // after the chunk pipeline
   const KinetoReadOptions& opt_;
   std::string label_;
   KinetoTrace trace_;
   RawEvent ev_;
   std::string key_, arg_key_, scratch_;
+  std::string name_, cat_, pid_, tid_, dtype_, arg_name_, direction_;  // ev_'s strings
   InternMap names_;
-  std::unordered_map<std::string, uint32_t> string_ids_;
+  InternMap string_ids_;
   std::map<Track, bool> device_tracks_;
   std::map<uint64_t, std::string> host_thread_names_;
   double last_reserved_ = -1;

@@ -73,6 +73,32 @@ inline void fuzz_diagnose(const profiler::Trace& t) {
   fuzz_render_all(d);
 }
 
+// Every field of every record, the tables and the metadata, as text (or the error's message).
+inline std::string kineto_fingerprint(const std::string& text,
+                                      const profiler::KinetoReadOptions& opt) {
+  std::string o;
+  try {
+    const profiler::KinetoTrace t = profiler::read_kineto_records_from_memory(text, "fuzz", opt);
+    for (size_t i = 0; i < t.size(); ++i) {
+      const profiler::Event e = t.event(i);
+      o += std::to_string(e.ts_ns) + ' ' + std::to_string(e.dur_ns) + ' ' +
+           std::to_string(e.arg) + ' ' + std::to_string(e.bytes) + ' ' +
+           std::to_string(e.value) + ' ' + std::to_string(e.id) + ' ' +
+           std::to_string(e.track.pid) + ' ' + std::to_string(e.track.tid) + ' ' +
+           std::to_string(e.track.device) + ' ' + t.names.at(e.name) + ' ' +
+           std::to_string(static_cast<int>(e.phase)) + ' ' +
+           std::to_string(static_cast<int>(e.category)) + ' ' + std::to_string(e.flags) + '\n';
+    }
+    for (const auto& [k, v] : t.tracks)
+      o += std::to_string(k.pid) + ' ' + std::to_string(k.tid) + ' ' + v + '\n';
+    for (const auto& [k, v] : t.processes) o += std::to_string(k) + ' ' + v + '\n';
+    for (const auto& [k, v] : t.metadata) o += k + '=' + v + '\n';
+  } catch (const FormatError& e) {
+    o = std::string("error: ") + e.what();
+  }
+  return o;
+}
+
 inline void fuzz_kineto(const std::string& text, size_t size) {
   // The reader's options from the size's low bits, so that mutations reach every combination.
   profiler::KinetoReadOptions opt;
@@ -84,6 +110,14 @@ inline void fuzz_kineto(const std::string& text, size_t size) {
   static constexpr size_t kBuffers[4] = {64, 1 << 20, 7, 4096};
   opt.buffer_bytes = kBuffers[(size >> 4) & 3];
   const bool two_ranks = (size & 64) != 0;
+  // The chunked simdjson path and the streaming tokenizer agree on every input: the same
+  // records, or the same error.
+  {
+    profiler::KinetoReadOptions streaming = opt;
+    streaming.parallel_events = false;
+    fuzz_check(kineto_fingerprint(text, opt) == kineto_fingerprint(text, streaming),
+               "chunked and streaming Kineto readers disagree");
+  }
 
   std::vector<profiler::KinetoTrace> ranks;
   try {

@@ -32,7 +32,11 @@ struct KinetoReadOptions {
   bool keep_instants = false;  // instants other than [memory] (cpu_instant_event, ...)
   bool keep_memory = true;     // [memory] instants and their counters
   bool assign_steps = true;    // fill Event::step from ProfilerStep#N spans
-  size_t buffer_bytes = 1 << 20;
+  // traceEvents parsed in chunks by simdjson on every core (false: by the streaming tokenizer
+  // alone). Both give the same records and the same errors: a chunk the fast path refuses is
+  // read by the streaming tokenizer.
+  bool parallel_events = true;
+  size_t buffer_bytes = 1 << 20;  // the tokenizer's buffer; chunks are min(this, 256 KiB)
 };
 
 // Reads one trace file (plain or gzip, detected by magic bytes) into compact records (32 B per

@@ -1,0 +1,76 @@
+// event_chunks.h: the traceEvents array read in parallel: split at event boundaries, each
+// chunk's events parsed by simdjson On-Demand on worker threads and handed back in order.
+// Internal to profiler/kineto (kineto_reader.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "json_stream.h"
+#include "kineto_event_fields.h"
+
+namespace ft::profiler::kineto {
+
+// A run of whole events of the array. `buf` is '[' + the chunk's bytes as read (its leading
+// comma blanked) + ']' + simdjson's padding; the events' strings view `buf` or `escaped`.
+struct EventChunk {
+  uint64_t offset = 0;  // document offset of the chunk's first byte (buf[1])
+  size_t len = 0;       // the chunk's bytes: buf[1, 1 + len)
+  size_t comma = std::string::npos;  // where the leading comma was blanked (index in buf)
+  std::string buf;
+  std::vector<RawEvent> events;
+  std::deque<std::string> escaped;  // strings with escapes, decoded
+  bool done = false, ok = false;
+  std::string text() const;  // the chunk's bytes as read
+};
+
+// Splits the array's bytes at event boundaries (a string-aware scan of brackets) into chunks of
+// about `chunk_bytes`, parses them on worker threads (a lone chunk on the caller's thread) and
+// hands them back in document order. A chunk that simdjson or ft's own checks refuse ends the
+// fast path: the streaming reader reads on from that chunk (and gives the exact error). It is
+// the judge; the fast path accepts only what it accepts and yields the same RawEvents.
+class EventPipeline {
+ public:
+  // The bytes after the array's '[': `unread`, then the rest of `src`; `offset` is unread's
+  // document offset.
+  EventPipeline(std::unique_ptr<ByteSource> src, std::string unread, uint64_t offset,
+                size_t chunk_bytes);
+  ~EventPipeline();
+  EventPipeline(const EventPipeline&) = delete;
+  EventPipeline& operator=(const EventPipeline&) = delete;
+
+  // The next chunk in document order, valid until the next call; nullptr once the fast path
+  // ends: at the array's end, at the input's end, or at the first chunk that did not parse.
+  const EventChunk* next();
+  // After next() returned nullptr: the document from the first byte no chunk consumed, and the
+  // document offset of that byte.
+  std::unique_ptr<ByteSource> rest(uint64_t* offset);
+
+ private:
+  struct Shared;
+  bool split_one();  // reads and scans input until one chunk is cut; false when none is left
+  void scan();       // scans pending_ from scanned_
+  void scan_byte(char c, size_t pos);
+  void cut();        // pending_[0, boundary_) becomes a chunk in the window
+  void start_workers();
+
+  std::unique_ptr<ByteSource> src_;
+  std::string pending_;  // input not yet cut into chunks
+  uint64_t pending_offset_ = 0;
+  size_t scanned_ = 0;   // bytes of pending_ scanned
+  size_t boundary_ = 0;  // end of the last whole event in pending_ (0: none)
+  bool in_string_ = false, escape_ = false, array_end_ = false, eof_ = false;
+  int64_t depth_ = 0;
+  size_t chunk_bytes_;
+  bool first_chunk_ = true;
+  std::deque<std::unique_ptr<EventChunk>> window_;  // submitted, in document order
+  std::unique_ptr<EventChunk> current_;             // the chunk next() returned last
+  std::unique_ptr<EventChunk> failed_;              // the chunk that did not parse
+  std::unique_ptr<Shared> shared_;
+};
+
+}  // namespace ft::profiler::kineto
