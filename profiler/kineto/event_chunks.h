@@ -15,18 +15,35 @@
 
 namespace ft::profiler::kineto {
 
-// A run of whole events of the array. `buf` is '[' + the chunk's bytes as read (its leading
+// A byte buffer that grows without zero-filling.
+struct ByteBuffer {
+  std::unique_ptr<char[]> data;
+  size_t cap = 0;
+  void reserve(size_t n, size_t keep);  // capacity >= n, keeping the first `keep` bytes
+};
+
+// A run of whole events of the array. `buf` holds '[' + the chunk's bytes as read (its leading
 // comma blanked) + ']' + simdjson's padding; the events' strings view `buf` or `escaped`.
 struct EventChunk {
   uint64_t offset = 0;  // document offset of the chunk's first byte (buf[1])
   size_t len = 0;       // the chunk's bytes: buf[1, 1 + len)
   size_t comma = std::string::npos;  // where the leading comma was blanked (index in buf)
-  std::string buf;
+  ByteBuffer buf;
   std::vector<RawEvent> events;
   std::deque<std::string> escaped;  // strings with escapes, decoded
   bool done = false, ok = false;
   std::string text() const;  // the chunk's bytes as read
 };
+
+// A simdjson On-Demand parser (event_chunk_parser.cpp keeps simdjson's header to itself).
+struct SimdParser;
+struct SimdParserDeleter {
+  void operator()(SimdParser* p) const;
+};
+using SimdParserPtr = std::unique_ptr<SimdParser, SimdParserDeleter>;
+SimdParserPtr make_simd_parser();
+// Parses `c`'s events into c->events; false when simdjson or the checks refuse anything.
+bool parse_event_chunk(EventChunk* c, SimdParser& parser);
 
 // Splits the array's bytes at event boundaries (a string-aware scan of brackets) into chunks of
 // about `chunk_bytes`, parses them on worker threads (a lone chunk on the caller's thread) and
@@ -53,16 +70,19 @@ class EventPipeline {
  private:
   struct Shared;
   bool split_one();  // reads and scans input until one chunk is cut; false when none is left
-  void scan();       // scans pending_ from scanned_
+  void scan();       // scans pending from scanned_
   void scan_byte(char c, size_t pos);
-  void cut();        // pending_[0, boundary_) becomes a chunk in the window
+  void cut();        // pending's first boundary_ bytes become a chunk in the window
   void start_workers();
 
   std::unique_ptr<ByteSource> src_;
-  std::string pending_;  // input not yet cut into chunks
+  // Input not yet cut into chunks: pending_.data[1, 1 + pending_len_) (byte 0 is for the
+  // chunk's '['); a cut hands the buffer to the chunk and copies the rest to a new one.
+  ByteBuffer pending_;
+  size_t pending_len_ = 0;
   uint64_t pending_offset_ = 0;
-  size_t scanned_ = 0;   // bytes of pending_ scanned
-  size_t boundary_ = 0;  // end of the last whole event in pending_ (0: none)
+  size_t scanned_ = 0;   // bytes of pending scanned
+  size_t boundary_ = 0;  // end of the last whole event in pending (0: none)
   bool in_string_ = false, escape_ = false, array_end_ = false, eof_ = false;
   int64_t depth_ = 0;
   size_t chunk_bytes_;

@@ -367,6 +367,24 @@ class Reader {
     }
   }
 
+  // kineto::classify_event, remembered per (name, source, device): names repeat.
+  Category classify(kineto::SourceKind kind, uint32_t name_id, std::string_view name, bool device,
+                    uint8_t* flags) {
+    constexpr size_t kSlots = 32;  // 2 x the sources
+    static_assert(static_cast<size_t>(kineto::Source::kOther) < kSlots / 2);
+    const size_t slot = static_cast<size_t>(name_id) * kSlots +
+                        static_cast<size_t>(kind.source) * 2 + (device ? 1 : 0);
+    if (slot >= class_cache_.size()) class_cache_.resize((slot / kSlots + 64) * kSlots, 0);
+    uint16_t& c = class_cache_[slot];
+    if (c == 0) {
+      uint8_t f = 0;
+      const Category cat = kineto::classify_event(kind, name, device, &f);
+      c = static_cast<uint16_t>(1 + static_cast<unsigned>(cat) + (unsigned{f} << 8));
+    }
+    *flags |= static_cast<uint8_t>(c >> 8);
+    return static_cast<Category>((c & 0xff) - 1);
+  }
+
   uint32_t intern(std::string_view s) {
     const auto it = names_.find(s);
     if (it != names_.end()) return it->second;
@@ -453,7 +471,7 @@ class Reader {
       e.track.pid = id_of(ev_.pid, true);
       e.track.tid = id_of(ev_.tid, false);
     }
-    e.category = kineto::classify_event(kind, ev_.name, device, &e.flags);
+    e.category = classify(kind, e.name, ev_.name, device, &e.flags);
     if (ev_.bytes >= 0) {
       e.bytes = static_cast<uint64_t>(ev_.bytes);
     } else if (ev_.in_nelems >= 0) {
@@ -571,6 +589,7 @@ class Reader {
   std::string key_, arg_key_, scratch_;
   std::string name_, cat_, pid_, tid_, dtype_, arg_name_, direction_;  // ev_'s strings
   InternMap names_;
+  std::vector<uint16_t> class_cache_;  // classify(): 1 + category | flags << 8, 0 = not yet
   InternMap string_ids_;
   std::map<Track, bool> device_tracks_;
   std::map<uint64_t, std::string> host_thread_names_;
