@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # deps.sh: installs the Debian packages ft needs that are missing (or prints the apt-get line when not root).
-# Usage: scripts/deps.sh [core|all]   core = build + tests; all = also benchmarks' peers (PyTorch, OpenBLAS, jemalloc, pandas for HTA).
+# Usage: scripts/deps.sh [core|all]   core = build + tests; all = also benchmarks' peers (PyTorch, OpenBLAS, jemalloc, HTA's pandas, plotly, networkx, psutil, yaml).
 set -euo pipefail
 set_name="${1:-core}"
 core=(build-essential cmake pkg-config git libdnnl-dev libfmt-dev libboost-program-options-dev
@@ -8,7 +8,7 @@ core=(build-essential cmake pkg-config git libdnnl-dev libfmt-dev libboost-progr
       chromium)  # chromium: headless check of report.html (tests/report_html_browser_test.cpp)
 core+=(libopenmpi-dev openmpi-bin)  # distributed training (FT_WITH_MPI) and its mpirun tests
 core+=(python3 python3-torch)  # tests/torch_client_test.cpp: a real PyTorch client (/usr/bin/python3)
-extra=(python3 python3-torch python3-numpy python3-pandas libopenblas0-openmp libopenblas-dev libjemalloc2 hyperfine fortunes
+extra=(python3 python3-torch python3-numpy python3-pandas python3-plotly python3-networkx python3-psutil python3-yaml libopenblas0-openmp libopenblas-dev libjemalloc2 hyperfine fortunes
        clang libclang-rt-14-dev)
 pkgs=("${core[@]}")
 if [[ "$set_name" == "all" ]]; then pkgs+=("${extra[@]}"); fi
