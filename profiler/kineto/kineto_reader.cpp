@@ -29,7 +29,7 @@ using kineto::JsonNumber;
 using kineto::JsonType;
 
 constexpr uint32_t kStringIdBase = 0x80000000u;
-constexpr size_t kMaxChunkBytes = 256 << 10;
+constexpr size_t kMaxChunkBytes = 128 << 10;
 // |ts|, |dur| below 2^62 ns (~146 years) so that ts + dur never overflows.
 constexpr int64_t kMaxNs = int64_t{1} << 62;
 

@@ -36,7 +36,7 @@ struct KinetoReadOptions {
   // alone). Both give the same records and the same errors: a chunk the fast path refuses is
   // read by the streaming tokenizer.
   bool parallel_events = true;
-  size_t buffer_bytes = 1 << 20;  // the tokenizer's buffer; chunks are min(this, 256 KiB)
+  size_t buffer_bytes = 1 << 20;  // the tokenizer's buffer; chunks are min(this, 128 KiB)
 };
 
 // Reads one trace file (plain or gzip, detected by magic bytes) into compact records (32 B per
