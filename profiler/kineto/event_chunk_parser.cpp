@@ -24,7 +24,6 @@ bool number_char(char c) {
   return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
 }
 
-
 // A string at `raw` (just past its quote) that ends before any backslash or control byte: its
 // text. Stage 1 has matched every quote of the chunk, so the string ends inside it and the
 // 16-byte reads stay inside the padding.
@@ -34,8 +33,9 @@ bool plain_string(const char* raw, std::string_view* out) {
   const __m128i ctl = _mm_set1_epi8(0x1f);
   for (const char* p = raw;; p += 16) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)),
-                                     _mm_cmpeq_epi8(_mm_max_epu8(v, ctl), ctl));
+    const __m128i hit =
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)),
+                     _mm_cmpeq_epi8(_mm_max_epu8(v, ctl), ctl));
     const int m = _mm_movemask_epi8(hit);
     if (m == 0) continue;
     const char* q = p + __builtin_ctz(static_cast<unsigned>(m));

@@ -1,5 +1,6 @@
-// event_chunks.cpp: the traceEvents array split at event boundaries and parsed by simdjson
-// On-Demand on worker threads; every value is checked as the streaming reader checks it.
+// event_chunks.cpp: the chunk pipeline: the traceEvents array's bytes split at event boundaries
+// by a string-aware bracket scan, parsed on worker threads (event_chunk_parser.cpp), handed back
+// in document order.
 #include "event_chunks.h"
 
 #include <algorithm>

@@ -25,8 +25,8 @@ struct ByteBuffer {
 // A run of whole events of the array. `buf` holds '[' + the chunk's bytes as read (its leading
 // comma blanked) + ']' + simdjson's padding; the events' strings view `buf` or `escaped`.
 struct EventChunk {
-  uint64_t offset = 0;  // document offset of the chunk's first byte (buf[1])
-  size_t len = 0;       // the chunk's bytes: buf[1, 1 + len)
+  uint64_t offset = 0;               // document offset of the chunk's first byte (buf[1])
+  size_t len = 0;                    // the chunk's bytes: buf[1, 1 + len)
   size_t comma = std::string::npos;  // where the leading comma was blanked (index in buf)
   ByteBuffer buf;
   std::vector<RawEvent> events;
@@ -72,7 +72,7 @@ class EventPipeline {
   bool split_one();  // reads and scans input until one chunk is cut; false when none is left
   void scan();       // scans pending from scanned_
   void scan_byte(char c, size_t pos);
-  void cut();        // pending's first boundary_ bytes become a chunk in the window
+  void cut();  // pending's first boundary_ bytes become a chunk in the window
   void start_workers();
 
   std::unique_ptr<ByteSource> src_;

@@ -57,8 +57,8 @@ class JsonCursor {
   JsonCursor(std::unique_ptr<ByteSource> src, std::string label, size_t buffer_bytes = 1 << 20);
   // Resumes inside a document: `base` is the document offset of the source's first byte and
   // `open` the open containers, outermost first ('1': none of its members read yet, '0': some).
-  JsonCursor(std::unique_ptr<ByteSource> src, std::string label, size_t buffer_bytes,
-             uint64_t base, std::string open);
+  JsonCursor(std::unique_ptr<ByteSource> src, std::string label, size_t buffer_bytes, uint64_t base,
+             std::string open);
   // Hands over the source and the bytes read from it but not consumed; the cursor is spent.
   std::unique_ptr<ByteSource> release(std::string* unread);
   size_t buffer_bytes() const { return cap_; }

@@ -9,9 +9,9 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "event_chunks.h"
 #include "ft/core/error.h"
 #include "ft/profiler/kineto_trace.h"
-#include "event_chunks.h"
 #include "json_stream.h"
 #include "kineto_event_fields.h"
 #include "kineto_names.h"
@@ -159,8 +159,8 @@ class Reader {
     uint64_t rest_offset = 0;
     std::unique_ptr<kineto::ByteSource> rest = pipe.rest(&rest_offset);
     if (any) open.back() = '0';
-    resumed_ = std::make_unique<JsonCursor>(std::move(rest), label_, buffer, rest_offset,
-                                            std::move(open));
+    resumed_ =
+        std::make_unique<JsonCursor>(std::move(rest), label_, buffer, rest_offset, std::move(open));
     cur_ = resumed_.get();
   }
 

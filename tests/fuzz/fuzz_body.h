@@ -81,12 +81,11 @@ inline std::string kineto_fingerprint(const std::string& text,
     const profiler::KinetoTrace t = profiler::read_kineto_records_from_memory(text, "fuzz", opt);
     for (size_t i = 0; i < t.size(); ++i) {
       const profiler::Event e = t.event(i);
-      o += std::to_string(e.ts_ns) + ' ' + std::to_string(e.dur_ns) + ' ' +
-           std::to_string(e.arg) + ' ' + std::to_string(e.bytes) + ' ' +
-           std::to_string(e.value) + ' ' + std::to_string(e.id) + ' ' +
-           std::to_string(e.track.pid) + ' ' + std::to_string(e.track.tid) + ' ' +
-           std::to_string(e.track.device) + ' ' + t.names.at(e.name) + ' ' +
-           std::to_string(static_cast<int>(e.phase)) + ' ' +
+      o += std::to_string(e.ts_ns) + ' ' + std::to_string(e.dur_ns) + ' ' + std::to_string(e.arg) +
+           ' ' + std::to_string(e.bytes) + ' ' + std::to_string(e.value) + ' ' +
+           std::to_string(e.id) + ' ' + std::to_string(e.track.pid) + ' ' +
+           std::to_string(e.track.tid) + ' ' + std::to_string(e.track.device) + ' ' +
+           t.names.at(e.name) + ' ' + std::to_string(static_cast<int>(e.phase)) + ' ' +
            std::to_string(static_cast<int>(e.category)) + ' ' + std::to_string(e.flags) + '\n';
     }
     for (const auto& [k, v] : t.tracks)
