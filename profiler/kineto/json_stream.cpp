@@ -158,6 +158,27 @@ void append_utf8_to(uint32_t cp, std::string* out) {
   }
 }
 
+bool is_high_surrogate(uint32_t cp) { return cp >= 0xd800 && cp < 0xdc00; }
+
+// The code point of a \u escape `cp` as UTF-8; `lo` is the \u escape right after a high
+// surrogate (nullptr: none). A high surrogate pairs with a low one; any surrogate left alone
+// becomes U+FFFD (and a non-low `lo` stands on its own).
+void append_code_point(uint32_t cp, const uint32_t* lo, std::string* out) {
+  if (is_high_surrogate(cp)) {
+    if (lo != nullptr && *lo >= 0xdc00 && *lo < 0xe000) {
+      cp = 0x10000 + ((cp - 0xd800) << 10) + (*lo - 0xdc00);
+    } else if (lo != nullptr) {
+      append_utf8_to(0xfffd, out);
+      cp = *lo;
+    } else {
+      cp = 0xfffd;
+    }
+  } else if (cp >= 0xdc00 && cp < 0xe000) {
+    cp = 0xfffd;
+  }
+  append_utf8_to(cp, out);
+}
+
 // Four hex digits at `p` (bounded by `end`); false when they are not.
 bool hex4_at(const char* p, const char* end, uint32_t* v) {
   if (end - p < 4) return false;
@@ -227,25 +248,14 @@ const char* scan_json_string(const char* p, const char* end, std::string_view* o
         uint32_t cp = 0;
         if (!hex4_at(r, end, &cp)) return nullptr;
         r += 4;
-        if (cp >= 0xd800 && cp < 0xdc00) {
-          if (r < end && *r == '\\') {
-            if (r + 1 == end || r[1] != 'u') return nullptr;
-            uint32_t lo = 0;
-            if (!hex4_at(r + 2, end, &lo)) return nullptr;
-            r += 6;
-            if (lo >= 0xdc00 && lo < 0xe000) {
-              cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-            } else {
-              append_utf8_to(0xfffd, scratch);
-              cp = lo;
-            }
-          } else {
-            cp = 0xfffd;
-          }
-        } else if (cp >= 0xdc00 && cp < 0xe000) {
-          cp = 0xfffd;
+        if (is_high_surrogate(cp) && r < end && *r == '\\') {
+          uint32_t lo = 0;
+          if (r + 1 == end || r[1] != 'u' || !hex4_at(r + 2, end, &lo)) return nullptr;
+          r += 6;
+          append_code_point(cp, &lo, scratch);
+        } else {
+          append_code_point(cp, nullptr, scratch);
         }
-        append_utf8_to(cp, scratch);
         break;
       }
       default:
@@ -465,8 +475,6 @@ uint32_t JsonCursor::read_hex4() {
   return v;
 }
 
-void JsonCursor::append_utf8(uint32_t cp, std::string* out) { append_utf8_to(cp, out); }
-
 void JsonCursor::read_string(std::string* out) {
   out->clear();
   expect('"');
@@ -514,26 +522,15 @@ void JsonCursor::read_string(std::string* out) {
         out->push_back('\t');
         break;
       case 'u': {
-        uint32_t cp = read_hex4();
-        if (cp >= 0xd800 && cp < 0xdc00) {
-          // A high surrogate should be followed by \uDC00..DFFF; a lone one becomes U+FFFD.
-          if (peek_char() == '\\') {
-            ++pos_;
-            if (get() != 'u') fail("expected a low surrogate escape");
-            const uint32_t lo = read_hex4();
-            if (lo >= 0xdc00 && lo < 0xe000) {
-              cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-            } else {
-              append_utf8(0xfffd, out);
-              cp = lo;
-            }
-          } else {
-            cp = 0xfffd;
-          }
-        } else if (cp >= 0xdc00 && cp < 0xe000) {
-          cp = 0xfffd;
+        const uint32_t cp = read_hex4();
+        if (is_high_surrogate(cp) && peek_char() == '\\') {
+          ++pos_;
+          if (get() != 'u') fail("expected a low surrogate escape");
+          const uint32_t lo = read_hex4();
+          append_code_point(cp, &lo, out);
+        } else {
+          append_code_point(cp, nullptr, out);
         }
-        append_utf8(cp, out);
         break;
       }
       case -1:

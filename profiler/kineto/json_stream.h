@@ -118,7 +118,6 @@ class JsonCursor {
   bool read_plain_string(std::string_view* out);  // fast path of a string without escapes
   void expect(char c);
   void expect_literal(const char* lit);
-  void append_utf8(uint32_t cp, std::string* out);
   uint32_t read_hex4();
 
   std::unique_ptr<ByteSource> src_;
