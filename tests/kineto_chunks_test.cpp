@@ -84,6 +84,23 @@ TEST(KinetoChunks, SameRecordsOnEdgeCases) {
               "counters and memory");
 }
 
+// Lone surrogates become U+FFFD on both paths; a pair becomes one code point.
+TEST(KinetoChunks, EscapesDecodeAsTheStreamingReaderDecodes) {
+  const std::string text =
+      R"({"traceEvents": [{"ph": "X", "ts": 1, "dur": 1, "pid": 1, "tid": 1,
+       "name": "\ud800x\udc00\ud800\u0041\ud83d\ude00\/\t"}]})";
+  const std::string fffd = "\xEF\xBF\xBD";
+  for (bool parallel : {true, false}) {
+    KinetoReadOptions opt;
+    opt.parallel_events = parallel;
+    const KinetoTrace t = read_kineto_records_from_memory(text, "t", opt);
+    ASSERT_EQ(t.size(), 1u);
+    EXPECT_EQ(t.names.at(t.event(0).name),
+              fffd + "x" + fffd + fffd + "A" + "\xF0\x9F\x98\x80" + "/\t")
+        << (parallel ? "chunked" : "streaming");
+  }
+}
+
 TEST(KinetoChunks, SameErrorsOnMalformedEvents) {
   const std::vector<std::string> bad = {
       R"({"traceEvents": [{"ph": "X", "ts": 1}, {"ph": "X", "ts": 01}]})",
