@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "device_attribution.h"
+#include "ft/core/parallel.h"
 #include "ft/profiler/findings.h"
 #include "step_replay.h"
 
@@ -172,22 +173,43 @@ void replay_predictions(const StepReplay& run, std::vector<Finding>* findings,
   // fixes ranked above it: those increments add up to all the fixes together, which the graph
   // bounds by the device's idle time, exposed copies and collectives, and faster kernels.
   const std::vector<Fix> all = fixes(rules);
-  replay::WhatIf together, together_waits;
+  // The what-ifs in rank order (each finding's fix alone, the fixes so far, the wait fixes so
+  // far), re-run on the machine's cores: each re-run reads the graph only.
+  std::vector<const Fix*> fix_of(findings->size(), nullptr);
+  std::vector<replay::WhatIf> what;
+  std::vector<size_t> first(findings->size());  // a finding's what-ifs: 2 or 3 from here
+  {
+    replay::WhatIf together, together_waits;
+    for (size_t i = 0; i < findings->size(); ++i) {
+      const Finding& f = (*findings)[i];
+      const std::string& remedy = f.remedy.empty() ? f.cls : f.remedy;
+      for (const Fix& x : all)
+        if (f.share > 0 && remedy == x.cls) fix_of[i] = &x;
+      if (!fix_of[i] || !f.predictable || (f.cls == "precision" && !graph.has_simt_gemms())) {
+        fix_of[i] = nullptr;
+        continue;
+      }
+      first[i] = what.size();
+      what.push_back(fix_of[i]->what);
+      merge(&together, fix_of[i]->what);
+      what.push_back(together);
+      if (f.cls != "precision") {
+        merge(&together_waits, fix_of[i]->what);
+        what.push_back(together_waits);
+      }
+    }
+  }
+  std::vector<double> saved(what.size());
+  parallel_for(what.size(), [&](size_t k) { saved[k] = run.saving_ms(what[k]); });
   double so_far = 0, waits_so_far = 0;
   int ranked = 0;
-  for (Finding& f : *findings) {
-    const Fix* fix = nullptr;
-    const std::string& remedy = f.remedy.empty() ? f.cls : f.remedy;
-    for (const Fix& x : all)
-      if (f.share > 0 && remedy == x.cls) fix = &x;
-    if (!fix || !f.predictable || (f.cls == "precision" && !graph.has_simt_gemms())) continue;
-    const double saving = run.saving_ms(fix->what);
-    merge(&together, fix->what);
-    const double in_all = run.saving_ms(together);
-    if (f.cls != "precision") {
-      merge(&together_waits, fix->what);
-      waits_so_far = run.saving_ms(together_waits);
-    }
+  for (size_t i = 0; i < findings->size(); ++i) {
+    Finding& f = (*findings)[i];
+    const Fix* fix = fix_of[i];
+    if (!fix) continue;
+    const double saving = saved[first[i]];
+    const double in_all = saved[first[i] + 1];
+    if (f.cls != "precision") waits_so_far = saved[first[i] + 2];
     std::string assumes;
     if (fix->assumes) {
       assumes = fix->assumes;
