@@ -207,7 +207,7 @@ WaitClass wait_class_of(Category c) {
 bool find_training_track(const Trace& trace, Track* out) {
   std::map<Track, std::pair<int64_t, int64_t>> counts;  // (spans, ns)
   for (const Event& ev : trace.events) {
-    if (ev.phase != Phase::kSpan || !is_step_span(trace, ev) || ev.track.device) continue;
+    if (ev.phase != Phase::kSpan || ev.track.device || !is_step_span(trace, ev)) continue;
     auto& c = counts[ev.track];
     ++c.first;
     c.second += ev.dur_ns;
@@ -235,17 +235,32 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
   std::map<uint32_t, std::vector<const Event*>> device_by_pid;
   size_t n_steps = 0, n_spans = 0;
   std::map<uint32_t, size_t> n_device;
+  // is_step_span, with each name looked at once.
+  std::vector<char> step_name(trace.names.size());
+  for (uint32_t i = 0; i < step_name.size(); ++i)
+    step_name[i] = trace.names.at(i).rfind(kProfilerStep, 0) == 0;
+  auto is_step = [&](const Event& ev) {
+    return ev.category == Category::kStep || (ev.name < step_name.size() && step_name[ev.name]);
+  };
+  // The device events' pids come in runs: the last one's entry is kept at hand.
+  uint32_t last_pid = 0;
+  size_t* last_count = nullptr;
   for (const Event& ev : trace.events) {
     if (ev.phase != Phase::kSpan || ev.dur_ns < 0) continue;
     if (ev.track.device) {
-      ++n_device[ev.track.pid];
+      if (last_count == nullptr || ev.track.pid != last_pid) {
+        last_pid = ev.track.pid;
+        last_count = &n_device[last_pid];
+      }
+      ++*last_count;
     } else if (ev.track == main) {
-      ++(is_step_span(trace, ev) ? n_steps : n_spans);
+      ++(is_step(ev) ? n_steps : n_spans);
     }
   }
   steps.reserve(n_steps);
   spans.reserve(n_spans);
   for (const auto& [pid, n] : n_device) device_by_pid[pid].reserve(n);
+  std::vector<const Event*>* last_device = nullptr;
   for (const Event& ev : trace.events) {
     if (ev.phase == Phase::kCounter) {
       if (ev.name < trace.names.size()) {
@@ -257,9 +272,13 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
     }
     if (ev.phase != Phase::kSpan || ev.dur_ns < 0) continue;
     if (ev.track.device) {
-      device_by_pid[ev.track.pid].push_back(&ev);
+      if (last_device == nullptr || ev.track.pid != last_pid) {
+        last_pid = ev.track.pid;
+        last_device = &device_by_pid[last_pid];
+      }
+      last_device->push_back(&ev);
     } else if (ev.track == main) {
-      (is_step_span(trace, ev) ? steps : spans).push_back(&ev);
+      (is_step(ev) ? steps : spans).push_back(&ev);
     }
   }
   std::sort(steps.begin(), steps.end(),
