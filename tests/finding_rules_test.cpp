@@ -339,6 +339,13 @@ TEST(Rule, Batch) {
   run.mem_peak = 1e6;
   run.micro_batch = 32;  // 1024 tokens: filled
   EXPECT_TRUE(run_rule("batch", s, run).empty());
+  // The optimizer's part of the compute (60 of 100 ms) does not shrink with the micro-batch.
+  run.micro_batch = 2;
+  auto with_optimizer = steps_of({100, 0, 0, 0, 0, 0, 0, 0});
+  for (StepBreakdown& st : with_optimizer) st.detail["compute.optimizer"] = 60;
+  f = run_rule("batch", with_optimizer, run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_NEAR(f[0].share, 0.5 * 0.4 * (1 - 0.2 / 0.45), 1e-9);
 }
 
 TEST(Rule, Loss) {
