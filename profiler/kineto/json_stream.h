@@ -37,6 +37,9 @@ struct JsonNumber {
   bool ns_ok = false;
 };
 
+// The longest number either reader accepts (characters).
+inline constexpr size_t kMaxNumberChars = 128;
+
 // Parses exactly the characters of one JSON number, `text[0, n)`; false when they break JSON's
 // number grammar or number more than 128. `want_value` as in JsonCursor::read_number.
 bool parse_json_number(const char* text, size_t n, bool want_value, JsonNumber* out);
@@ -47,6 +50,12 @@ bool parse_json_number(const char* text, size_t n, bool want_value, JsonNumber* 
 // string is malformed or does not end before `end`.
 const char* scan_json_string(const char* p, const char* end, std::string_view* out,
                              std::string* scratch);
+
+// The code point of a \u escape `cp` as UTF-8; `lo` is the \u escape right after a high
+// surrogate (nullptr: none). A high surrogate pairs with a low one; any surrogate left alone
+// becomes U+FFFD (and a non-low `lo` stands on its own). The decoders above and below share it.
+bool is_high_surrogate(uint32_t cp);
+void append_code_point(uint32_t cp, const uint32_t* lo, std::string* out);
 
 enum class JsonType { kObject, kArray, kString, kNumber, kTrue, kFalse, kNull, kEnd };
 
