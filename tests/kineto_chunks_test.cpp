@@ -12,40 +12,21 @@
 #include "ft/core/error.h"
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/kineto_trace.h"
+#include "fuzz/fuzz_body.h"
 
 namespace ft::profiler {
 namespace {
 
 namespace fs = std::filesystem;
 
-// Every field of every record, the tables and the metadata, as text.
-std::string fingerprint(const KinetoTrace& t) {
-  std::ostringstream o;
-  for (size_t i = 0; i < t.size(); ++i) {
-    const Event e = t.event(i);
-    o << e.ts_ns << ' ' << e.dur_ns << ' ' << e.arg << ' ' << e.bytes << ' ' << e.value << ' '
-      << e.id << ' ' << e.track.pid << ' ' << e.track.tid << ' ' << e.track.device << ' '
-      << t.names.at(e.name) << ' ' << static_cast<int>(e.phase) << ' '
-      << static_cast<int>(e.category) << ' ' << static_cast<int>(e.flags) << '\n';
-  }
-  for (const auto& [k, v] : t.tracks) o << "track " << k.pid << ' ' << k.tid << ' ' << v << '\n';
-  for (const auto& [k, v] : t.processes) o << "process " << k << ' ' << v << '\n';
-  for (const auto& [k, v] : t.metadata) o << "meta " << k << '=' << v << '\n';
-  return o.str();
-}
-
-// The fingerprint, or "error: <message>".
-std::string read_as(const std::string& text, bool parallel, size_t buffer, bool flows = true) {
+// The fingerprint (fuzz_body.h, which the fuzz target checks the same way), or "error: ...".
+std::string read_as(const std::string& text, bool parallel, size_t buffer) {
   KinetoReadOptions opt;
   opt.parallel_events = parallel;
   opt.buffer_bytes = buffer;
-  opt.keep_flows = flows;
+  opt.keep_flows = true;
   opt.keep_instants = true;
-  try {
-    return fingerprint(read_kineto_records_from_memory(text, "t", opt));
-  } catch (const FormatError& e) {
-    return std::string("error: ") + e.what();
-  }
+  return ft::fuzz::kineto_fingerprint(text, opt);
 }
 
 // The chunked path at several chunk sizes equals the streaming path.
@@ -157,7 +138,7 @@ TEST(KinetoChunks, SameRecordsOnTheSharedGpuTraces) {
       KinetoReadOptions opt;
       opt.parallel_events = parallel;
       try {
-        return fingerprint(read_kineto_records(e.path().string(), opt));
+        return ft::fuzz::records_fingerprint(read_kineto_records(e.path().string(), opt));
       } catch (const FormatError& err) {
         return std::string("error: ") + err.what();
       }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string_view>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -173,7 +174,8 @@ Windows device_windows(const std::vector<const Event*>& outer, const std::vector
 
 bool is_step_span(const Trace& trace, const Event& ev) {
   if (ev.category == Category::kStep) return true;
-  return ev.name < trace.names.size() && trace.names.at(ev.name).rfind(kProfilerStep, 0) == 0;
+  return ev.name < trace.names.size() &&
+         std::string_view(trace.names.at(ev.name)).starts_with(std::string_view(kProfilerStep));
 }
 
 WaitClass wait_class_of(Category c) {
@@ -235,13 +237,6 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
   std::map<uint32_t, std::vector<const Event*>> device_by_pid;
   size_t n_steps = 0, n_spans = 0;
   std::map<uint32_t, size_t> n_device;
-  // is_step_span, with each name looked at once.
-  std::vector<char> step_name(trace.names.size());
-  for (uint32_t i = 0; i < step_name.size(); ++i)
-    step_name[i] = trace.names.at(i).rfind(kProfilerStep, 0) == 0;
-  auto is_step = [&](const Event& ev) {
-    return ev.category == Category::kStep || (ev.name < step_name.size() && step_name[ev.name]);
-  };
   // The device events' pids come in runs: the last one's entry is kept at hand.
   uint32_t last_pid = 0;
   size_t* last_count = nullptr;
@@ -254,7 +249,7 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
       }
       ++*last_count;
     } else if (ev.track == main) {
-      ++(is_step(ev) ? n_steps : n_spans);
+      ++(is_step_span(trace, ev) ? n_steps : n_spans);
     }
   }
   steps.reserve(n_steps);
@@ -278,7 +273,7 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
       }
       last_device->push_back(&ev);
     } else if (ev.track == main) {
-      (is_step(ev) ? steps : spans).push_back(&ev);
+      (is_step_span(trace, ev) ? steps : spans).push_back(&ev);
     }
   }
   std::sort(steps.begin(), steps.end(),

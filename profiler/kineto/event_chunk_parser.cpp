@@ -19,10 +19,6 @@ namespace od = simdjson::ondemand;
 // Deeper values go to the streaming reader, which knows the exact limit (512).
 constexpr int kMaxFastDepth = 64;
 
-bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
-bool number_char(char c) {
-  return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
-}
 
 // A string at `raw` (just past its quote) that ends before any backslash or control byte: its
 // text. Stage 1 has matched every quote of the chunk, so the string ends inside it and the
@@ -96,16 +92,16 @@ class ChunkParser {
   bool number(od::value& v, bool want_value, JsonNumber* n) {
     const std::string_view tok = v.raw_json_token();
     size_t len = 0;
-    while (len < tok.size() && number_char(tok[len])) ++len;
+    while (len < tok.size() && is_json_number_char(tok[len])) ++len;
     for (size_t i = len; i < tok.size(); ++i)
-      if (!is_ws(tok[i])) return false;
+      if (!is_json_ws(tok[i])) return false;
     return parse_json_number(tok.data(), len, want_value, n);
   }
   bool literal(od::value& v, std::string_view word) {
     const std::string_view tok = v.raw_json_token();
     if (!tok.starts_with(word)) return false;
     for (size_t i = word.size(); i < tok.size(); ++i)
-      if (!is_ws(tok[i])) return false;
+      if (!is_json_ws(tok[i])) return false;
     return true;
   }
   bool type(od::value& v, od::json_type* t) { return !v.type().get(*t); }

@@ -16,7 +16,6 @@
 namespace ft::profiler::kineto {
 namespace {
 
-bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 #if defined(__SSE2__)
 // Bit i set where byte i of a 64-byte block is a quote, a backslash, '{' or '[', '}' or ']'.
@@ -250,7 +249,7 @@ void EventPipeline::cut() {
   boundary_ = 0;
   // The first chunk starts at its first event; the others at the comma before theirs.
   size_t i = 1;
-  while (i <= c->len && is_ws(b[i])) ++i;
+  while (i <= c->len && is_json_ws(b[i])) ++i;
   bool shape_ok = i <= c->len;
   if (shape_ok && !first_chunk_) {
     shape_ok = b[i] == ',';

@@ -216,15 +216,10 @@ uint32_t JsonCursor::read_hex4() {
   uint32_t v = 0;
   for (int i = 0; i < 4; ++i) {
     const int c = get();
-    v <<= 4;
-    if (c >= '0' && c <= '9')
-      v |= static_cast<uint32_t>(c - '0');
-    else if (c >= 'a' && c <= 'f')
-      v |= static_cast<uint32_t>(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F')
-      v |= static_cast<uint32_t>(c - 'A' + 10);
-    else
+    const int d = json_hex_digit(c);
+    if (d < 0)
       fail(c < 0 ? "unexpected end of input in a \\u escape" : "bad hex digit in a \\u escape");
+    v = v << 4 | static_cast<uint32_t>(d);
   }
   return v;
 }
@@ -250,31 +245,11 @@ void JsonCursor::read_string(std::string* out) {
       fail("control character inside a string");
     }
     const int esc = get();
+    if (const char decoded = json_simple_escape(esc)) {
+      out->push_back(decoded);
+      continue;
+    }
     switch (esc) {
-      case '"':
-        out->push_back('"');
-        break;
-      case '\\':
-        out->push_back('\\');
-        break;
-      case '/':
-        out->push_back('/');
-        break;
-      case 'b':
-        out->push_back('\b');
-        break;
-      case 'f':
-        out->push_back('\f');
-        break;
-      case 'n':
-        out->push_back('\n');
-        break;
-      case 'r':
-        out->push_back('\r');
-        break;
-      case 't':
-        out->push_back('\t');
-        break;
       case 'u': {
         const uint32_t cp = read_hex4();
         if (is_high_surrogate(cp) && peek_char() == '\\') {
@@ -303,11 +278,8 @@ JsonNumber JsonCursor::read_number(bool want_value) {
   const uint64_t start = offset();
   const char* text = buf_.get() + pos_;
   const size_t avail = len_ - pos_;
-  auto number_char = [](int c) {
-    return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
-  };
   size_t n = 0;
-  while (n < avail && number_char(text[n])) {
+  while (n < avail && is_json_number_char(text[n])) {
     if (n == kMaxNumberChars) fail("number longer than 128 characters");
     ++n;
   }
@@ -316,7 +288,7 @@ JsonNumber JsonCursor::read_number(bool want_value) {
   if (n == avail && avail <= kMaxNumberChars) {
     std::memcpy(gathered, text, n);
     text = gathered;
-    for (int c = peek_char(); c >= 0 && number_char(c); c = peek_char()) {
+    for (int c = peek_char(); c >= 0 && is_json_number_char(c); c = peek_char()) {
       if (n == kMaxNumberChars) fail("number longer than 128 characters");
       gathered[n++] = static_cast<char>(c);
       ++pos_;

@@ -37,6 +37,39 @@ struct JsonNumber {
   bool ns_ok = false;
 };
 
+// JSON's lexical classes, for the streaming tokenizer and the chunk parser alike.
+inline bool is_json_ws(int c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+inline bool is_json_number_char(int c) {
+  return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E';
+}
+inline int json_hex_digit(int c) {  // -1: not a hex digit
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+// What a one-character escape (\" \\ \/ \b \f \n \r \t) stands for; 0 for any other.
+inline char json_simple_escape(int c) {
+  switch (c) {
+    case '"':
+    case '\\':
+    case '/':
+      return static_cast<char>(c);
+    case 'b':
+      return '\b';
+    case 'f':
+      return '\f';
+    case 'n':
+      return '\n';
+    case 'r':
+      return '\r';
+    case 't':
+      return '\t';
+    default:
+      return 0;
+  }
+}
+
 // The longest number either reader accepts (characters).
 inline constexpr size_t kMaxNumberChars = 128;
 
@@ -72,7 +105,6 @@ class JsonCursor {
   std::unique_ptr<ByteSource> release(std::string* unread);
   size_t buffer_bytes() const { return cap_; }
   const std::string& open_containers() const { return first_; }  // as `open` above
-  const std::string& label() const { return label_; }
 
   // Type of the next value (skips whitespace); kEnd at end of input.
   JsonType peek();

@@ -174,16 +174,9 @@ bool hex4_at(const char* p, const char* end, uint32_t* v) {
   if (end - p < 4) return false;
   uint32_t x = 0;
   for (int i = 0; i < 4; ++i) {
-    const char c = p[i];
-    x <<= 4;
-    if (c >= '0' && c <= '9')
-      x |= static_cast<uint32_t>(c - '0');
-    else if (c >= 'a' && c <= 'f')
-      x |= static_cast<uint32_t>(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F')
-      x |= static_cast<uint32_t>(c - 'A' + 10);
-    else
-      return false;
+    const int d = json_hex_digit(static_cast<unsigned char>(p[i]));
+    if (d < 0) return false;
+    x = x << 4 | static_cast<uint32_t>(d);
   }
   *v = x;
   return true;
@@ -213,27 +206,12 @@ const char* scan_json_string(const char* p, const char* end, std::string_view* o
     }
     if (++r == end) return nullptr;
     const char esc = *r++;
+    if (const char decoded = json_simple_escape(esc)) {
+      scratch->push_back(decoded);
+      q = r;
+      continue;
+    }
     switch (esc) {
-      case '"':
-      case '\\':
-      case '/':
-        scratch->push_back(esc);
-        break;
-      case 'b':
-        scratch->push_back('\b');
-        break;
-      case 'f':
-        scratch->push_back('\f');
-        break;
-      case 'n':
-        scratch->push_back('\n');
-        break;
-      case 'r':
-        scratch->push_back('\r');
-        break;
-      case 't':
-        scratch->push_back('\t');
-        break;
       case 'u': {
         uint32_t cp = 0;
         if (!hex4_at(r, end, &cp)) return nullptr;

@@ -73,29 +73,33 @@ inline void fuzz_diagnose(const profiler::Trace& t) {
   fuzz_render_all(d);
 }
 
-// Every field of every record, the tables and the metadata, as text (or the error's message).
+// Every field of every record, the tables and the metadata, as text.
+inline std::string records_fingerprint(const profiler::KinetoTrace& t) {
+  std::string o;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const profiler::Event e = t.event(i);
+    o += std::to_string(e.ts_ns) + ' ' + std::to_string(e.dur_ns) + ' ' + std::to_string(e.arg) +
+         ' ' + std::to_string(e.bytes) + ' ' + std::to_string(e.value) + ' ' +
+         std::to_string(e.id) + ' ' + std::to_string(e.track.pid) + ' ' +
+         std::to_string(e.track.tid) + ' ' + std::to_string(e.track.device) + ' ' +
+         t.names.at(e.name) + ' ' + std::to_string(static_cast<int>(e.phase)) + ' ' +
+         std::to_string(static_cast<int>(e.category)) + ' ' + std::to_string(e.flags) + '\n';
+  }
+  for (const auto& [k, v] : t.tracks)
+    o += "track " + std::to_string(k.pid) + ' ' + std::to_string(k.tid) + ' ' + v + '\n';
+  for (const auto& [k, v] : t.processes) o += "process " + std::to_string(k) + ' ' + v + '\n';
+  for (const auto& [k, v] : t.metadata) o += "meta " + k + '=' + v + '\n';
+  return o;
+}
+
+// The records' fingerprint of `text` read with `opt`, or "error: <message>".
 inline std::string kineto_fingerprint(const std::string& text,
                                       const profiler::KinetoReadOptions& opt) {
-  std::string o;
   try {
-    const profiler::KinetoTrace t = profiler::read_kineto_records_from_memory(text, "fuzz", opt);
-    for (size_t i = 0; i < t.size(); ++i) {
-      const profiler::Event e = t.event(i);
-      o += std::to_string(e.ts_ns) + ' ' + std::to_string(e.dur_ns) + ' ' + std::to_string(e.arg) +
-           ' ' + std::to_string(e.bytes) + ' ' + std::to_string(e.value) + ' ' +
-           std::to_string(e.id) + ' ' + std::to_string(e.track.pid) + ' ' +
-           std::to_string(e.track.tid) + ' ' + std::to_string(e.track.device) + ' ' +
-           t.names.at(e.name) + ' ' + std::to_string(static_cast<int>(e.phase)) + ' ' +
-           std::to_string(static_cast<int>(e.category)) + ' ' + std::to_string(e.flags) + '\n';
-    }
-    for (const auto& [k, v] : t.tracks)
-      o += std::to_string(k.pid) + ' ' + std::to_string(k.tid) + ' ' + v + '\n';
-    for (const auto& [k, v] : t.processes) o += std::to_string(k) + ' ' + v + '\n';
-    for (const auto& [k, v] : t.metadata) o += k + '=' + v + '\n';
+    return records_fingerprint(profiler::read_kineto_records_from_memory(text, "fuzz", opt));
   } catch (const FormatError& e) {
-    o = std::string("error: ") + e.what();
+    return std::string("error: ") + e.what();
   }
-  return o;
 }
 
 inline void fuzz_kineto(const std::string& text, size_t size) {
