@@ -3,13 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <string_view>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "device_attribution.h"
 #include "ft/core/error.h"

@@ -19,7 +19,6 @@ namespace od = simdjson::ondemand;
 // Deeper values go to the streaming reader, which knows the exact limit (512).
 constexpr int kMaxFastDepth = 64;
 
-
 // A string at `raw` (just past its quote) that ends before any backslash or control byte: its
 // text. Stage 1 has matched every quote of the chunk, so the string ends inside it and the
 // 16-byte reads stay inside the padding.

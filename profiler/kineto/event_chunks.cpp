@@ -16,7 +16,6 @@
 namespace ft::profiler::kineto {
 namespace {
 
-
 #if defined(__SSE2__)
 // Bit i set where byte i of a 64-byte block is a quote, a backslash, '{' or '[', '}' or ']'.
 struct Block64 {
