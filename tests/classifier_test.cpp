@@ -167,6 +167,11 @@ TEST(Classifier, HugePageFaultsAreChargedOnlyUpToWhatTheStepsSlowPathsMapped) {
   auto parts = partition_steps(b.t);
   EXPECT_EQ(parts[0].detail_ns.at("memory.page_faults"), 2 * 20000 + 1000);
   EXPECT_EQ(parts[1].detail_ns.at("memory.page_faults"), 3 * 1000);
+  // A run with --allocator-huge-pages false advised nothing: its faults are all 4 KiB faults.
+  b.t.metadata["config.allocator_huge_pages"] = "false";
+  EXPECT_EQ(partition_steps(b.t)[0].detail_ns.at("memory.page_faults"), 3 * 1000);
+  b.t.metadata["config.allocator_huge_pages"] = "true";
+  EXPECT_EQ(partition_steps(b.t)[0].detail_ns.at("memory.page_faults"), 2 * 20000 + 1000);
   // "0": no huge pages were granted, every fault is a 4 KiB fault.
   b.t.metadata[kMetaHugePageFaultNs] = "0";
   EXPECT_EQ(partition_steps(b.t)[0].detail_ns.at("memory.page_faults"), 3 * 1000);

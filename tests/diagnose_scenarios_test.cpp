@@ -145,21 +145,27 @@ TEST(DiagnoseScenario, DataBoundTopFindingIsDataAndWorkersCutStepTime) {
                         << slow.at("totals").at("data") << ")";
 }
 
-// (b) Memory: caching disabled under a tight limit, so every step maps and faults in fresh pages.
-// Many small heads with naive attention store (B, NH, T, T) scores: many bytes per flop, so the
-// faults weigh 8.7-9.5% of the step on a Zen 3 in fp32 at one thread (threshold 5%).
+// (b) Memory: caching disabled under a tight limit on 4 KiB pages (--allocator-huge-pages
+// false), so every step maps fresh segments and faults each 4 KiB of them in, as a malloc that
+// hands large blocks back to the OS does. Many small heads with naive attention store (B, NH,
+// T, T) scores: many bytes per flop. On the Zen 3 VM (fp32, one thread) the classifier put memory
+// at 31% of the step and caching cut the step by 31-33% (12-step runs, 2026-12-04). With huge
+// pages the same run faults 2 MiB at a time and memory is only 5-7% of the step: too close to the
+// rule's 5% bar to label the scenario.
 TEST(DiagnoseScenario, MemoryTopFindingIsMemoryAndCachingRemovesTheFaults) {
   if (kUnderAsan) GTEST_SKIP() << "time shares are dominated by ASan's shadow-memory faults";
   const std::string model =
       " --layers 2 --heads 16 --channels 16 --seq-len 128 --micro-batch 8 --attention naive"
-      " --steps 6 --memory-limit 128M" +
+      " --steps 6 --memory-limit 128M --allocator-huge-pages false" +
       ft::test::fast_precision_flag();
   const json bad = diagnose_run("memory", model + " --allocator-caching false");
   const json& f = top(bad);
   EXPECT_EQ(f.at("class"), "memory") << bad.at("findings").dump(1);
-  EXPECT_GT(f.at("share").get<double>(), 0.05);
+  const double share = f.at("share").get<double>();
+  EXPECT_GT(share, 0.05);
   EXPECT_GT(steady_faults(bad), 0);
   ASSERT_TRUE(has_knob(f, "--allocator-caching true")) << f.dump(1);
+  EXPECT_TRUE(has_knob(f, "--allocator-huge-pages true")) << f.dump(1);
   const json good = diagnose_run("memory_fixed", model + " --allocator-caching true");
   // With caching the engine maps nothing after warm-up (0 faults in 28 of 28 runs here), but
   // the count is process-wide: under CI load one stray fault (stack growth, a kernel NUMA or
@@ -170,6 +176,14 @@ TEST(DiagnoseScenario, MemoryTopFindingIsMemoryAndCachingRemovesTheFaults) {
   for (const auto& g : good.at("findings")) {
     EXPECT_FALSE(g.at("class") == "memory" && g.at("share").get<double>() > 0) << g.dump(1);
   }
+  // The truth, side by side: the fix saves time, and about what the memory share said (within
+  // 2x either way; ctest runs this test alone, RUN_SERIAL).
+  const double saved = 1 - mean_step_ms(good) / mean_step_ms(bad);
+  std::printf("memory scenario: step %.1f -> %.1f ms, saved %.3f, memory share %.3f\n",
+              mean_step_ms(bad), mean_step_ms(good), saved, share);
+  EXPECT_GT(saved, 0.1);
+  EXPECT_LT(share, 2 * saved);
+  EXPECT_GT(share, saved / 2);
 }
 
 // (c) Compute-bound fp32: bf16 is the fix.

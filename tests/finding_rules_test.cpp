@@ -102,6 +102,22 @@ void expect_time_rule(const std::string& name, WaitClass c, double threshold,
 TEST(Rule, Data) { expect_time_rule("data", WaitClass::kData, 0.05, "--loader-workers"); }
 TEST(Rule, MemoryTime) {
   expect_time_rule("memory_time", WaitClass::kMemory, 0.05, "--allocator-caching true");
+  // A run on 4 KiB pages without caching: caching first (no faults at all), then huge pages
+  // (512x fewer faults); with caching on, huge pages alone.
+  RunInfo run = quiet_run();
+  run.allocator_caching = false;
+  run.allocator_huge_pages = false;
+  const auto steps = steps_of({70, 0, 0, 0, 30, 0, 0, 0});
+  auto f = run_rule("memory_time", steps, run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].knobs,
+            (std::vector<std::string>{"--allocator-caching true", "--allocator-huge-pages true"}));
+  EXPECT_NE(f[0].evidence.detail.find("caching off, huge pages off"), std::string::npos)
+      << f[0].evidence.detail;
+  run.allocator_caching = true;
+  f = run_rule("memory_time", steps, run);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].knobs, std::vector<std::string>{"--allocator-huge-pages true"});
 }
 TEST(Rule, Comm) { expect_time_rule("comm", WaitClass::kComm, 0.10, "--grad-accum 2"); }
 TEST(Rule, Pcie) { expect_time_rule("pcie", WaitClass::kPcie, 0.10, "--prefetch 2"); }

@@ -240,6 +240,7 @@ TEST(Findings, RunInfoFromMetadata) {
   const RunInfo r = RunInfo::from_metadata({{"config.precision", "bf16"},
                                             {"config.micro_batch", "8"},
                                             {"config.allocator_caching", "false"},
+                                            {"config.allocator_huge_pages", "false"},
                                             {"config.lr", "0.001"},
                                             {"run.mfu", "0.25"},
                                             {"env.var.OPENBLAS_CORETYPE", "Haswell"},
@@ -248,6 +249,8 @@ TEST(Findings, RunInfoFromMetadata) {
   EXPECT_EQ(r.precision, "bf16");
   EXPECT_EQ(r.micro_batch, 8);
   EXPECT_FALSE(r.allocator_caching);
+  EXPECT_FALSE(r.allocator_huge_pages);
+  EXPECT_TRUE(RunInfo::from_metadata({}).allocator_huge_pages) << "the engine's default";
   EXPECT_DOUBLE_EQ(r.lr, 0.001);
   EXPECT_DOUBLE_EQ(r.mfu, 0.25);
   EXPECT_EQ(r.env_vars.at("OPENBLAS_CORETYPE"), "Haswell");

@@ -68,6 +68,8 @@ TEST(OptionTable, ListsEveryOptionWithTypeDefaultAndHelp) {
   EXPECT_EQ(get("bucket-mb").default_value, "25");
   EXPECT_EQ(get("allocator-caching").type, "bool");
   EXPECT_EQ(get("allocator-caching").default_value, "true");
+  EXPECT_EQ(get("allocator-huge-pages").type, "bool");
+  EXPECT_EQ(get("allocator-huge-pages").default_value, "true");
   EXPECT_EQ(get("quiet").type, "bool");  // a switch
   EXPECT_EQ(get("quiet").default_value, "false");
   EXPECT_EQ(get("help").type, "bool");

@@ -225,6 +225,25 @@ TEST(Space, GridIsTheFullProductBaselineFirstSeeded) {
   EXPECT_EQ(default_space(base, ft_train_flags(), BatchRule{}).size(), 6u);
 }
 
+TEST(Space, ABaselineOnSmallPagesAlsoTriesCachingWithHugePages) {
+  const auto allocator_dim = [](const Config& base) {
+    for (const auto& d : default_space(base, ft_train_flags(), BatchRule{})) {
+      if (d.name == "allocator") return d;
+    }
+    return Dimension{};
+  };
+  const Config both{{"allocator-caching", "true"}, {"allocator-huge-pages", "true"}};
+  const Dimension plain = allocator_dim({{"micro-batch", "4"}});
+  EXPECT_EQ(plain.settings.size(), 2u);
+  for (const auto& s : plain.settings) EXPECT_NE(s, both);
+  const Dimension small = allocator_dim({{"micro-batch", "4"}, {"allocator-huge-pages", "false"}});
+  ASSERT_EQ(small.settings.size(), 3u);
+  EXPECT_EQ(small.settings.front(), both);
+  // "0" and "false" name the same setting in a trial's key.
+  EXPECT_EQ(effective_key({{"allocator-huge-pages", "0"}}, ft_train_defaults()),
+            effective_key({{"allocator-huge-pages", "false"}}, ft_train_defaults()));
+}
+
 TEST(Space, FlagsAndDefaultsComeFromFtTrainsOptionTable) {
   const std::set<std::string> flags = ft_train_flags();
   for (const char* f : {"micro-batch", "grad-accum", "precision", "loader-workers", "prefetch",

@@ -97,7 +97,8 @@ nlohmann::json TrainConfig::to_json() const {
       {"precision", precision_name(options.precision)},
       {"checkpoint", checkpointing_name(options.checkpointing)},
       {"attention", attention_name(options.attention)}, {"threads", threads},
-      {"memory_limit", memory_limit}, {"allocator_caching", allocator_caching}, {"data", data}, {"val_data", val_data}, {"tokenizer", tokenizer},
+      {"memory_limit", memory_limit}, {"allocator_caching", allocator_caching},
+      {"allocator_huge_pages", allocator_huge_pages}, {"data", data}, {"val_data", val_data}, {"tokenizer", tokenizer},
       {"tokenizer_vocab", tokenizer_vocab}, {"tokenizer_merges", tokenizer_merges},
       {"loader_workers", loader_workers}, {"prefetch", prefetch},
       {"preprocess_cost", preprocess_cost}, {"shuffle", shuffle},
@@ -130,7 +131,9 @@ std::string TrainConfig::to_config_file() const {
     << "\ncheckpoint = " << checkpointing_name(options.checkpointing)
     << "\nattention = " << attention_name(options.attention) << "\nthreads = " << threads
     << "\nmemory-limit = " << memory_limit
-    << "\nallocator-caching = " << (allocator_caching ? "true" : "false") << "\ndata = " << data
+    << "\nallocator-caching = " << (allocator_caching ? "true" : "false")
+    << "\nallocator-huge-pages = " << (allocator_huge_pages ? "true" : "false")
+    << "\ndata = " << data
     << "\nloader-workers = " << loader_workers << "\nprefetch = " << prefetch
     << "\npreprocess-cost = " << preprocess_cost << "\nshuffle = " << (shuffle ? "true" : "false")
     << "\nh2d = " << h2d << "\nh2d-payload-mb = " << h2d_payload_mb
@@ -159,6 +162,7 @@ struct RawFlags {
   std::string config_file;
   int max_seq_len = 0, padded_vocab = 0;
   bool caching = true;
+  bool huge_pages = true;
   bool no_shuffle = false;
   bool no_overlap = false;
   int micro_batches = 0;
@@ -224,6 +228,8 @@ po::options_description training_options(TrainConfig& c, RawFlags& raw) {
     ("threads", po::value(&c.threads)->default_value(0), "worker threads (0: all cores)")
     ("memory-limit", po::value(&raw.memory_limit)->default_value("0"), "allocator budget, e.g. 2G (0: none)")
     ("allocator-caching", po::value(&raw.caching)->default_value(true), "false: return memory to the OS on every free")
+    ("allocator-huge-pages", po::value(&raw.huge_pages)->default_value(true),
+     "false: host segments stay on 4 KiB pages (no transparent huge pages)")
     ("data", po::value(&c.data)->default_value("kjv"), "kjv | text file | llm.c shard | shard directory")
     ("val-data", po::value(&c.val_data), "held-out data for validation, used whole (replaces the split of --data)")
     ("tokenizer", po::value(&c.tokenizer)->default_value("byte"), "tokenizer for text/JSONL data: byte | gpt2")
@@ -353,6 +359,7 @@ TrainConfig finish_config(TrainConfig c, const RawFlags& raw, const po::variable
   if (!c.attention_auto) c.options.attention = parse_attention(raw.attention);
   c.memory_limit = parse_bytes(raw.memory_limit);
   c.allocator_caching = raw.caching;
+  c.allocator_huge_pages = raw.huge_pages;
   if (raw.no_shuffle) c.shuffle = false;
   if (raw.no_overlap) c.parallel.overlap = false;
   if (raw.micro_batches > 0) {

@@ -127,6 +127,7 @@ Trainer::Trainer(TrainConfig config, std::unique_ptr<Communicator> comm,
   // On --device cuda, --memory-limit and --allocator-caching are the device allocator's.
   ao.memory_limit = cuda ? 0 : config_.memory_limit;
   ao.caching = cuda || config_.allocator_caching;
+  ao.huge_pages = config_.allocator_huge_pages;
   alloc_ = std::make_unique<CachingAllocator>(ao);
 
   data::DataOptions dopt;

@@ -85,20 +85,10 @@ std::string effective_attention(const Config& c,
 }
 
 std::string effective_key(const Config& c, const std::map<std::string, std::string>& defaults) {
-  static const char* kKnobs[] = {"precision",
-                                 "checkpoint",
-                                 "attention",
-                                 "allocator-caching",
-                                 "micro-batch",
-                                 "grad-accum",
-                                 "loader-workers",
-                                 "prefetch",
-                                 "dp",
-                                 "tp",
-                                 "pp",
-                                 "zero",
-                                 "bucket-mb",
-                                 "overlap"};
+  static const char* kKnobs[] = {
+      "precision",   "checkpoint", "attention",      "allocator-caching", "allocator-huge-pages",
+      "micro-batch", "grad-accum", "loader-workers", "prefetch",          "dp",
+      "tp",          "pp",         "zero",           "bucket-mb",         "overlap"};
   Config e = c;
   for (const char* k : kKnobs) {
     const auto d = defaults.find(k);
@@ -106,7 +96,7 @@ std::string effective_key(const Config& c, const std::map<std::string, std::stri
   }
   if (e.count("attention")) e["attention"] = effective_attention(c, defaults);
   for (auto& [k, v] : e) {
-    if (k != "allocator-caching" && k != "overlap") continue;
+    if (k != "allocator-caching" && k != "allocator-huge-pages" && k != "overlap") continue;
     if (v == "1") v = "true";
     if (v == "0") v = "false";
   }
@@ -215,8 +205,16 @@ std::vector<Dimension> default_space(const Config& baseline, const std::set<std:
     }
     dims.push_back(loader);
   }
-  dims.push_back(
-      {"allocator", {{{"allocator-caching", "true"}}, {{"allocator-caching", "false"}}}});
+  Dimension allocator{"allocator",
+                      {{{"allocator-caching", "true"}}, {{"allocator-caching", "false"}}}};
+  // A baseline on 4 KiB pages also gets both ways of paying fewer page faults at once.
+  const auto huge = baseline.find("allocator-huge-pages");
+  if (flags.count("allocator-huge-pages") && huge != baseline.end() &&
+      (huge->second == "false" || huge->second == "0")) {
+    allocator.settings.insert(allocator.settings.begin(), Config{{"allocator-caching", "true"},
+                                                                 {"allocator-huge-pages", "true"}});
+  }
+  dims.push_back(allocator);
   dims.push_back({"attention", {{{"attention", "flash"}}, {{"attention", "naive"}}}});
   if (ranks > 1 && flags.count("dp") && flags.count("tp") && flags.count("pp")) {
     const auto tc = to_train_config(baseline);

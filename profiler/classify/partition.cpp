@@ -109,6 +109,13 @@ double huge_fault_cost_ns(const Trace& trace, const ClassifyOptions& options) {
   return -1;
 }
 
+// The engine allocator advises fresh segments MADV_HUGEPAGE unless the run said
+// --allocator-huge-pages false: then every fault maps a 4 KiB page.
+bool segments_advised_huge(const Trace& trace) {
+  const auto it = trace.metadata.find("config.allocator_huge_pages");
+  return it == trace.metadata.end() || (it->second != "false" && it->second != "0");
+}
+
 constexpr int kDeviceCommSync = 101;  // device-split label of "comm sync: ..." collectives
 
 bool is_device_busy(Category c) {
@@ -287,7 +294,7 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
             [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
 
   const double fault_ns = page_fault_cost_ns(trace, options);
-  const double huge_ns = huge_fault_cost_ns(trace, options);
+  const double huge_ns = segments_advised_huge(trace) ? huge_fault_cost_ns(trace, options) : 0;
   int64_t t0 = std::numeric_limits<int64_t>::max();
   for (const Event& ev : trace.events) t0 = std::min(t0, ev.ts_ns);
 

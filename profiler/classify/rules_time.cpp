@@ -121,6 +121,8 @@ void memory_time_rule(const RuleContext& ctx, std::vector<Finding>* out) {
   {
     std::vector<std::string> knobs;
     if (!ctx.run.allocator_caching) knobs.push_back("--allocator-caching true");
+    // 4 KiB pages take 512 faults per 2 MiB where a huge page takes one (docs/classification.md).
+    if (!ctx.run.allocator_huge_pages) knobs.push_back("--allocator-huge-pages true");
     if (ctx.run.alloc_retries > 0 || ctx.run.ooms > 0) {
       knobs.push_back(
           ctx.run.memory_limit > 0
@@ -148,11 +150,12 @@ void memory_time_rule(const RuleContext& ctx, std::vector<Finding>* out) {
                           ctx.ms_per_step(WaitClass::kMemory))
             : fmt::format("page faults {:.0f}/step costing {:.2f} ms/step; allocator {:.2f} "
                           "ms/step, retries {}, OOMs {}, segments mapped {} / unmapped {}; "
-                          "caching {}",
+                          "caching {}, huge pages {}",
                           faults, ctx.detail("memory.page_faults") / ctx.n,
                           ctx.detail("memory.allocator") / ctx.n, ctx.run.alloc_retries,
                           ctx.run.ooms, ctx.run.segment_maps, ctx.run.segment_unmaps,
-                          ctx.run.allocator_caching ? "on" : "off"));
+                          ctx.run.allocator_caching ? "on" : "off",
+                          ctx.run.allocator_huge_pages ? "on" : "off"));
   }
 }
 

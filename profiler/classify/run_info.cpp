@@ -50,6 +50,8 @@ RunInfo RunInfo::from_metadata(const std::map<std::string, std::string>& m) {
   read(m, "run.warmup_excluded", &r.warmup_excluded);
   const std::string caching = text(m, "config.allocator_caching");
   if (!caching.empty()) r.allocator_caching = caching != "false" && caching != "0";
+  const std::string huge = text(m, "config.allocator_huge_pages");
+  if (!huge.empty()) r.allocator_huge_pages = huge != "false" && huge != "0";
   read(m, "run.mfu", &r.mfu);
   read(m, "run.memory_capacity", &r.memory_capacity);
   read(m, "run.mem_peak", &r.mem_peak);

@@ -32,6 +32,7 @@ struct RunInfo {
   double gemm_bf16_speedup = 0;
   double lr = 0, clip = -1, mfu = -1, load_average = -1;
   bool allocator_caching = true;
+  bool allocator_huge_pages = true;  // host segments advised transparent huge pages
   std::string checkpoint;      // "none", "block"
   std::string h2d;             // --device cuda input path: "pinned", "pageable"; "" unknown
   double memory_limit = 0;     // bytes (0: none)

@@ -33,6 +33,7 @@ struct TrainConfig {
   int threads = 0;         // 0 = all cores
   size_t memory_limit = 0; // 0 = unlimited
   bool allocator_caching = true;
+  bool allocator_huge_pages = true;  // madvise(MADV_HUGEPAGE) on host segments >= 2 MiB
   std::string data = "kjv";
   std::string val_data;  // optional held-out data used whole for validation
   // Tokenizer for document data (text / JSONL): "byte", or "gpt2" with tokenizer_vocab
