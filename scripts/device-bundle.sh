@@ -17,7 +17,7 @@ STAGE=.device-bundle
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFT_NATIVE=OFF -DFT_WERROR=OFF \
   -DFT_WITH_CUDA=ON -DFT_WITH_CUPTI=ON -DFT_WITH_NCCL=ON -DFT_WITH_NVTX=ON -DFT_WITH_MPI=OFF \
   -DFT_BUILD_TESTS=ON -DFT_BUILD_BENCH=ON > /dev/null
-targets="ft-train ft-diagnose"
+targets="ft-train ft-diagnose ft-diagnose-run"
 gpu_tests=()
 for f in tests/gpu/*_test.cpp; do gpu_tests+=("$(basename "$f" .cpp)"); done
 targets+=" ${gpu_tests[*]}"
@@ -27,8 +27,8 @@ if grep -q cuda_train_bench <<< "$help"; then targets+=" cuda_train_bench"; fi
 cmake --build "$BUILD" -j"$(nproc)" --target $targets
 rm -rf "$STAGE" .device-bundle.tar.xz
 mkdir -p "$STAGE/bin/gpu_tests" "$STAGE/lib"
-bins=("$BUILD/ft-train" "$BUILD/ft-diagnose")
-cp "$BUILD/ft-train" "$BUILD/ft-diagnose" "$STAGE/bin/"
+bins=("$BUILD/ft-train" "$BUILD/ft-diagnose" "$BUILD/ft-diagnose-run")
+cp "$BUILD/ft-train" "$BUILD/ft-diagnose" "$BUILD/ft-diagnose-run" "$STAGE/bin/"
 for t in "${gpu_tests[@]}"; do
   [[ -x "$BUILD/tests/gpu/$t" ]] && cp "$BUILD/tests/gpu/$t" "$STAGE/bin/gpu_tests/" && bins+=("$BUILD/tests/gpu/$t")
 done

@@ -52,7 +52,7 @@ elif [[ -d "$BUNDLE/bin" ]]; then MODE=bundle
 else MODE=source; fi
 if [[ $MODE == source ]]; then BIN="$BUILD"; GPU_TESTS="$BUILD/tests/gpu"
 else BIN="$BUNDLE/bin"; GPU_TESTS="$BUNDLE/bin/gpu_tests"; fi
-TARGETS="ft-train ft-diagnose"
+TARGETS="ft-train ft-diagnose ft-diagnose-run"
 for f in tests/gpu/*_test.cpp; do TARGETS+=" $(basename "$f" .cpp)"; done
 CONFIGURE=(cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DFT_WERROR=OFF
            -DFT_WITH_CUDA=ON -DFT_WITH_CUPTI=ON -DFT_WITH_NCCL=ON -DFT_WITH_NVTX=ON -DFT_WITH_MPI=ON)

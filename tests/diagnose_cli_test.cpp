@@ -226,6 +226,21 @@ TEST(DiagnoseCli, BadInputIsAClearError) {
       << r.out;
 }
 
+// `ft-diagnose run` is ft-diagnose-run, exec'd from beside ft-diagnose: the trace analyser itself
+// loads none of the trainer's libraries (oneDNN, MPI, CUPTI: 8 MiB of RSS and ~8 ms of start-up).
+TEST(DiagnoseCli, RunIsItsOwnBinaryAndAMissingOneIsAClearError) {
+  const Result r = ft::testing::run_shell("FT_DIAGNOSE_RUN=/nonexistent/ft-diagnose-run " +
+                                          std::string(FT_BINARY_DIR) + "/ft-diagnose run --out " +
+                                          temp_dir("norun").string() + kTiny + "--steps 1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("cannot run /nonexistent/ft-diagnose-run"), std::string::npos) << r.out;
+  const Result ldd = ft::testing::run_shell("ldd " + std::string(FT_BINARY_DIR) + "/ft-diagnose");
+  if (ldd.status != 0) GTEST_SKIP() << "no ldd: " << ldd.out;
+  for (const char* lib : {"libdnnl", "libmpi", "libcupti", "libopenblas"}) {
+    EXPECT_EQ(ldd.out.find(lib), std::string::npos) << lib << " in\n" << ldd.out;
+  }
+}
+
 // --critical-path adds HTA's critical path of the first steady step of a PyTorch trace to the
 // reports; without it, none (it holds the whole JSON in memory).
 TEST(DiagnoseCli, CriticalPathIsOptIn) {
