@@ -91,7 +91,7 @@ struct StepGraph::State {
 
 bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid, int64_t lo,
                       int64_t hi) {
-  pieces_.clear(), ops_.clear(), order_.clear(), main_pieces_.clear(), ops_by_end_.clear();
+  pieces_.clear(), ops_.clear(), order_.clear(), ops_by_end_.clear();
   // Device ops: the busy spans of the device, by start.
   std::vector<const Event*> dev;
   for (const Event& e : trace.events)
@@ -128,7 +128,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
   std::vector<uint32_t> tids = {main.tid};
   pid_ = main.pid;
   for (const auto& [tid, l] : launches)
-    if (tid != main.tid) tids.push_back(tid);
+    if (tid != main.tid && tids.size() < kMaxThreads) tids.push_back(tid);  // others: unlinked
 
   launch_cost_ns_ = quantile(launch_costs, 0.5, kDefaultLaunchNs);
   // A launch or asynchronous copy call over 100 µs that returns right after an op ends waited for
@@ -169,7 +169,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       }
       Piece p;
       p.a = s.a, p.b = s.b;
-      p.thread = static_cast<int32_t>(t);
+      p.thread = static_cast<uint16_t>(t);
       p.cls = static_cast<uint8_t>(device_attribution::idle_class(ev));
       p.burst_first = after_gap;
       after_gap = false;
@@ -219,8 +219,6 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
   }
   tids_ = tids;
   marked_.clear();
-  for (size_t i = thread_range[0].first; i < thread_range[0].second; ++i)
-    main_pieces_.push_back(static_cast<int32_t>(i));
 
   // Ops: anchor (the piece its launch starts in), stream predecessor, latency and delay.
   ops_.resize(dev.size());
@@ -361,7 +359,7 @@ int64_t StepGraph::start_of(State& s, int32_t i) const {
   if (p.thread != 0) {
     v = p.burst_first ? main_at(s, p.a) : s.end[i - 1];
     if (v == kUnset) v = p.a + s.main_shift;
-  } else if (i == main_pieces_.front()) {
+  } else if (static_cast<size_t>(i) == thread_range_[0].first) {
     v = p.a;
   } else {
     v = s.end[i - 1] != kUnset ? s.end[i - 1] : p.a + s.main_shift;
@@ -372,10 +370,13 @@ int64_t StepGraph::start_of(State& s, int32_t i) const {
 
 // Where the training thread is at traced time `t`, in replayed time.
 int64_t StepGraph::main_at(State& s, int64_t t) const {
-  const auto pos = std::upper_bound(main_pieces_.begin(), main_pieces_.end(), t,
-                                    [&](int64_t v, int32_t i) { return v < pieces_[i].a; });
-  if (pos == main_pieces_.begin()) return t;
-  const int32_t j = *(pos - 1);
+  // The training thread's pieces: pieces_[thread_range_[0]], by start.
+  const auto first = pieces_.begin() + static_cast<std::ptrdiff_t>(thread_range_[0].first);
+  const auto past = pieces_.begin() + static_cast<std::ptrdiff_t>(thread_range_[0].second);
+  const auto pos =
+      std::upper_bound(first, past, t, [](int64_t v, const Piece& p) { return v < p.a; });
+  if (pos == first) return t;
+  const auto j = static_cast<int32_t>(pos - 1 - pieces_.begin());
   const Piece& p = pieces_[j];
   const int64_t st = start_of(s, j);
   if (s.end[j] == kUnset) return st + (t - p.a);

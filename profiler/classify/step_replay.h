@@ -89,18 +89,22 @@ class StepGraph {
 
  private:
   // A stretch of one host thread under one innermost span.
+  // 32 bytes: a 54 MB trace's steady steps hold ~150k of them.
   struct Piece {
     int64_t a = 0, b = 0;
-    int32_t thread = 0;        // 0: the training thread
-    int32_t wait_op = -1;      // blocking: the device op the call waited for (or, for a launch
-                               // into a full queue, whose end freed a slot)
-    int64_t ret = 0;           // blocking: from that op's end to the call's return
-    uint8_t cls = 0;           // WaitClass of the innermost span (host for untraced code)
-    uint8_t block = 0;         // WaitClass + 1 of a blocking call that ends here, else 0
-    bool burst_first = false;  // first piece after untraced time on another thread
-    bool captured = false;     // a CUDA graph would capture it (step_replay.cpp, captured())
-    bool cpu_work = false;     // under a CPU operator flagged kCpuWork (no device work)
+    int64_t ret = 0;       // blocking: from that op's end to the call's return
+    int32_t wait_op = -1;  // blocking: the device op the call waited for (or, for a launch
+                           // into a full queue, whose end freed a slot)
+    uint16_t thread = 0;   // 0: the training thread (kMaxThreads chains at most)
+    uint8_t cls = 0;       // WaitClass of the innermost span (host for untraced code)
+    uint8_t block : 5;     // WaitClass + 1 of a blocking call that ends here, else 0
+    bool burst_first : 1;  // first piece after untraced time on another thread
+    bool captured : 1;     // a CUDA graph would capture it (step_replay.cpp, captured())
+    bool cpu_work : 1;     // under a CPU operator flagged kCpuWork (no device work)
+    Piece() : block(0), burst_first(false), captured(false), cpu_work(false) {}
   };
+  static_assert(kNumWaitClasses < 31, "Piece::block holds a WaitClass + 1 in 5 bits");
+  static constexpr size_t kMaxThreads = 65535;
   struct Op {
     int64_t ts = 0, dur = 0;
     int64_t anchor_off = 0;   // launch call's start - anchor piece's start
@@ -129,7 +133,6 @@ class StepGraph {
   std::vector<Op> ops_;         // by start
   std::vector<int32_t> order_;  // processing order: a piece i >= 0 at its end, an op -1 - i at
                                 // its start (a piece first on a tie)
-  std::vector<int32_t> main_pieces_;  // the training thread's pieces, by start
   std::vector<int32_t> ops_by_end_;
   std::vector<uint32_t> tids_;                           // each chain's thread
   std::vector<std::pair<size_t, size_t>> thread_range_;  // each chain's pieces
