@@ -161,6 +161,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
     bool after_gap = true;
     const std::vector<sweep::Segment> segments = sweep::sweep(std::move(ivs), from, to);
     pieces_.reserve(pieces_.size() + segments.size());  // no doubling overshoot at the peak
+    piece_ev.reserve(segments.size());
     for (const sweep::Segment& s : segments) {
       const Event* ev = s.label >= 0 ? spans[s.label] : nullptr;
       if (ev == nullptr && t != 0) {  // another thread's untraced time: it waits
