@@ -1,9 +1,8 @@
-// cli_main.h: the shared main() of ft's commands: OpenMP binding and error-to-exit-status mapping.
+// cli_main.h: the shared main() of ft's commands: error-to-exit-status mapping.
 #pragma once
 
 #include <fmt/format.h>
 
-#include <cstdlib>
 #include <exception>
 
 #include "ft/core/error.h"
@@ -13,19 +12,13 @@ namespace ft {
 // Exit statuses of ft's commands.
 inline constexpr int kExitOk = 0, kExitError = 1, kExitConfig = 2, kExitOom = 3;
 
-// Runs `body` (returning the exit status) after pinning OpenMP threads to cores unless the user
-// chose otherwise (measured 5-10% faster on the 2-core benchmark machine, docs/benchmarks.md; must
-// precede the first OpenMP call; launchers that bind processes, e.g. mpirun, should set these).
-// Errors become a one-line message prefixed with `program` and exit status 2 (ConfigError),
-// 3 (OutOfMemoryError) or 1 (anything else).
+// Runs `body` (returning the exit status). Errors become a one-line message prefixed with
+// `program` and exit status 2 (ConfigError), 3 (OutOfMemoryError) or 1 (anything else).
+// OpenMP's placement is left to the user: libgomp reads OMP_PROC_BIND / OMP_PLACES when it
+// loads, before main, so setting them here bound only the processes this one started (an
+// oversubscribed run's mpirun ranks, all to core 0; docs/notes.md).
 template <typename Body>
 int run_command_line(const char* program, Body&& body) {
-  // Under an MPI launcher the launcher decides placement: with --oversubscribe it binds
-  // nothing, and "close" would then stack every rank's threads on the first core.
-  if (!std::getenv("OMPI_COMM_WORLD_SIZE") && !std::getenv("PMIX_RANK")) {
-    setenv("OMP_PROC_BIND", "close", /*overwrite=*/0);
-    setenv("OMP_PLACES", "cores", /*overwrite=*/0);
-  }
   try {
     return body();
   } catch (const ConfigError& e) {

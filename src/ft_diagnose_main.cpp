@@ -103,8 +103,7 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "run") == 0) {
-    // Before run_command_line's OpenMP settings: ft-diagnose-run's libgomp reads the environment
-    // when it loads, and the in-process run never had them (docs/notes.md).
+    // ft-diagnose-run gets the arguments after `run` and the environment as they came.
     const std::string error = exec_run(argc, argv);
     return ft::run_command_line("ft-diagnose", [&]() -> int { throw ft::IoError(error); });
   }
