@@ -1,9 +1,12 @@
-// cli_main.h: the shared main() of ft's commands: error-to-exit-status mapping.
+// cli_main.h: what ft's commands share: error-to-exit-status mapping, finding sibling tools.
 #pragma once
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <exception>
+#include <filesystem>
+#include <system_error>
 
 #include "ft/core/error.h"
 
@@ -11,6 +14,15 @@ namespace ft {
 
 // Exit statuses of ft's commands.
 inline constexpr int kExitOk = 0, kExitError = 1, kExitConfig = 2, kExitOom = 3;
+
+// Another of ft's tools: the path in environment variable `env` when set, else `name` in this
+// executable's directory.
+inline std::filesystem::path sibling_tool(const char* env, const char* name) {
+  if (const char* e = std::getenv(env); e && *e) return e;
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return (ec ? std::filesystem::current_path() : self.parent_path()) / name;
+}
 
 // Runs `body` (returning the exit status). Errors become a one-line message prefixed with
 // `program` and exit status 2 (ConfigError), 3 (OutOfMemoryError) or 1 (anything else).

@@ -5,8 +5,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -26,18 +24,10 @@ namespace {
 namespace fs = std::filesystem;
 using namespace ft::diagnose;
 
-// Replaces this process with ft-diagnose-run (FT_DIAGNOSE_RUN overrides where it is), passing
-// the arguments after `run` and this process's environment as it came; returns only when the
-// exec failed, with the reason.
+// Replaces this process with ft-diagnose-run (beside this binary; FT_DIAGNOSE_RUN overrides),
+// passing the arguments after `run`; returns only when the exec failed, with the reason.
 std::string exec_run(int argc, char** argv) {
-  fs::path bin;
-  if (const char* env = std::getenv("FT_DIAGNOSE_RUN"); env && *env) {
-    bin = env;
-  } else {
-    std::error_code ec;
-    const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-    bin = (ec ? fs::current_path() : self.parent_path()) / "ft-diagnose-run";
-  }
+  const fs::path bin = ft::sibling_tool("FT_DIAGNOSE_RUN", "ft-diagnose-run");
   std::vector<char*> args = {const_cast<char*>(bin.c_str())};
   for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
   args.push_back(nullptr);
@@ -54,6 +44,7 @@ int run(int argc, char** argv) {
   }
   if (args[0] == "diff")
     return run_diff(std::vector<std::string>(args.begin() + 1, args.end()), kGateExit);
+  if (args[0] == "run") throw ft::IoError(exec_run(argc, argv));
   const CliArgs a = parse_cli(args, /*run_mode=*/false);
   if (a.input.empty()) throw ft::ConfigError("ft-diagnose needs a run directory or a trace file");
   if (!a.profile.empty())
@@ -102,10 +93,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "run") == 0) {
-    // ft-diagnose-run gets the arguments after `run` and the environment as they came.
-    const std::string error = exec_run(argc, argv);
-    return ft::run_command_line("ft-diagnose", [&]() -> int { throw ft::IoError(error); });
-  }
   return ft::run_command_line("ft-diagnose", [&] { return run(argc, argv); });
 }

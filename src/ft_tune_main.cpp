@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_main.h"
 #include "ft/core/atomic_file.h"
 #include "ft/core/error.h"
 #include "ft/profiler/diagnosis.h"
@@ -79,17 +80,6 @@ constexpr const char* kUsage =
 Any other flag is an ft-train flag of the baseline configuration. ft-train and ft-diagnose
 are found next to ft-tune (override with FT_TRAIN / FT_DIAGNOSE).
 )";
-
-fs::path self_dir() {
-  std::error_code ec;
-  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? fs::current_path() : p.parent_path();
-}
-
-fs::path tool(const char* env, const char* name) {
-  const char* e = std::getenv(env);
-  return e && *e ? fs::path(e) : self_dir() / name;
-}
 
 double available_memory() {
   std::ifstream in("/proc/meminfo");
@@ -195,7 +185,7 @@ struct SpecRun {
 int run_spec(const fs::path& spec_path, const SpecRun& sr, SweepOptions opt) {
   TuneSpec spec = load_spec(spec_path);
   if (sr.timeout_s > 0) spec.timeout_s = sr.timeout_s;
-  const fs::path ft_diagnose = tool("FT_DIAGNOSE", "ft-diagnose");
+  const fs::path ft_diagnose = ft::sibling_tool("FT_DIAGNOSE", "ft-diagnose");
   if (opt.strategy == "guided") {
     if (spec.trace.empty()) {
       throw ConfigError(
@@ -414,8 +404,8 @@ int run(int argc, char** argv) {
     }
   }
 
-  const fs::path ft_train = tool("FT_TRAIN", "ft-train");
-  const fs::path ft_diagnose = tool("FT_DIAGNOSE", "ft-diagnose");
+  const fs::path ft_train = ft::sibling_tool("FT_TRAIN", "ft-train");
+  const fs::path ft_diagnose = ft::sibling_tool("FT_DIAGNOSE", "ft-diagnose");
   if (access(ft_train.c_str(), X_OK) != 0) {
     throw IoError(fmt::format("ft-train not found at {} (set FT_TRAIN)", ft_train.string()));
   }

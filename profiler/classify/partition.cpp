@@ -15,6 +15,7 @@
 #include "ft/core/error.h"
 #include "ft/core/parallel.h"
 #include "ft/profiler/classifier.h"
+#include "ft/profiler/findings.h"
 #include "interval_sweep.h"
 
 namespace ft::profiler {
@@ -107,13 +108,6 @@ double huge_fault_cost_ns(const Trace& trace, const ClassifyOptions& options) {
     if (end != it->second.c_str() && std::isfinite(v) && v >= 0) return v;
   }
   return -1;
-}
-
-// The engine allocator advises fresh segments MADV_HUGEPAGE unless the run said
-// --allocator-huge-pages false: then every fault maps a 4 KiB page.
-bool segments_advised_huge(const Trace& trace) {
-  const auto it = trace.metadata.find("config.allocator_huge_pages");
-  return it == trace.metadata.end() || (it->second != "false" && it->second != "0");
 }
 
 constexpr int kDeviceCommSync = 101;  // device-split label of "comm sync: ..." collectives
@@ -294,7 +288,11 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
             [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
 
   const double fault_ns = page_fault_cost_ns(trace, options);
-  const double huge_ns = segments_advised_huge(trace) ? huge_fault_cost_ns(trace, options) : 0;
+  // The engine allocator advises fresh segments MADV_HUGEPAGE unless the run said
+  // --allocator-huge-pages false: then every fault maps a 4 KiB page.
+  const double huge_ns = RunInfo::from_metadata(trace.metadata).allocator_huge_pages
+                             ? huge_fault_cost_ns(trace, options)
+                             : 0;
   int64_t t0 = std::numeric_limits<int64_t>::max();
   for (const Event& ev : trace.events) t0 = std::min(t0, ev.ts_ns);
 

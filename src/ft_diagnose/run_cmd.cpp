@@ -17,9 +17,10 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_main.h"
 #include "ft/app/training_profile.h"
-#include "ft/core/error.h"
 #include "ft/core/comm_range.h"
+#include "ft/core/error.h"
 #include "ft/profiler/collectives.h"
 #include "ft/profiler/multi_rank.h"
 #include "ft/profiler/trace_reader.h"
@@ -43,12 +44,6 @@ void progress_bar(int done, int total, double ms, bool profiled) {
 }
 
 namespace fs = std::filesystem;
-
-fs::path self_dir() {
-  std::error_code ec;
-  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? fs::current_path() : p.parent_path();
-}
 
 }  // namespace
 
@@ -82,8 +77,7 @@ int run_ranks(const std::vector<std::string>& train_args, const RunOptions& opti
         "or set FT_MPIRUN)",
         ranks));
   }
-  const char* env_train = std::getenv("FT_TRAIN");
-  const fs::path ft_train = env_train && *env_train ? fs::path(env_train) : self_dir() / "ft-train";
+  const fs::path ft_train = sibling_tool("FT_TRAIN", "ft-train");
   if (access(ft_train.c_str(), X_OK) != 0) {
     throw IoError(fmt::format("ft-train not found at {} (set FT_TRAIN)", ft_train.string()));
   }
@@ -158,9 +152,9 @@ double all_reduce_transfer_ms(const std::vector<profiler::Trace>& traces) {
           t.names.at(e.name) != "comm.all_reduce") {
         continue;
       }
-      calls[r].push_back({fmt::format("{}|{}", static_cast<int>(comm_range_group(e.arg)),
-                                      comm_range_seq(e.arg)),
-                          e.ts_ns, e.dur_ns, i, 0, -1});
+      calls[r].push_back(
+          {fmt::format("{}|{}", static_cast<int>(comm_range_group(e.arg)), comm_range_seq(e.arg)),
+           e.ts_ns, e.dur_ns, i, 0, -1});
     }
   }
   std::map<int64_t, double> per_step;
