@@ -2,6 +2,7 @@
 #include "device_attribution.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <string>
 
@@ -109,10 +110,34 @@ const Event* blocked_at(int64_t t, const std::vector<const Event*>& blocking) {
   return best;
 }
 
-void charge_part(int cls, int64_t ns, StepPartitionNs* p) {
+// The step's details under fixed keys, summed per piece and added to its map once.
+struct Tally {
+  int64_t ns = 0;
+  bool seen = false;
+  void add(int64_t x) {
+    ns += x;
+    seen = true;
+  }
+};
+struct StepTallies {
+  std::array<Tally, kNumWaitClasses> idle, busy;
+  Tally cpu_work, drained, refill;
+  void add_to(StepPartitionNs* p) const {
+    for (int c = 0; c < kNumWaitClasses; ++c) {
+      const char* name = wait_class_name(static_cast<WaitClass>(c));
+      if (idle[c].seen) p->detail_ns[std::string("device.idle.") + name] += idle[c].ns;
+      if (busy[c].seen) p->detail_ns[std::string("device.busy.") + name] += busy[c].ns;
+    }
+    if (cpu_work.seen) p->detail_ns["host.cpu_work"] += cpu_work.ns;
+    if (drained.seen) p->detail_ns["device.drained"] += drained.ns;
+    if (refill.seen) p->detail_ns["sync.refill"] += refill.ns;
+  }
+};
+
+void charge_part(int cls, int64_t ns, StepPartitionNs* p, StepTallies* t) {
   if (ns <= 0) return;
   p->ns[cls] += ns;
-  p->detail_ns[std::string("device.idle.") + wait_class_name(static_cast<WaitClass>(cls))] += ns;
+  t->idle[cls].add(ns);
 }
 
 }  // namespace
@@ -179,12 +204,13 @@ void partition_step(const Trace& trace, const std::vector<const Event*>& device,
   std::sort(blocking.begin(), blocking.end(),
             [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
   p->ns.fill(0);
+  StepTallies tally;
   std::map<uint32_t, int64_t> host_by_op;  // idle charged to the host, by the CPU operator
   size_t op = 0;                           // first operator piece that may overlap it
   bool cpu_gap = false;  // charging an untraced stretch between two CPU-work operators
   auto charge_host = [&](int64_t a, int64_t b) {
-    charge_part(static_cast<int>(WaitClass::kHost), b - a, p);
-    if (cpu_gap) p->detail_ns["host.cpu_work"] += b - a;
+    charge_part(static_cast<int>(WaitClass::kHost), b - a, p, &tally);
+    if (cpu_gap) tally.cpu_work.add(b - a);
     while (op < operators.size() && operators[op].b <= a) ++op;
     for (size_t k = op; k < operators.size() && operators[k].a < b; ++k) {
       const Event* ev = operators[k].ev;
@@ -192,7 +218,7 @@ void partition_step(const Trace& trace, const std::vector<const Event*>& device,
       const int64_t ns = std::min(b, operators[k].b) - std::max(a, operators[k].a);
       host_by_op[ev->name] += ns;
       // The program's own CPU work (an operator that launches nothing), not dispatch.
-      if (is_cpu_work(ev)) p->detail_ns["host.cpu_work"] += ns;
+      if (is_cpu_work(ev)) tally.cpu_work.add(ns);
     }
   };
   size_t h = 0;  // first host piece that may overlap the current idle stretch
@@ -200,8 +226,7 @@ void partition_step(const Trace& trace, const std::vector<const Event*>& device,
     const int64_t len = s.b - s.a;
     if (s.label >= 0) {
       p->ns[s.label] += len;
-      p->detail_ns[std::string("device.busy.") +
-                   wait_class_name(static_cast<WaitClass>(s.label))] += len;
+      tally.busy[s.label].add(len);
       continue;
     }
     // Idle: did a blocking call drain the queue? Until it returns, the stretch is that call's.
@@ -211,7 +236,7 @@ void partition_step(const Trace& trace, const std::vector<const Event*>& device,
     const Event* blocker = blocked_at(s.a, blocking);
     const int drain = blocker ? blocking_class(trace, *blocker) : -1;
     int64_t refill = drain == static_cast<int>(WaitClass::kSync) ? blocker->dur_ns : 0;
-    if (blocker) p->detail_ns["device.drained"] += len;
+    if (blocker) tally.drained.add(len);
     std::string by;  // "sync.by.<stack>", made once per drained stretch
     auto by_key = [&]() -> const std::string& {
       if (by.empty()) by = "sync.by." + stack_of(trace, *blocker, host_spans);
@@ -220,23 +245,23 @@ void partition_step(const Trace& trace, const std::vector<const Event*>& device,
     auto charge = [&](int64_t a, int64_t b, int c) {
       if (drain >= 0 && a < blocker->end_ns()) {  // the part while the call still blocks
         const int64_t m = std::min(b, blocker->end_ns());
-        charge_part(drain, m - a, p);
+        charge_part(drain, m - a, p, &tally);
         if (drain == static_cast<int>(WaitClass::kSync)) p->detail_ns[by_key()] += m - a;
         a = m;
       }
       if (a < b && c == static_cast<int>(WaitClass::kHost) && refill > 0) {
         const int64_t m = std::min(b, a + refill);
         refill -= m - a;
-        charge_part(drain, m - a, p);
+        charge_part(drain, m - a, p, &tally);
         p->detail_ns[by_key()] += m - a;
-        p->detail_ns["sync.refill"] += m - a;
+        tally.refill.add(m - a);
         a = m;
       }
       if (a >= b) return;
       if (c == static_cast<int>(WaitClass::kHost)) {
         charge_host(a, b);
       } else {
-        charge_part(c, b - a, p);
+        charge_part(c, b - a, p, &tally);
       }
     };
     while (h < host.size() && host[h].b <= s.a) ++h;
@@ -251,6 +276,7 @@ void partition_step(const Trace& trace, const std::vector<const Event*>& device,
     }
     if (t < s.b) charge(t, s.b, static_cast<int>(WaitClass::kHost));  // past the last piece
   }
+  tally.add_to(p);
   // The CPU operators the device waited on most ("host_op.<operator>", the step's top three).
   std::vector<std::pair<int64_t, uint32_t>> top;
   for (const auto& [name, ns] : host_by_op) top.emplace_back(ns, name);

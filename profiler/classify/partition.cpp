@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -58,7 +59,7 @@ bool is_host_gemm(const std::string& name) {
 }
 
 // `cpu_run`: the trace has no device, so the host's compute spans are the compute itself.
-std::string detail_key(const Event& ev, const std::string& name, WaitClass cls, bool cpu_run) {
+const char* detail_key(const Event& ev, const std::string& name, WaitClass cls, bool cpu_run) {
   auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
   switch (cls) {
     case WaitClass::kData:
@@ -75,15 +76,15 @@ std::string detail_key(const Event& ev, const std::string& name, WaitClass cls, 
       return "memory.allocator";
     case WaitClass::kCompute:
       if (ev.category == Category::kOptimizer) return "compute.optimizer";
-      return cpu_run && is_host_gemm(name) ? "compute.gemm" : "";
+      return cpu_run && is_host_gemm(name) ? "compute.gemm" : nullptr;
     case WaitClass::kSync:
       return "sync";
     case WaitClass::kHost:
       return "host";
     case WaitClass::kOther:
-      return "";
+      return nullptr;
   }
-  return "";
+  return nullptr;
 }
 
 double page_fault_cost_ns(const Trace& trace, const ClassifyOptions& options) {
@@ -359,18 +360,25 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
     const std::vector<Segment> host = sweep::sweep(std::move(ivs), lo, hi);
     std::vector<Segment> host_cls;  // labelled by WaitClass, for the device split
     host_cls.reserve(host.size());
+    // The few detail keys are summed here and added to the step's map once.
+    std::vector<std::pair<std::string_view, int64_t>> details;
     for (const Segment& s : host) {
       const int64_t len = s.b - s.a;
       WaitClass c = WaitClass::kOther;
       if (s.label >= 0) {
         const Event& ev = *owners[s.label];
         c = wait_class_of(ev.category);
-        const std::string key = detail_key(ev, trace.names.at(ev.name), c, device.empty());
-        if (!key.empty()) p.detail_ns[key] += len;
+        if (const char* key = detail_key(ev, trace.names.at(ev.name), c, device.empty())) {
+          auto it = std::find_if(details.begin(), details.end(),
+                                 [&](const auto& d) { return d.first == key; });
+          if (it == details.end()) it = details.insert(it, {key, 0});
+          it->second += len;
+        }
       }
       p.ns[static_cast<int>(c)] += len;
       host_cls.push_back({s.a, s.b, static_cast<int>(c)});
     }
+    for (const auto& [key, ns] : details) p.detail_ns[std::string(key)] += ns;
     // First-touch page faults: faults x measured cost, moved out of compute, then other (the
     // stall happens inside whatever code touched the page), capped by their sum. Kernel CPU
     // time is kept as evidence only: bounding by it under-counted 2-5x (docs/classification.md).
@@ -440,15 +448,26 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
                           : s.label;
         dv.push_back({s.a, s.b, c, 4, 0, 0});
       }
-      const std::string prefix = fmt::format("device{}.", pid);
+      // Summed by label (the wait classes, then busy, then comm sync), keyed once.
+      constexpr size_t kBusy = kNumWaitClasses, kCommSync = kNumWaitClasses + 1;
+      std::array<int64_t, kNumWaitClasses + 2> by_label{};
+      std::array<bool, kNumWaitClasses + 2> seen{};
       for (const Segment& s : sweep::sweep(std::move(dv), lo, hi)) {
-        const std::string key =
-            s.label == 100 ? prefix + "busy"
-            : s.label == kDeviceCommSync
-                ? prefix + "idle.comm.sync"
-                : prefix + "idle." +
-                      wait_class_name(static_cast<WaitClass>(s.label < 0 ? 7 : s.label));
-        p.detail_ns[key] += s.b - s.a;
+        const size_t k = s.label == 100               ? kBusy
+                         : s.label == kDeviceCommSync ? kCommSync
+                         : s.label < 0                ? 7
+                                                      : static_cast<size_t>(s.label);
+        by_label[k] += s.b - s.a;
+        seen[k] = true;
+      }
+      const std::string prefix = fmt::format("device{}.", pid);
+      for (size_t k = 0; k < by_label.size(); ++k) {
+        if (!seen[k]) continue;
+        const std::string key = k == kBusy ? prefix + "busy"
+                                : k == kCommSync
+                                    ? prefix + "idle.comm.sync"
+                                    : prefix + "idle." + wait_class_name(static_cast<WaitClass>(k));
+        p.detail_ns[key] += by_label[k];
       }
     }
     if (!device.empty()) {
