@@ -356,9 +356,11 @@ TEST(Classifier, DeviceIdleDuringTheLoaderIsData) {
 
 // The labelled sweep under the partition: every elementary piece of [lo, hi) carries the label
 // of the covering interval with the smallest key, checked against a brute-force scan. 3000
-// intervals take the radix-sorted edge path; a 2^40 ns span the pair-sorted one.
+// intervals take the radix-sorted edge path (in any order, and by start, whose starts are not
+// sorted again); a 2^40 ns span the pair-sorted one.
 TEST(IntervalSweep, SegmentsMatchABruteForceScan) {
-  for (const int64_t span : {int64_t{1} << 20, int64_t{1} << 40}) {
+  for (const auto& [span, by_start] : std::vector<std::pair<int64_t, bool>>{
+           {int64_t{1} << 20, false}, {int64_t{1} << 20, true}, {int64_t{1} << 40, false}}) {
     std::mt19937_64 rng(static_cast<uint64_t>(span));
     const int64_t lo = 1000, hi = lo + span;
     std::vector<sweep::Interval> ivs;
@@ -371,6 +373,10 @@ TEST(IntervalSweep, SegmentsMatchABruteForceScan) {
       iv.k2 = static_cast<int64_t>(rng() % 3);
       iv.k3 = static_cast<int64_t>(rng() % 1000);
       ivs.push_back(iv);
+    }
+    if (by_start) {
+      std::sort(ivs.begin(), ivs.end(),
+                [](const sweep::Interval& x, const sweep::Interval& y) { return x.a < y.a; });
     }
     const auto segs = sweep::sweep(ivs, lo, hi);
     ASSERT_FALSE(segs.empty());

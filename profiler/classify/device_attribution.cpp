@@ -99,15 +99,19 @@ std::string stack_of(const Trace& trace, const Event& call,
   return out + trace.names.at(call.name);
 }
 
-// The blocking host call in which the host sat when the device ran dry at `t`, or null.
-// `blocking` are the step's blocking calls by start.
-const Event* blocked_at(int64_t t, const std::vector<const Event*>& blocking) {
-  const Event* best = nullptr;
-  for (const Event* s : blocking) {
-    if (s->ts_ns > t) break;
-    if (s->end_ns() > t) best = s;  // the latest start: the innermost
+// The blocking host call in which the host sat when the device ran dry at `t`, or null: the
+// latest start (the innermost) of those covering t. `blocking` are the step's blocking calls by
+// start, `reach[i]` the latest end among blocking[0..i] (the walk back stops where none reach t).
+const Event* blocked_at(int64_t t, const std::vector<const Event*>& blocking,
+                        const std::vector<int64_t>& reach) {
+  size_t j =
+      static_cast<size_t>(std::upper_bound(blocking.begin(), blocking.end(), t,
+                                           [](int64_t x, const Event* s) { return x < s->ts_ns; }) -
+                          blocking.begin());
+  while (j-- > 0 && reach[j] > t) {
+    if (blocking[j]->end_ns() > t) return blocking[j];
   }
-  return best;
+  return nullptr;
 }
 
 // The step's details under fixed keys, summed per piece and added to its map once.
@@ -203,6 +207,9 @@ void partition_step(const Trace& trace, const std::vector<const Event*>& device,
   }
   std::sort(blocking.begin(), blocking.end(),
             [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  std::vector<int64_t> reach(blocking.size());
+  for (size_t i = 0; i < blocking.size(); ++i)
+    reach[i] = std::max(i > 0 ? reach[i - 1] : blocking[i]->end_ns(), blocking[i]->end_ns());
   p->ns.fill(0);
   StepTallies tally;
   std::map<uint32_t, int64_t> host_by_op;  // idle charged to the host, by the CPU operator
@@ -233,7 +240,7 @@ void partition_step(const Trace& trace, const std::vector<const Event*>& device,
     // After a sync (a read-back), the host's refill (CPU ops, launches, untraced code) is too,
     // up to the call's own length: without the call the host would have been that much further
     // ahead, and no more. Loader, allocator and copy time keep their classes.
-    const Event* blocker = blocked_at(s.a, blocking);
+    const Event* blocker = blocked_at(s.a, blocking, reach);
     const int drain = blocker ? blocking_class(trace, *blocker) : -1;
     int64_t refill = drain == static_cast<int>(WaitClass::kSync) ? blocker->dur_ns : 0;
     if (blocker) tally.drained.add(len);

@@ -11,6 +11,7 @@ namespace {
 // order of edges at one instant does not matter (all are applied before the next segment).
 constexpr int kIndexBits = 24;
 constexpr int64_t kMaxSpan = int64_t{1} << (63 - kIndexBits - 1);
+constexpr uint64_t kLowMask = (uint64_t{1} << (kIndexBits + 1)) - 1;  // start bit and index
 
 // LSD radix sort on the time bits only (from bit kIndexBits + 1, in 11-bit digits, up to the
 // highest set bit): edges at one instant may come in any order, so the start bit and the index
@@ -68,17 +69,27 @@ struct Edges {
 Edges sorted_edges(const std::vector<Interval>& ivs, int64_t lo, int64_t hi) {
   Edges out;
   out.lo = lo;
-  out.words.reserve(2 * ivs.size());
   if (hi - lo < kMaxSpan && ivs.size() < (size_t{1} << kIndexBits)) {
+    // Starts and ends apart: callers mostly pass intervals by start, whose starts need no sort.
+    std::vector<uint64_t> starts, ends;
+    starts.reserve(ivs.size());
+    ends.reserve(ivs.size());
+    bool by_start = true;
     for (size_t i = 0; i < ivs.size(); ++i) {
       if (ivs[i].a >= ivs[i].b) continue;
-      out.words.push_back(static_cast<uint64_t>(ivs[i].a - lo) << (kIndexBits + 1) |
-                          uint64_t{1} << kIndexBits | i);
-      out.words.push_back(static_cast<uint64_t>(ivs[i].b - lo) << (kIndexBits + 1) | i);
+      const uint64_t a = static_cast<uint64_t>(ivs[i].a - lo) << (kIndexBits + 1);
+      by_start = by_start && (starts.empty() || a >= (starts.back() & ~kLowMask));
+      starts.push_back(a | uint64_t{1} << kIndexBits | i);
+      ends.push_back(static_cast<uint64_t>(ivs[i].b - lo) << (kIndexBits + 1) | i);
     }
-    sort_by_time(&out.words);
+    if (!by_start) sort_by_time(&starts);
+    sort_by_time(&ends);
+    out.words.resize(starts.size() + ends.size());
+    std::merge(starts.begin(), starts.end(), ends.begin(), ends.end(), out.words.begin(),
+               [](uint64_t x, uint64_t y) { return (x & ~kLowMask) < (y & ~kLowMask); });
     return out;
   }
+  out.words.reserve(2 * ivs.size());
   for (size_t i = 0; i < ivs.size(); ++i) {
     if (ivs[i].a >= ivs[i].b) continue;
     out.pairs.emplace_back(ivs[i].a, static_cast<int>(i) + 1);

@@ -26,15 +26,6 @@ int rank_of_metadata(const std::map<std::string, std::string>& metadata) {
 int trace_rank(const Trace& trace) { return rank_of_metadata(trace.metadata); }
 int trace_rank(const KinetoTrace& trace) { return rank_of_metadata(trace.metadata); }
 
-Track rank_track(Track k, uint32_t rank) {
-  if (k.device) {
-    k.pid = rank * 256u + (k.pid & 0xffu);
-  } else {
-    k.pid = (rank << 24) | (k.pid & 0xffffffu);
-  }
-  return k;
-}
-
 namespace {
 
 // torch.profiler.tensorboard_trace_handler names its files WORKER.MILLISECONDS.pt.trace.json[.gz]

@@ -14,14 +14,6 @@
 namespace ft::profiler {
 namespace {
 
-// How a record's four 32-bit words are used.
-enum Layout : uint32_t {
-  kSpanLayout = 0,       // dur, id, arg (int32), bytes; value 0
-  kSampleAbsLayout = 1,  // value (double), arg (int64); bytes = |arg|; dur 0, id 0
-  kSampleLayout = 2,     // value (double), arg (int64); bytes 0; dur 0, id 0
-  kWideLayout = 3,       // w[0] indexes the side table of whole events
-};
-
 constexpr size_t kBlockBytes = KinetoTrace::kBlockRecords * sizeof(KinetoRecord);
 constexpr uint32_t kMaxName = (uint32_t{1} << 30) - 1;
 
@@ -29,17 +21,6 @@ uint64_t bits_of(double v) {
   uint64_t b;
   std::memcpy(&b, &v, sizeof b);
   return b;
-}
-
-double double_of(uint32_t lo, uint32_t hi) {
-  const uint64_t b = (static_cast<uint64_t>(hi) << 32) | lo;
-  double v;
-  std::memcpy(&v, &b, sizeof v);
-  return v;
-}
-
-uint64_t magnitude(int64_t v) {
-  return v < 0 ? uint64_t{0} - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
 }
 
 KinetoRecord* map_block() {
@@ -137,30 +118,6 @@ void KinetoTrace::append(const Event& e) {
   }
   r.name_layout = (e.name << 2) | layout;
   ++size_;
-}
-
-Event KinetoTrace::event(size_t i) const {
-  const KinetoRecord& r = record(i);
-  const uint32_t layout = r.name_layout & 3;
-  if (layout == kWideLayout) return wide_[r.w[0]];
-  Event e;
-  e.ts_ns = r.ts_ns;
-  e.name = r.name_layout >> 2;
-  e.track = track_keys_[r.track];
-  e.phase = static_cast<Phase>(r.kind >> 4);
-  e.category = static_cast<Category>(r.kind & 15);
-  e.flags = r.flags;
-  if (layout == kSpanLayout) {
-    e.dur_ns = r.w[0];
-    e.id = r.w[1];
-    e.arg = static_cast<int32_t>(r.w[2]);
-    e.bytes = r.w[3];
-  } else {
-    e.value = double_of(r.w[0], r.w[1]);
-    e.arg = static_cast<int64_t>((static_cast<uint64_t>(r.w[3]) << 32) | r.w[2]);
-    e.bytes = layout == kSampleAbsLayout ? magnitude(e.arg) : 0;
-  }
-  return e;
 }
 
 void KinetoTrace::release_until(size_t i) {

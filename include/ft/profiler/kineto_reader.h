@@ -66,7 +66,11 @@ int trace_rank(const Trace& trace);
 int trace_rank(const KinetoTrace& trace);
 
 // Where rank `rank`'s track goes when ranks are merged into one Trace (merge_ranks).
-Track rank_track(Track track, uint32_t rank);
+inline Track rank_track(Track track, uint32_t rank) {
+  track.pid =
+      track.device ? rank * 256u + (track.pid & 0xffu) : (rank << 24) | (track.pid & 0xffffffu);
+  return track;
+}
 
 // Merges ranks into one Trace whose pid space is split by rank: host pids become
 // rank * 2^24 + (pid mod 2^24) and device pids rank * 256 + device, so tracks never collide.

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -40,8 +41,32 @@ class KinetoTrace {
   size_t size() const { return size_; }
   // Appends `e` (its step is ignored). Throws FormatError past 65536 distinct tracks.
   void append(const Event& e);
-  // Event i, exactly as appended, with step = -1. Requires i >= released().
-  Event event(size_t i) const;
+  // Event i, exactly as appended, with step = -1. Requires i >= released(). Inline: the
+  // preparation decodes every record several times.
+  Event event(size_t i) const {
+    const KinetoRecord& r = record(i);
+    const uint32_t layout = r.name_layout & 3;
+    if (layout == kWideLayout) return wide_[r.w[0]];
+    Event e;
+    e.ts_ns = r.ts_ns;
+    e.name = r.name_layout >> 2;
+    e.track = track_keys_[r.track];
+    e.phase = static_cast<Phase>(r.kind >> 4);
+    e.category = static_cast<Category>(r.kind & 15);
+    e.flags = r.flags;
+    if (layout == kSpanLayout) {
+      e.dur_ns = r.w[0];
+      e.id = r.w[1];
+      e.arg = static_cast<int32_t>(r.w[2]);
+      e.bytes = r.w[3];
+    } else {
+      const uint64_t bits = (static_cast<uint64_t>(r.w[1]) << 32) | r.w[0];
+      std::memcpy(&e.value, &bits, sizeof e.value);
+      e.arg = static_cast<int64_t>((static_cast<uint64_t>(r.w[3]) << 32) | r.w[2]);
+      e.bytes = layout == kSampleAbsLayout ? magnitude(e.arg) : 0;
+    }
+    return e;
+  }
   const KinetoRecord& record(size_t i) const { return blocks_[i >> kBlockShift][i & kBlockMask]; }
   uint32_t name_of(size_t i) const { return record(i).name_layout >> 2; }
   const Track& track_of(size_t i) const { return track_keys_[record(i).track]; }
@@ -63,6 +88,16 @@ class KinetoTrace {
   static constexpr size_t kBlockMask = kBlockRecords - 1;
 
  private:
+  // How a record's four 32-bit words are used.
+  enum Layout : uint32_t {
+    kSpanLayout = 0,       // dur, id, arg (int32), bytes; value 0
+    kSampleAbsLayout = 1,  // value (double), arg (int64); bytes = |arg|; dur 0, id 0
+    kSampleLayout = 2,     // value (double), arg (int64); bytes 0; dur 0, id 0
+    kWideLayout = 3,       // w[0] indexes the side table of whole events
+  };
+  static uint64_t magnitude(int64_t v) {
+    return v < 0 ? uint64_t{0} - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+  }
   uint16_t track_index(const Track& t);
   void free_blocks();
 
