@@ -85,8 +85,11 @@ std::string stack_of(const Trace& trace, const Event& call,
     if (s->ts_ns <= call.ts_ns && s->end_ns() >= call.end_ns() && s->dur_ns > call.dur_ns)
       enclosing.push_back(s);
   }
+  // Outermost first; spans with one start and length nest in trace order (parent first).
   std::sort(enclosing.begin(), enclosing.end(), [](const Event* a, const Event* b) {
-    return a->ts_ns != b->ts_ns ? a->ts_ns < b->ts_ns : a->dur_ns > b->dur_ns;
+    return a->ts_ns != b->ts_ns     ? a->ts_ns < b->ts_ns
+           : a->dur_ns != b->dur_ns ? a->dur_ns > b->dur_ns
+                                    : a < b;
   });
   std::string out;
   for (size_t i = 0; i < enclosing.size(); ++i) {

@@ -208,6 +208,19 @@ WaitClass wait_class_of(Category c) {
   return WaitClass::kOther;
 }
 
+namespace {
+
+// Events by start, then by their place in the trace (a total order: the result never depends on
+// the sort). Collected in trace order, they mostly are already.
+void sort_by_start(std::vector<const Event*>* v) {
+  auto before = [](const Event* a, const Event* b) {
+    return a->ts_ns != b->ts_ns ? a->ts_ns < b->ts_ns : a < b;
+  };
+  if (!std::is_sorted(v->begin(), v->end(), before)) std::sort(v->begin(), v->end(), before);
+}
+
+}  // namespace
+
 bool find_training_track(const Trace& trace, Track* out) {
   std::map<Track, std::pair<int64_t, int64_t>> counts;  // (spans, ns)
   for (const Event& ev : trace.events) {
@@ -278,15 +291,13 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
       (is_step_span(trace, ev) ? steps : spans).push_back(&ev);
     }
   }
-  std::sort(steps.begin(), steps.end(),
-            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  sort_by_start(&steps);
   std::vector<const Event*> outer;
   for (const Event* s : steps) {
     if (!outer.empty() && s->ts_ns < outer.back()->end_ns()) continue;  // nested or overlapping
     outer.push_back(s);
   }
-  std::sort(spans.begin(), spans.end(),
-            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  sort_by_start(&spans);
 
   const double fault_ns = page_fault_cost_ns(trace, options);
   // The engine allocator advises fresh segments MADV_HUGEPAGE unless the run said
@@ -304,8 +315,7 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
   std::vector<const Event*> device;
   if (device_attribution::primary_device(trace, main, &device_pid)) {
     device = device_by_pid[device_pid];
-    std::sort(device.begin(), device.end(),
-              [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+    sort_by_start(&device);
   }
 
   std::vector<int64_t> numbers(outer.size());

@@ -135,6 +135,8 @@ EventPipeline::EventPipeline(std::unique_ptr<ByteSource> src, std::string unread
     : src_(std::move(src)),
       pending_offset_(offset),
       chunk_bytes_(std::max<size_t>(chunk_bytes, 1)),
+      threads_(std::max(2u, std::thread::hardware_concurrency())),  // read once: a sysfs file
+      window_limit_(2 * size_t{threads_} + 1),
       shared_(std::make_unique<Shared>()) {
   pending_.reserve(unread.size() + 1, 0);
   std::memcpy(pending_.data.get() + 1, unread.data(), unread.size());
@@ -153,8 +155,7 @@ EventPipeline::~EventPipeline() {
 }
 
 void EventPipeline::start_workers() {
-  const unsigned hw = std::max(2u, std::thread::hardware_concurrency());
-  for (unsigned i = 0; i + 1 < hw; ++i) {
+  for (unsigned i = 0; i + 1 < threads_; ++i) {
     shared_->threads.emplace_back([s = shared_.get()] {
       SimdParserPtr p = make_simd_parser();
       s->serve(*p, nullptr);
@@ -297,8 +298,7 @@ bool EventPipeline::split_one() {
 const EventChunk* EventPipeline::next() {
   current_.reset();
   if (failed_) return nullptr;
-  const size_t window = 2 * std::max(2u, std::thread::hardware_concurrency()) + 1;
-  while (window_.size() < window && split_one()) {
+  while (window_.size() < window_limit_ && split_one()) {
   }
   if (window_.empty()) return nullptr;
   std::unique_ptr<EventChunk> c = std::move(window_.front());
