@@ -358,18 +358,10 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
                      class_priority(c)});
       owners.push_back(&ev);
     }
-    // The innermost CPU operator at each instant (what launched the next kernel, or kept the
-    // host from it), for the device split's host details.
-    std::vector<Interval> op_ivs;
-    if (!device.empty()) {
-      for (const Interval& iv : ivs) {
-        const Category c = owners[iv.label]->category;
-        if (c == Category::kCompute || c == Category::kOptimizer) op_ivs.push_back(iv);
-      }
-    }
     const std::vector<Segment> host = sweep::sweep(std::move(ivs), lo, hi);
-    std::vector<Segment> host_cls;  // labelled by WaitClass, for the device split
-    host_cls.reserve(host.size());
+    auto host_class = [&](const Segment& s) {
+      return s.label >= 0 ? wait_class_of(owners[s.label]->category) : WaitClass::kOther;
+    };
     // The few detail keys are summed here and added to the step's map once.
     std::vector<std::pair<std::string_view, int64_t>> details;
     for (const Segment& s : host) {
@@ -386,7 +378,6 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
         }
       }
       p.ns[static_cast<int>(c)] += len;
-      host_cls.push_back({s.a, s.b, static_cast<int>(c)});
     }
     for (const auto& [key, ns] : details) p.detail_ns[std::string(key)] += ns;
     // First-touch page faults: faults x measured cost, moved out of compute, then other (the
@@ -451,24 +442,38 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
         dv.push_back({d->ts_ns, d->end_ns(), label, prio, 0, 0});
       }
       if (dv.empty()) continue;
-      for (const Segment& s : host_cls) {
-        // Host compute while the device idles is host-side (launch/CPU) work.
-        const int c = s.label == static_cast<int>(WaitClass::kCompute)
-                          ? static_cast<int>(WaitClass::kHost)
-                          : s.label;
-        dv.push_back({s.a, s.b, c, 4, 0, 0});
-      }
       // Summed by label (the wait classes, then busy, then comm sync), keyed once.
       constexpr size_t kBusy = kNumWaitClasses, kCommSync = kNumWaitClasses + 1;
       std::array<int64_t, kNumWaitClasses + 2> by_label{};
       std::array<bool, kNumWaitClasses + 2> seen{};
-      for (const Segment& s : sweep::sweep(std::move(dv), lo, hi)) {
-        const size_t k = s.label == 100               ? kBusy
-                         : s.label == kDeviceCommSync ? kCommSync
-                         : s.label < 0                ? 7
-                                                      : static_cast<size_t>(s.label);
-        by_label[k] += s.b - s.a;
+      auto add = [&](int label, int64_t ns) {
+        const size_t k = label == 100               ? kBusy
+                         : label == kDeviceCommSync ? kCommSync
+                         : label < 0                ? 7
+                                                    : static_cast<size_t>(label);
+        by_label[k] += ns;
         seen[k] = true;
+      };
+      // Where no device interval covers, the host segment's class does (host compute while the
+      // device idles is host-side launch/CPU work): the host segments rank below every device
+      // interval, so they are laid under the device's own sweep, not swept with it.
+      size_t h = 0;
+      for (const Segment& s : sweep::sweep(std::move(dv), lo, hi)) {
+        if (s.label >= 0) {
+          add(s.label, s.b - s.a);
+          continue;
+        }
+        while (h < host.size() && host[h].b <= s.a) ++h;
+        int64_t t = s.a;
+        for (size_t j = h; j < host.size() && host[j].a < s.b; ++j) {
+          const int64_t a = std::max(host[j].a, s.a), b = std::min(host[j].b, s.b);
+          if (a >= b) continue;
+          if (a > t) add(-1, a - t);
+          const WaitClass c = host_class(host[j]);
+          add(static_cast<int>(c == WaitClass::kCompute ? WaitClass::kHost : c), b - a);
+          t = b;
+        }
+        if (t < s.b) add(-1, s.b - t);
       }
       const std::string prefix = fmt::format("device{}.", pid);
       for (size_t k = 0; k < by_label.size(); ++k) {
@@ -488,6 +493,15 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
       for (int c = 0; c < kNumWaitClasses; ++c) {
         if (p.ns[c] > 0)
           p.detail_ns[std::string("host.") + wait_class_name(static_cast<WaitClass>(c))] = p.ns[c];
+      }
+      // The innermost CPU operator at each instant (what launched the next kernel, or kept the
+      // host from it), for the device split's host details.
+      std::vector<Interval> op_ivs;
+      for (size_t i = 0; i < owners.size(); ++i) {
+        const Event& ev = *owners[i];
+        if (ev.category != Category::kCompute && ev.category != Category::kOptimizer) continue;
+        op_ivs.push_back({ev.ts_ns, ev.end_ns(), static_cast<int>(i), -ev.ts_ns, ev.dur_ns,
+                          class_priority(wait_class_of(ev.category))});
       }
       std::vector<device_attribution::HostPiece> operators;
       for (const Segment& s : sweep::sweep(std::move(op_ivs), lo, hi))
