@@ -157,11 +157,9 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       }
     }
     const size_t first = pieces_.size();
-    std::vector<const Event*> piece_ev;  // each piece's innermost span (nullptr: untraced)
     bool after_gap = true;
     const std::vector<sweep::Segment> segments = sweep::sweep(std::move(ivs), from, to);
     pieces_.reserve(pieces_.size() + segments.size());  // no doubling overshoot at the peak
-    piece_ev.reserve(segments.size());
     for (const sweep::Segment& s : segments) {
       const Event* ev = s.label >= 0 ? spans[s.label] : nullptr;
       if (ev == nullptr && t != 0) {  // another thread's untraced time: it waits
@@ -172,6 +170,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       p.a = s.a, p.b = s.b;
       p.thread = static_cast<uint16_t>(t);
       p.cls = static_cast<uint8_t>(device_attribution::idle_class(ev));
+      p.untraced = ev == nullptr;
       p.burst_first = after_gap;
       after_gap = false;
       p.captured = captured(trace, ev, s.b - s.a, python);
@@ -205,13 +204,12 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
         }
       }
       pieces_.push_back(p);
-      piece_ev.push_back(ev);
     }
     // Untraced time between two CPU-work operators is that work too (partition's rule).
     for (size_t j = first + 1; j + 1 < pieces_.size(); ++j) {
-      const size_t k = j - first;
-      if (piece_ev[k] == nullptr && pieces_[j - 1].cpu_work && pieces_[j + 1].cpu_work &&
-          piece_ev[k - 1] != nullptr && piece_ev[k + 1] != nullptr) {
+      const Piece &before = pieces_[j - 1], &after = pieces_[j + 1];
+      if (pieces_[j].untraced && before.cpu_work && after.cpu_work && !before.untraced &&
+          !after.untraced) {
         pieces_[j].cpu_work = true;
         pieces_[j].captured = false;
       }

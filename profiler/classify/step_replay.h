@@ -96,13 +96,16 @@ class StepGraph {
     int32_t wait_op = -1;  // blocking: the device op the call waited for (or, for a launch
                            // into a full queue, whose end freed a slot)
     uint16_t thread = 0;   // 0: the training thread (kMaxThreads chains at most)
-    uint8_t cls = 0;       // WaitClass of the innermost span (host for untraced code)
+    uint8_t cls : 4;       // WaitClass of the innermost span (host for untraced code)
+    bool untraced : 1;     // no span covers it
     uint8_t block : 5;     // WaitClass + 1 of a blocking call that ends here, else 0
     bool burst_first : 1;  // first piece after untraced time on another thread
     bool captured : 1;     // a CUDA graph would capture it (step_replay.cpp, captured())
     bool cpu_work : 1;     // under a CPU operator flagged kCpuWork (no device work)
-    Piece() : block(0), burst_first(false), captured(false), cpu_work(false) {}
+    Piece()
+        : cls(0), untraced(false), block(0), burst_first(false), captured(false), cpu_work(false) {}
   };
+  static_assert(kNumWaitClasses < 16, "Piece::cls holds a WaitClass in 4 bits");
   static_assert(kNumWaitClasses < 31, "Piece::block holds a WaitClass + 1 in 5 bits");
   static constexpr size_t kMaxThreads = 65535;
   struct Op {
