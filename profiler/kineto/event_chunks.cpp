@@ -228,12 +228,20 @@ void EventPipeline::scan() {
 
 void EventPipeline::cut() {
   constexpr size_t kPad = 64;  // >= simdjson::SIMDJSON_PADDING (static_assert in the parser)
-  auto c = std::make_unique<EventChunk>();
+  std::unique_ptr<EventChunk> c;
+  ByteBuffer next;
+  if (spare_.empty()) {
+    c = std::make_unique<EventChunk>();
+  } else {  // a chunk handed back: its buffer takes the rest, its events' capacity stays
+    c = std::move(spare_.back());
+    spare_.pop_back();
+    next = std::move(c->buf);
+    c->buf = ByteBuffer{};
+  }
   c->offset = pending_offset_;
   c->len = boundary_;
-  // The rest moves to a new buffer; the chunk keeps this one, closed by ']' and padding.
+  // The rest moves to another buffer; the chunk keeps this one, closed by ']' and padding.
   const size_t rest = pending_len_ - boundary_;
-  ByteBuffer next;
   next.reserve(1 + rest + chunk_bytes_ + 2 + kPad, 0);
   std::memcpy(next.data.get() + 1, pending_.data.get() + 1 + boundary_, rest);
   c->buf = std::move(pending_);
@@ -296,7 +304,13 @@ bool EventPipeline::split_one() {
 }
 
 const EventChunk* EventPipeline::next() {
-  current_.reset();
+  if (current_) {
+    current_->events.clear();
+    current_->escaped.clear();
+    current_->comma = std::string::npos;
+    current_->done = current_->ok = false;
+    spare_.push_back(std::move(current_));
+  }
   if (failed_) return nullptr;
   while (window_.size() < window_limit_ && split_one()) {
   }

@@ -92,6 +92,8 @@ class EventPipeline {
   size_t window_limit_ = 5;
   std::deque<std::unique_ptr<EventChunk>> window_;  // submitted, in document order
   std::unique_ptr<EventChunk> current_;             // the chunk next() returned last
+  // Chunks handed back by next(), reused by cut() with their buffers' and events' capacity.
+  std::vector<std::unique_ptr<EventChunk>> spare_;
   std::unique_ptr<EventChunk> failed_;              // the chunk that did not parse
   std::unique_ptr<Shared> shared_;
 };

@@ -9,6 +9,9 @@
 #include <string_view>
 #include <unordered_map>
 
+#define XXH_INLINE_ALL  // inlined: names are short
+#include <xxhash.h>
+
 #include "event_chunks.h"
 #include "ft/core/error.h"
 #include "ft/profiler/kineto_trace.h"
@@ -33,9 +36,10 @@ constexpr size_t kMaxChunkBytes = 128 << 10;
 // |ts|, |dur| below 2^62 ns (~146 years) so that ts + dur never overflows.
 constexpr int64_t kMaxNs = int64_t{1} << 62;
 
+// XXH3: every event's name is looked up (std::hash's was ~4% of the read).
 struct StringHash {
   using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  size_t operator()(std::string_view s) const { return XXH3_64bits(s.data(), s.size()); }
 };
 using InternMap = std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>>;
 
