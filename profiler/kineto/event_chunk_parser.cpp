@@ -57,9 +57,10 @@ class ChunkParser {
     od::array arr;
     if (doc.get_array().get(arr)) return false;
     for (auto el : arr) {
-      od::value v;
       od::object obj;
-      if (el.get(v) || v.get_object().get(obj)) return false;
+      if (el.error()) return false;
+      od::value&& v = std::move(el).value_unsafe();  // in place: no copy
+      if (v.get_object().get(obj)) return false;
       RawEvent& ev = c_.events.emplace_back();
       // A span without ts is the streaming reader's error (it names the byte).
       if (!event(obj, &ev) || (ev.ph == 'X' && !ev.has_ts)) return false;
@@ -114,9 +115,10 @@ class ChunkParser {
         od::object o;
         if (depth >= kMaxFastDepth || v.get_object().get(o)) return false;
         for (auto fr : o) {
-          od::field f;
+          if (fr.error()) return false;
+          od::field&& f = std::move(fr).value_unsafe();  // in place: no copy of the field
           std::string_view k;
-          if (std::move(fr).get(f) || !key(f, &k) || !skip(f.value(), depth + 1)) return false;
+          if (!key(f, &k) || !skip(f.value(), depth + 1)) return false;
         }
         return true;
       }
@@ -124,8 +126,9 @@ class ChunkParser {
         od::array a;
         if (depth >= kMaxFastDepth || v.get_array().get(a)) return false;
         for (auto er : a) {
-          od::value e;
-          if (er.get(e) || !skip(e, depth + 1)) return false;
+          if (er.error()) return false;
+          od::value&& e = std::move(er).value_unsafe();  // in place: no copy
+          if (!skip(e, depth + 1)) return false;
         }
         return true;
       }
@@ -242,9 +245,10 @@ class ChunkParser {
 // Reader::read_event_object.
 bool ChunkParser::event(od::object& obj, RawEvent* ev) {
   for (auto fr : obj) {
-    od::field f;
+    if (fr.error()) return false;
+    od::field&& f = std::move(fr).value_unsafe();  // in place: no copy of the field
     std::string_view k;
-    if (std::move(fr).get(f) || !key(f, &k)) return false;
+    if (!key(f, &k)) return false;
     od::value& v = f.value();
     bool ok = true;
     switch (event_key(k)) {
@@ -306,9 +310,10 @@ bool ChunkParser::args(od::value& av, RawEvent* ev) {
   od::object o;
   if (av.get_object().get(o)) return false;
   for (auto fr : o) {
-    od::field f;
+    if (fr.error()) return false;
+    od::field&& f = std::move(fr).value_unsafe();  // in place: no copy of the field
     std::string_view k;
-    if (std::move(fr).get(f) || !key(f, &k)) return false;
+    if (!key(f, &k)) return false;
     const ArgKey ak = arg_key(k);
     od::value& v = f.value();
     od::json_type t;
