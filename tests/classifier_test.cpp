@@ -354,6 +354,48 @@ TEST(Classifier, DeviceIdleDuringTheLoaderIsData) {
   }
 }
 
+// Span intervals (the innermost span of a thread wins) sweep as their Interval form
+// {a, b, label, -a, b - a, prio} does, whole and handed out one at a time, with spans cut by
+// [lo, hi) keeping their unclamped keys; nested and overlapping spans with equal starts and
+// lengths exercise every tie-break.
+TEST(IntervalSweep, SpanIntervalsSweepAsTheirIntervalForm) {
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 20; ++round) {
+    const int64_t lo = 5000, hi = lo + 200000;
+    std::vector<sweep::SpanInterval> spans;
+    std::vector<sweep::Interval> ivs;
+    for (int i = 0; i < 2000; ++i) {
+      sweep::SpanInterval s;
+      s.a = lo - 3000 + static_cast<int64_t>(rng() % 210000);
+      s.b = s.a + 1 + static_cast<int64_t>(rng() % (round % 2 ? 40 : 20000));
+      if (rng() % 5 == 0 && !spans.empty()) s.a = spans.back().a;  // equal starts
+      if (s.b <= s.a) s.b = s.a + 1;
+      s.label = i;
+      s.prio = static_cast<int32_t>(rng() % 3);
+      spans.push_back(s);
+      ivs.push_back({s.a, s.b, s.label, -s.a, s.b - s.a, s.prio});
+    }
+    if (round % 4 == 0) {
+      std::sort(spans.begin(), spans.end(), [](const auto& x, const auto& y) { return x.a < y.a; });
+      ivs.clear();
+      for (const auto& s : spans) ivs.push_back({s.a, s.b, s.label, -s.a, s.b - s.a, s.prio});
+    }
+    const auto want = sweep::sweep(ivs, lo, hi);
+    const auto got = sweep::sweep_spans(spans, lo, hi);
+    std::vector<sweep::Segment> each;
+    sweep::sweep_spans_each(spans, lo, hi, [&](const sweep::Segment& s) { each.push_back(s); });
+    ASSERT_EQ(got.size(), want.size()) << "round " << round;
+    ASSERT_EQ(each.size(), want.size()) << "round " << round;
+    for (size_t k = 0; k < want.size(); ++k) {
+      EXPECT_EQ(got[k].a, want[k].a);
+      EXPECT_EQ(got[k].b, want[k].b);
+      EXPECT_EQ(got[k].label, want[k].label) << "round " << round << " segment " << k;
+      EXPECT_EQ(each[k].label, want[k].label);
+      EXPECT_EQ(each[k].b, want[k].b);
+    }
+  }
+}
+
 // The labelled sweep under the partition: every elementary piece of [lo, hi) carries the label
 // of the covering interval with the smallest key, checked against a brute-force scan. 3000
 // intervals take the radix-sorted edge path (in any order, and by start, whose starts are not

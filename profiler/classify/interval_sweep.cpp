@@ -2,6 +2,7 @@
 #include "interval_sweep.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 namespace ft::profiler::sweep {
@@ -66,21 +67,24 @@ struct Edges {
   }
 };
 
-Edges sorted_edges(const std::vector<Interval>& ivs, int64_t lo, int64_t hi) {
+// Edges of the n intervals whose clamped ends span(i) gives ({a, b}; a >= b: none).
+template <class Span>
+Edges sorted_edges(size_t n, int64_t lo, int64_t hi, Span span) {
   Edges out;
   out.lo = lo;
-  if (hi - lo < kMaxSpan && ivs.size() < (size_t{1} << kIndexBits)) {
+  if (hi - lo < kMaxSpan && n < (size_t{1} << kIndexBits)) {
     // Starts and ends apart: callers mostly pass intervals by start, whose starts need no sort.
     std::vector<uint64_t> starts, ends;
-    starts.reserve(ivs.size());
-    ends.reserve(ivs.size());
+    starts.reserve(n);
+    ends.reserve(n);
     bool by_start = true;
-    for (size_t i = 0; i < ivs.size(); ++i) {
-      if (ivs[i].a >= ivs[i].b) continue;
-      const uint64_t a = static_cast<uint64_t>(ivs[i].a - lo) << (kIndexBits + 1);
-      by_start = by_start && (starts.empty() || a >= (starts.back() & ~kLowMask));
-      starts.push_back(a | uint64_t{1} << kIndexBits | i);
-      ends.push_back(static_cast<uint64_t>(ivs[i].b - lo) << (kIndexBits + 1) | i);
+    for (size_t i = 0; i < n; ++i) {
+      const auto [a, b] = span(i);
+      if (a >= b) continue;
+      const uint64_t w = static_cast<uint64_t>(a - lo) << (kIndexBits + 1);
+      by_start = by_start && (starts.empty() || w >= (starts.back() & ~kLowMask));
+      starts.push_back(w | uint64_t{1} << kIndexBits | i);
+      ends.push_back(static_cast<uint64_t>(b - lo) << (kIndexBits + 1) | i);
     }
     if (!by_start) sort_by_time(&starts);
     sort_by_time(&ends);
@@ -89,58 +93,49 @@ Edges sorted_edges(const std::vector<Interval>& ivs, int64_t lo, int64_t hi) {
                [](uint64_t x, uint64_t y) { return (x & ~kLowMask) < (y & ~kLowMask); });
     return out;
   }
-  out.words.reserve(2 * ivs.size());
-  for (size_t i = 0; i < ivs.size(); ++i) {
-    if (ivs[i].a >= ivs[i].b) continue;
-    out.pairs.emplace_back(ivs[i].a, static_cast<int>(i) + 1);
-    out.pairs.emplace_back(ivs[i].b, -static_cast<int>(i) - 1);
+  out.words.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto [a, b] = span(i);
+    if (a >= b) continue;
+    out.pairs.emplace_back(a, static_cast<int>(i) + 1);
+    out.pairs.emplace_back(b, -static_cast<int>(i) - 1);
   }
   std::sort(out.pairs.begin(), out.pairs.end());
   for (size_t k = 0; k < out.pairs.size(); ++k) out.words.push_back(k);
   return out;
 }
 
-}  // namespace
-
-std::vector<Segment> sweep(std::vector<Interval> ivs, int64_t lo, int64_t hi) {
-  std::vector<Segment> out;
-  for (Interval& iv : ivs) {
-    iv.a = std::max(iv.a, lo);
-    iv.b = std::min(iv.b, hi);
-  }
-  const Edges edges = sorted_edges(ivs, lo, hi);
+// The sweep over n intervals: span(i) their clamped ends, after(x, y) whether x ranks below y,
+// label_of(i) their labels. Segments go to sink.add, merged with a same-labelled neighbour;
+// sink.expect(k) hears first that there are at most k.
+template <class Span, class After, class LabelOf, class Sink>
+void sweep_core(size_t n, int64_t lo, int64_t hi, Span span, After after, LabelOf label_of,
+                Sink& sink) {
+  const Edges edges = sorted_edges(n, lo, hi, span);
   const size_t n_edges = edges.words.size();
-  // A segment starts at lo or at an edge: at most n_edges + 1 (growing by doubling would
-  // overshoot the peak by up to half again).
-  out.reserve(n_edges + 1);
+  sink.expect(n_edges + 1);  // a segment starts at lo or at an edge
   // The covering intervals as a min-heap on the key; an ended interval leaves the heap lazily,
   // when it reaches the top.
-  auto after = [&](int x, int y) {
-    const Interval& p = ivs[x];
-    const Interval& q = ivs[y];
-    if (p.k1 != q.k1) return p.k1 > q.k1;
-    if (p.k2 != q.k2) return p.k2 > q.k2;
-    if (p.k3 != q.k3) return p.k3 > q.k3;
-    return x > y;
-  };
   std::vector<int> heap;
-  std::vector<char> ended(ivs.size(), 0);
+  std::vector<char> ended(n, 0);
   int64_t t = lo;
-  size_t e = 0;
+  Segment pending{lo, lo, -2};  // the last segment, held until the next one differs
   auto emit = [&](int64_t until) {
     if (until <= t) return;
     while (!heap.empty() && ended[heap.front()]) {
       std::pop_heap(heap.begin(), heap.end(), after);
       heap.pop_back();
     }
-    const int label = heap.empty() ? -1 : ivs[heap.front()].label;
-    if (!out.empty() && out.back().label == label && out.back().b == t) {
-      out.back().b = until;
+    const int label = heap.empty() ? -1 : label_of(heap.front());
+    if (pending.label == label && pending.b == t) {
+      pending.b = until;
     } else {
-      out.push_back({t, until, label});
+      if (pending.label != -2) sink.add(pending);
+      pending = {t, until, label};
     }
     t = until;
   };
+  size_t e = 0;
   while (e < n_edges) {
     const int64_t now = edges.decode(edges.words[e]).first;
     emit(now);
@@ -156,7 +151,72 @@ std::vector<Segment> sweep(std::vector<Interval> ivs, int64_t lo, int64_t hi) {
     }
   }
   emit(hi);
+  if (pending.label != -2) sink.add(pending);
+}
+
+struct VectorSink {
+  std::vector<Segment>* out;
+  void expect(size_t k) { out->reserve(k); }  // growing by doubling would overshoot the peak
+  void add(const Segment& s) { out->push_back(s); }
+};
+struct CallbackSink {
+  const std::function<void(const Segment&)>& fn;
+  void expect(size_t) {}
+  void add(const Segment& s) { fn(s); }
+};
+
+// A span interval's place: the latest start ranks first, then the shortest, then the lowest
+// prio, then the first given (the keys of the unclamped span).
+auto span_after(const std::vector<SpanInterval>& ivs) {
+  return [&ivs](int x, int y) {
+    const SpanInterval& p = ivs[x];
+    const SpanInterval& q = ivs[y];
+    if (p.a != q.a) return p.a < q.a;
+    if (p.b - p.a != q.b - q.a) return p.b - p.a > q.b - q.a;
+    if (p.prio != q.prio) return p.prio > q.prio;
+    return x > y;
+  };
+}
+
+template <class Sink>
+void sweep_spans_into(const std::vector<SpanInterval>& ivs, int64_t lo, int64_t hi, Sink& sink) {
+  sweep_core(
+      ivs.size(), lo, hi,
+      [&](size_t i) { return std::pair(std::max(ivs[i].a, lo), std::min(ivs[i].b, hi)); },
+      span_after(ivs), [&](int i) { return ivs[i].label; }, sink);
+}
+
+}  // namespace
+
+std::vector<Segment> sweep(std::vector<Interval> ivs, int64_t lo, int64_t hi) {
+  std::vector<Segment> out;
+  VectorSink sink{&out};
+  auto after = [&](int x, int y) {
+    const Interval& p = ivs[x];
+    const Interval& q = ivs[y];
+    if (p.k1 != q.k1) return p.k1 > q.k1;
+    if (p.k2 != q.k2) return p.k2 > q.k2;
+    if (p.k3 != q.k3) return p.k3 > q.k3;
+    return x > y;
+  };
+  sweep_core(
+      ivs.size(), lo, hi,
+      [&](size_t i) { return std::pair(std::max(ivs[i].a, lo), std::min(ivs[i].b, hi)); }, after,
+      [&](int i) { return ivs[i].label; }, sink);
   return out;
+}
+
+std::vector<Segment> sweep_spans(std::vector<SpanInterval> ivs, int64_t lo, int64_t hi) {
+  std::vector<Segment> out;
+  VectorSink sink{&out};
+  sweep_spans_into(ivs, lo, hi, sink);
+  return out;
+}
+
+void sweep_spans_each(std::vector<SpanInterval> ivs, int64_t lo, int64_t hi,
+                      const std::function<void(const Segment&)>& fn) {
+  CallbackSink sink{fn};
+  sweep_spans_into(ivs, lo, hi, sink);
 }
 
 }  // namespace ft::profiler::sweep

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace ft::profiler::sweep {
@@ -21,5 +22,18 @@ struct Segment {
 // Splits [lo, hi) into segments, each labelled by the winning covering interval (label -1:
 // nothing covers it). Adjacent segments with one label are merged.
 std::vector<Segment> sweep(std::vector<Interval> ivs, int64_t lo, int64_t hi);
+
+// A span [a, b) of a thread's trace, in half an Interval's bytes: its key is its own
+// unclamped extent, the innermost winning (the latest start, then the shortest), then the
+// lowest prio. As an Interval {a, b, label, -a, b - a, prio}.
+struct SpanInterval {
+  int64_t a = 0, b = 0;
+  int32_t label = -1;
+  int32_t prio = 0;
+};
+std::vector<Segment> sweep_spans(std::vector<SpanInterval> ivs, int64_t lo, int64_t hi);
+// The same segments, in order, handed to fn one at a time instead of held.
+void sweep_spans_each(std::vector<SpanInterval> ivs, int64_t lo, int64_t hi,
+                      const std::function<void(const Segment&)>& fn);
 
 }  // namespace ft::profiler::sweep

@@ -343,7 +343,7 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
     p.wall_ns = hi - lo;
     // Host spans overlapping the step: innermost (latest start, then shortest) wins.
     const size_t first_span = first_spans[si];
-    std::vector<Interval> ivs;
+    std::vector<sweep::SpanInterval> ivs;
     std::vector<const Event*> owners;
     const auto past =
         std::lower_bound(spans.begin() + static_cast<std::ptrdiff_t>(first_span), spans.end(), hi,
@@ -354,11 +354,11 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
       const Event& ev = *spans[i];
       if (ev.end_ns() <= lo || ev.dur_ns == 0) continue;
       const WaitClass c = wait_class_of(ev.category);
-      ivs.push_back({ev.ts_ns, ev.end_ns(), static_cast<int>(owners.size()), -ev.ts_ns, ev.dur_ns,
-                     class_priority(c)});
+      ivs.push_back({ev.ts_ns, ev.end_ns(), static_cast<int32_t>(owners.size()),
+                     static_cast<int32_t>(class_priority(c))});
       owners.push_back(&ev);
     }
-    const std::vector<Segment> host = sweep::sweep(std::move(ivs), lo, hi);
+    const std::vector<Segment> host = sweep::sweep_spans(std::move(ivs), lo, hi);
     auto host_class = [&](const Segment& s) {
       return s.label >= 0 ? wait_class_of(owners[s.label]->category) : WaitClass::kOther;
     };
@@ -496,15 +496,15 @@ std::vector<StepPartitionNs> partition_steps(const Trace& trace, const ClassifyO
       }
       // The innermost CPU operator at each instant (what launched the next kernel, or kept the
       // host from it), for the device split's host details.
-      std::vector<Interval> op_ivs;
+      std::vector<sweep::SpanInterval> op_ivs;
       for (size_t i = 0; i < owners.size(); ++i) {
         const Event& ev = *owners[i];
         if (ev.category != Category::kCompute && ev.category != Category::kOptimizer) continue;
-        op_ivs.push_back({ev.ts_ns, ev.end_ns(), static_cast<int>(i), -ev.ts_ns, ev.dur_ns,
-                          class_priority(wait_class_of(ev.category))});
+        op_ivs.push_back({ev.ts_ns, ev.end_ns(), static_cast<int32_t>(i),
+                          static_cast<int32_t>(class_priority(wait_class_of(ev.category)))});
       }
       std::vector<device_attribution::HostPiece> operators;
-      for (const Segment& s : sweep::sweep(std::move(op_ivs), lo, hi))
+      for (const Segment& s : sweep::sweep_spans(std::move(op_ivs), lo, hi))
         if (s.label >= 0) operators.push_back({s.a, s.b, owners[s.label]});
       device_attribution::partition_step(trace, device, lo, hi, pieces, owners, operators, &p);
     }

@@ -146,25 +146,25 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
     std::vector<const Event*>& spans = by_tid[tids[t]];
     int64_t from = t == 0 ? std::min(lo, dev_lo) : std::numeric_limits<int64_t>::max();
     int64_t to = t == 0 ? std::max(hi, dev_hi) : std::numeric_limits<int64_t>::min();
-    std::vector<sweep::Interval> ivs;
+    std::vector<sweep::SpanInterval> ivs;
     ivs.reserve(spans.size());
     for (size_t k = 0; k < spans.size(); ++k) {
       const Event& e = *spans[k];
       from = std::min(from, e.ts_ns), to = std::max(to, e.end_ns());
-      ivs.push_back({e.ts_ns, e.end_ns(), static_cast<int>(k), -e.ts_ns, e.dur_ns, 0});
+      ivs.push_back({e.ts_ns, e.end_ns(), static_cast<int32_t>(k), 0});
       if (e.id != 0 && op_of.count(e.id)) {
         launch_of.emplace(e.id, Launch{static_cast<int32_t>(t), e.ts_ns, e.dur_ns});
       }
     }
     const size_t first = pieces_.size();
     bool after_gap = true;
-    const std::vector<sweep::Segment> segments = sweep::sweep(std::move(ivs), from, to);
-    pieces_.reserve(pieces_.size() + segments.size());  // no doubling overshoot at the peak
-    for (const sweep::Segment& s : segments) {
+    // At most 2n + 1 segments, taken as they come (not held): reserved, not grown by doubling.
+    pieces_.reserve(pieces_.size() + 2 * ivs.size() + 1);
+    sweep::sweep_spans_each(std::move(ivs), from, to, [&](const sweep::Segment& s) {
       const Event* ev = s.label >= 0 ? spans[s.label] : nullptr;
       if (ev == nullptr && t != 0) {  // another thread's untraced time: it waits
         after_gap = true;
-        continue;
+        return;
       }
       Piece p;
       p.a = s.a, p.b = s.b;
@@ -204,7 +204,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
         }
       }
       pieces_.push_back(p);
-    }
+    });
     // Untraced time between two CPU-work operators is that work too (partition's rule).
     for (size_t j = first + 1; j + 1 < pieces_.size(); ++j) {
       const Piece &before = pieces_[j - 1], &after = pieces_[j + 1];
