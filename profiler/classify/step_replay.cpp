@@ -6,7 +6,6 @@
 #include <limits>
 #include <map>
 #include <string>
-#include <unordered_map>
 
 #include "device_attribution.h"
 #include "ft/profiler/classifier.h"
@@ -38,6 +37,34 @@ int64_t quantile(std::vector<int64_t> v, double q, int64_t fallback) {
 }
 
 constexpr uint8_t cls(WaitClass c) { return static_cast<uint8_t>(c); }
+
+// Correlation id -> the first value added for it, as a sorted vector: 16-24 bytes an id, where a
+// hash map's nodes and buckets take three times that.
+template <class T>
+class IdIndex {
+ public:
+  void reserve(size_t n) { items_.reserve(n); }
+  void add(uint64_t id, const T& v) { items_.push_back({id, v}); }
+  void seal() {  // before find; the first of each id stays
+    std::stable_sort(items_.begin(), items_.end(),
+                     [](const Item& x, const Item& y) { return x.id < y.id; });
+    items_.erase(std::unique(items_.begin(), items_.end(),
+                             [](const Item& x, const Item& y) { return x.id == y.id; }),
+                 items_.end());
+  }
+  const T* find(uint64_t id) const {
+    const auto it = std::lower_bound(items_.begin(), items_.end(), id,
+                                     [](const Item& x, uint64_t v) { return x.id < v; });
+    return it != items_.end() && it->id == id ? &it->v : nullptr;
+  }
+
+ private:
+  struct Item {
+    uint64_t id;
+    T v;
+  };
+  std::vector<Item> items_;
+};
 
 // Whether a CUDA graph (or torch.compile's reduce-overhead) would capture a host piece: runtime
 // calls (launches, asynchronous copies, collective launches), framework operators, and short
@@ -102,9 +129,11 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
   std::sort(dev.begin(), dev.end(), [](const Event* a, const Event* b) {
     return a->ts_ns != b->ts_ns ? a->ts_ns < b->ts_ns : a->end_ns() < b->end_ns();
   });
-  std::unordered_map<uint64_t, int32_t> op_of;  // correlation id -> op
+  IdIndex<int32_t> op_of;  // correlation id -> op
+  op_of.reserve(dev.size());
   for (size_t i = 0; i < dev.size(); ++i)
-    if (dev[i]->id != 0) op_of.emplace(dev[i]->id, static_cast<int32_t>(i));
+    if (dev[i]->id != 0) op_of.add(dev[i]->id, static_cast<int32_t>(i));
+  op_of.seal();
   ops_by_end_.resize(dev.size());
   for (size_t i = 0; i < dev.size(); ++i) ops_by_end_[i] = static_cast<int32_t>(i);
   std::sort(ops_by_end_.begin(), ops_by_end_.end(),
@@ -120,7 +149,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
         e.end_ns() <= lo || e.ts_ns >= hi || is_step_span(trace, e))
       continue;
     by_tid[e.track.tid].push_back(&e);
-    if (e.id != 0 && op_of.count(e.id)) {
+    if (e.id != 0 && op_of.find(e.id)) {
       launches[e.track.tid] = true;
       if (e.category == Category::kHost) launch_costs.push_back(e.dur_ns);
     }
@@ -138,7 +167,8 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
     int32_t thread;
     int64_t ts, dur;
   };
-  std::unordered_map<uint64_t, Launch> launch_of;  // correlation id -> launch call
+  IdIndex<Launch> launch_of;      // correlation id -> launch call
+  launch_of.reserve(dev.size());  // one launch per op, as a rule
   PythonNames python(trace);
   std::vector<std::pair<size_t, size_t>>& thread_range = thread_range_;
   thread_range.clear();
@@ -152,8 +182,8 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       const Event& e = *spans[k];
       from = std::min(from, e.ts_ns), to = std::max(to, e.end_ns());
       ivs.push_back({e.ts_ns, e.end_ns(), static_cast<int32_t>(k), 0});
-      if (e.id != 0 && op_of.count(e.id)) {
-        launch_of.emplace(e.id, Launch{static_cast<int32_t>(t), e.ts_ns, e.dur_ns});
+      if (e.id != 0 && op_of.find(e.id)) {
+        launch_of.add(e.id, Launch{static_cast<int32_t>(t), e.ts_ns, e.dur_ns});
       }
     }
     const size_t first = pieces_.size();
@@ -176,7 +206,8 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
       p.captured = captured(trace, ev, s.b - s.a, python);
       p.cpu_work = device_attribution::is_cpu_work(ev);
       int bc = ev ? device_attribution::blocking_class(trace, *ev) : -1;
-      const bool linked = ev && ev->id != 0 && op_of.count(ev->id);
+      const int32_t* own_op = ev && ev->id != 0 ? op_of.find(ev->id) : nullptr;
+      const bool linked = own_op != nullptr;
       bool queue_full = false;
       if (bc < 0 && linked && ev->dur_ns > kQueueFullMinNs) {
         bc = static_cast<int>(WaitClass::kHost);
@@ -186,7 +217,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
         // The op the call waited for: its own copy, else the last op to end before it returned.
         int32_t w = -1;
         if (linked && !queue_full) {
-          w = op_of.at(ev->id);
+          w = *own_op;
         } else {
           const auto past =
               std::upper_bound(ops_by_end_.begin(), ops_by_end_.end(), ev->end_ns(),
@@ -216,6 +247,7 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
     }
     thread_range.emplace_back(first, pieces_.size());
   }
+  launch_of.seal();
   tids_ = tids;
   marked_.clear();
 
@@ -250,18 +282,16 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
     if (e.category == Category::kH2D && (e.flags & kPinned) && e.bytes >= kRateMinBytes &&
         e.dur_ns > 0)
       pinned_rate_ = std::max(pinned_rate_, static_cast<double>(e.bytes) / e.dur_ns);
-    if (const auto it = launch_of.find(e.id); e.id != 0 && it != launch_of.end()) {
-      const auto [first, past] = thread_range[it->second.thread];
-      const auto pos =
-          std::upper_bound(pieces_.begin() + static_cast<std::ptrdiff_t>(first),
-                           pieces_.begin() + static_cast<std::ptrdiff_t>(past), it->second.ts,
-                           [](int64_t v, const Piece& p) { return v < p.a; });
+    if (const Launch* l = e.id != 0 ? launch_of.find(e.id) : nullptr) {
+      const auto [first, past] = thread_range[l->thread];
+      const auto pos = std::upper_bound(pieces_.begin() + static_cast<std::ptrdiff_t>(first),
+                                        pieces_.begin() + static_cast<std::ptrdiff_t>(past), l->ts,
+                                        [](int64_t v, const Piece& p) { return v < p.a; });
       if (pos != pieces_.begin() + static_cast<std::ptrdiff_t>(first)) {
         o.anchor = static_cast<int32_t>(pos - pieces_.begin() - 1);
-        o.anchor_off = it->second.ts - pieces_[o.anchor].a;
-        o.launch_dur = it->second.dur;
-        if (o.prev < 0 || dev[o.prev]->end_ns() <= it->second.ts)
-          free_latency.push_back(e.ts_ns - it->second.ts);
+        o.anchor_off = l->ts - pieces_[o.anchor].a;
+        o.launch_dur = l->dur;
+        if (o.prev < 0 || dev[o.prev]->end_ns() <= l->ts) free_latency.push_back(e.ts_ns - l->ts);
       }
     }
   }
