@@ -32,6 +32,7 @@ uint32_t StringTable::intern(std::string_view s) {
   if (it != index_.end()) return it->second;
   const auto id = static_cast<uint32_t>(strings_.size());
   strings_.emplace_back(s);
+  step_.push_back(s.starts_with(kProfilerStep) ? 1 : 0);
   index_.emplace(strings_.back(), id);
   return id;
 }

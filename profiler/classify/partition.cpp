@@ -174,12 +174,6 @@ Windows device_windows(const std::vector<const Event*>& outer, const std::vector
 
 }  // namespace
 
-bool is_step_span(const Trace& trace, const Event& ev) {
-  if (ev.category == Category::kStep) return true;
-  return ev.name < trace.names.size() &&
-         std::string_view(trace.names.at(ev.name)).starts_with(std::string_view(kProfilerStep));
-}
-
 WaitClass wait_class_of(Category c) {
   switch (c) {
     case Category::kCompute:

@@ -58,14 +58,14 @@ struct StepPartitionNs {
   int64_t page_faults = 0;                   // minor faults counted in the step
 };
 
-// Kineto's step markers: a span named "ProfilerStep#N" counts as step N whatever its category.
-inline constexpr const char* kProfilerStep = "ProfilerStep#";
 // Imported collectives split across ranks (prepare_kineto_trace): the part of a collective
 // spent waiting for late ranks is a device span named "comm sync: NAME" (device idle detail
 // "deviceN.idle.comm.sync"); the rest keeps NAME (the transfer).
 inline constexpr const char* kCommSyncPrefix = "comm sync: ";
 // Whether a span marks a training step (category kStep, or named ProfilerStep#N).
-bool is_step_span(const Trace& trace, const Event& ev);
+inline bool is_step_span(const Trace& trace, const Event& ev) {
+  return ev.category == Category::kStep || trace.names.is_profiler_step(ev.name);
+}
 
 // The wait class a host span of this category counts as (kStep/kCounter: kOther).
 WaitClass wait_class_of(Category c);

@@ -95,15 +95,21 @@ inline double exact_gap(int64_t b, int64_t a) {
   return static_cast<double>(b) - static_cast<double>(a);
 }
 
+// Kineto's step markers: a span named "ProfilerStep#N" counts as step N whatever its category.
+inline constexpr const char* kProfilerStep = "ProfilerStep#";
+
 // Interned event names: events carry a 32-bit index.
 class StringTable {
  public:
   uint32_t intern(std::string_view s);
   const std::string& at(uint32_t i) const { return strings_.at(i); }
   size_t size() const { return strings_.size(); }
+  // Whether name i starts with kProfilerStep (known at intern: the classifier asks per event).
+  bool is_profiler_step(uint32_t i) const { return i < step_.size() && step_[i] != 0; }
 
  private:
   std::vector<std::string> strings_;
+  std::vector<uint8_t> step_;
   std::unordered_map<std::string, uint32_t> index_;
 };
 
