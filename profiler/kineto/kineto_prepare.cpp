@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "cpu_work.h"
+#include "ft/core/parallel.h"
 #include "ft/profiler/classifier.h"
 #include "ft/profiler/collectives.h"
 #include "ft/profiler/kineto_reader.h"
@@ -378,7 +380,17 @@ Trace prepare_matched(std::vector<KinetoTrace> ranks, const Waits& waits,
     facts.emplace_back(t.names);
     copies.push_back(device_copies(t));
   }
-  Plan plan = make_plan(ranks, facts, copies);
+  // The first rank's step index is built on another core while the plan walks the records
+  // (both only read them).
+  std::optional<kineto::StepIndex> first_steps;
+  Plan plan;
+  parallel_for(ranks.empty() ? 1 : 2, [&](size_t job) {
+    if (job == 0) {
+      plan = make_plan(ranks, facts, copies);
+    } else {
+      first_steps.emplace(ranks[0]);
+    }
+  });
 
   out.source = "kineto";
   std::string format = "kineto";
@@ -404,7 +416,7 @@ Trace prepare_matched(std::vector<KinetoTrace> ranks, const Waits& waits,
     const NameFacts& nf = facts[r];
     std::vector<uint32_t> remap(t.names.size());
     for (uint32_t i = 0; i < t.names.size(); ++i) remap[i] = out.names.intern(t.names.at(i));
-    kineto::StepIndex steps(t);
+    kineto::StepIndex steps = r == 0 ? std::move(*first_steps) : kineto::StepIndex(t);
     const size_t first_source = gap_sources.size();
     std::unordered_map<size_t, int64_t> shift;  // split collective -> its wait
     std::vector<Event> added;
