@@ -345,15 +345,35 @@ bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid
   }
   // Processing order: pieces at their end, ops at their start (a piece first on a tie: an op
   // may be launched from the piece that starts there).
+  // Each thread's pieces and the ops come in that order already: the runs are merged (a
+  // stable sort where one is not).
   order_.reserve(pieces_.size() + ops_.size());
   for (size_t i = 0; i < pieces_.size(); ++i) order_.push_back(static_cast<int32_t>(i));
   for (size_t i = 0; i < ops_.size(); ++i) order_.push_back(-1 - static_cast<int32_t>(i));
   auto key = [&](int32_t item) { return item >= 0 ? pieces_[item].b : ops_[-1 - item].ts; };
-  std::stable_sort(order_.begin(), order_.end(), [&](int32_t x, int32_t y) {
-    const int64_t kx = key(x), ky = key(y);
-    if (kx != ky) return kx < ky;
-    return (x < 0) < (y < 0);
-  });
+  auto by_key = [&](int32_t x, int32_t y) { return key(x) < key(y); };
+  std::vector<size_t> runs;  // run starts in order_: each thread's pieces, then the ops
+  for (const auto& [first, past] : thread_range_) runs.push_back(first);
+  runs.push_back(pieces_.size());
+  runs.push_back(order_.size());
+  bool sorted_runs = true;
+  for (size_t r = 0; r + 1 < runs.size(); ++r)
+    sorted_runs = sorted_runs &&
+                  std::is_sorted(order_.begin() + static_cast<std::ptrdiff_t>(runs[r]),
+                                 order_.begin() + static_cast<std::ptrdiff_t>(runs[r + 1]), by_key);
+  if (!sorted_runs) {
+    std::stable_sort(order_.begin(), order_.end(), [&](int32_t x, int32_t y) {
+      const int64_t kx = key(x), ky = key(y);
+      if (kx != ky) return kx < ky;
+      return (x < 0) < (y < 0);
+    });
+    return true;
+  }
+  // Merged left to right: on a tie the earlier run (a lower thread, pieces before ops) first.
+  for (size_t r = 1; r + 1 < runs.size(); ++r) {
+    std::inplace_merge(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(runs[r]),
+                       order_.begin() + static_cast<std::ptrdiff_t>(runs[r + 1]), by_key);
+  }
   return true;
 }
 
