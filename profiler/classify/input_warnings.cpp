@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <limits>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "ft/profiler/findings.h"
@@ -46,12 +45,14 @@ std::vector<std::string> input_warnings(const Trace& trace,
   if (!find_training_track(trace, &main)) return out;
   // Step spans that start inside an earlier one: the partition keeps the outermost, in order.
   std::vector<const Event*> step_spans;
-  std::unordered_set<uint64_t> host_ids;
+  std::vector<uint64_t> host_ids;  // sorted, unique
   for (const Event& e : trace.events) {
     if (e.phase != Phase::kSpan) continue;
-    if (!e.track.device && e.id != 0) host_ids.insert(e.id);
+    if (!e.track.device && e.id != 0) host_ids.push_back(e.id);
     if (e.track == main && is_step_span(trace, e)) step_spans.push_back(&e);
   }
+  std::sort(host_ids.begin(), host_ids.end());
+  host_ids.erase(std::unique(host_ids.begin(), host_ids.end()), host_ids.end());
   std::sort(step_spans.begin(), step_spans.end(),
             [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
   int64_t end = std::numeric_limits<int64_t>::min(), t0 = std::numeric_limits<int64_t>::max();
@@ -101,7 +102,7 @@ std::vector<std::string> input_warnings(const Trace& trace,
   for (const Event& e : trace.events) {
     if (!e.track.device || e.phase != Phase::kSpan || e.id == 0 || (e.flags & kNoStream)) continue;
     ++linked;
-    if (!host_ids.count(e.id)) ++unmatched;
+    if (!std::binary_search(host_ids.begin(), host_ids.end(), e.id)) ++unmatched;
   }
   if (unmatched > 0)
     out.push_back(
