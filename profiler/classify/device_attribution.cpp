@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "event_order.h"
 #include "interval_sweep.h"
 
 namespace ft::profiler::device_attribution {
@@ -85,12 +86,7 @@ std::string stack_of(const Trace& trace, const Event& call,
     if (s->ts_ns <= call.ts_ns && s->end_ns() >= call.end_ns() && s->dur_ns > call.dur_ns)
       enclosing.push_back(s);
   }
-  // Outermost first; spans with one start and length nest in trace order (parent first).
-  std::sort(enclosing.begin(), enclosing.end(), [](const Event* a, const Event* b) {
-    return a->ts_ns != b->ts_ns     ? a->ts_ns < b->ts_ns
-           : a->dur_ns != b->dur_ns ? a->dur_ns > b->dur_ns
-                                    : a < b;
-  });
+  sort_outer_first(&enclosing);  // outermost first
   std::string out;
   for (size_t i = 0; i < enclosing.size(); ++i) {
     if (i > 0 && i + 2 < enclosing.size()) {
@@ -208,8 +204,7 @@ void partition_step(const Trace& trace, const std::vector<const Event*>& device,
   for (const Event* s : host_spans) {
     if (blocking_class(trace, *s) >= 0) blocking.push_back(s);
   }
-  std::sort(blocking.begin(), blocking.end(),
-            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  sort_by_start(&blocking);
   std::vector<int64_t> reach(blocking.size());
   for (size_t i = 0; i < blocking.size(); ++i)
     reach[i] = std::max(i > 0 ? reach[i - 1] : blocking[i]->end_ns(), blocking[i]->end_ns());

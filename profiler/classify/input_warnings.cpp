@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "event_order.h"
 #include "ft/profiler/findings.h"
 #include "rules.h"
 
@@ -53,8 +54,7 @@ std::vector<std::string> input_warnings(const Trace& trace,
   }
   std::sort(host_ids.begin(), host_ids.end());
   host_ids.erase(std::unique(host_ids.begin(), host_ids.end()), host_ids.end());
-  std::sort(step_spans.begin(), step_spans.end(),
-            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  sort_by_start(&step_spans);
   int64_t end = std::numeric_limits<int64_t>::min(), t0 = std::numeric_limits<int64_t>::max();
   for (const Event& e : trace.events) t0 = std::min(t0, e.ts_ns);
   size_t overlapping = 0;

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "device_attribution.h"
+#include "event_order.h"
 #include "ft/core/error.h"
 #include "ft/core/parallel.h"
 #include "ft/profiler/classifier.h"
@@ -201,19 +202,6 @@ WaitClass wait_class_of(Category c) {
   }
   return WaitClass::kOther;
 }
-
-namespace {
-
-// Events by start, then by their place in the trace (a total order: the result never depends on
-// the sort). Collected in trace order, they mostly are already.
-void sort_by_start(std::vector<const Event*>* v) {
-  auto before = [](const Event* a, const Event* b) {
-    return a->ts_ns != b->ts_ns ? a->ts_ns < b->ts_ns : a < b;
-  };
-  if (!std::is_sorted(v->begin(), v->end(), before)) std::sort(v->begin(), v->end(), before);
-}
-
-}  // namespace
 
 bool find_training_track(const Trace& trace, Track* out) {
   std::map<Track, std::pair<int64_t, int64_t>> counts;  // (spans, ns)

@@ -8,10 +8,11 @@
 #include <map>
 #include <set>
 
+#include "event_order.h"
+#include "ft/core/comm_range.h"
 #include "ft/core/error.h"
 #include "ft/profiler/collectives.h"
 #include "ft/profiler/multi_rank.h"
-#include "ft/core/comm_range.h"
 #include "ranks_internal.h"
 
 namespace ft::profiler {
@@ -99,8 +100,7 @@ void steady_windows(RankData* rd) {
   for (const Event& e : t.events) {
     if (e.phase == Phase::kSpan && e.track == rd->main && is_step_span(t, e)) steps.push_back(&e);
   }
-  std::sort(steps.begin(), steps.end(),
-            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  sort_by_start(&steps);
   std::vector<const Event*> outer;
   for (const Event* s : steps) {
     if (!outer.empty() && s->ts_ns < outer.back()->end_ns()) continue;

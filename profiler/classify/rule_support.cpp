@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "event_order.h"
 #include "rules.h"
 
 namespace ft::profiler::rules {
@@ -61,8 +62,10 @@ std::vector<std::string> example_spans(const Trace& trace, WaitClass c,
     if (wait_class_of(ev.category) != c || !wanted.count(ev.step)) continue;
     hits.push_back(&ev);
   }
-  std::sort(hits.begin(), hits.end(),
-            [](const Event* a, const Event* b) { return a->dur_ns > b->dur_ns; });
+  // The longest first; one length: by place in the trace.
+  std::sort(hits.begin(), hits.end(), [](const Event* a, const Event* b) {
+    return a->dur_ns != b->dur_ns ? a->dur_ns > b->dur_ns : a < b;
+  });
   std::vector<std::string> out;
   const auto name = trace.tracks.count(main) ? trace.tracks.at(main) : std::string("main");
   for (size_t i = 0; i < hits.size() && i < n; ++i) {
@@ -87,8 +90,7 @@ std::map<std::string, double> span_ms_by_name(const Trace& trace,
       continue;
     if (!unclassified_only || wait_class_of(e.category) == WaitClass::kOther) spans.push_back(&e);
   }
-  std::sort(spans.begin(), spans.end(),
-            [](const Event* a, const Event* b) { return a->ts_ns < b->ts_ns; });
+  sort_by_start(&spans);
   std::map<uint32_t, std::pair<int64_t, int64_t>> by_name;  // name -> (open end, total ns)
   for (const Event* e : spans) {
     auto& [open_end, total] = by_name[e->name];

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "device_attribution.h"
+#include "event_order.h"
 #include "ft/profiler/classifier.h"
 #include "ft/profiler/findings.h"
 #include "ft/profiler/trace_diff.h"
@@ -148,9 +149,7 @@ Timeline build_timeline(const Trace& trace, const std::vector<const StepBreakdow
     }
   }
   for (auto& [track, spans] : host) {
-    std::sort(spans.begin(), spans.end(), [](const Event* a, const Event* b) {
-      return a->ts_ns != b->ts_ns ? a->ts_ns < b->ts_ns : a->dur_ns > b->dur_ns;
-    });
+    sort_outer_first(&spans);
     int64_t outer_end = std::numeric_limits<int64_t>::min();
     for (const Event* e : spans) {
       if (e->ts_ns >= outer_end) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "device_attribution.h"
+#include "event_order.h"
 #include "ft/profiler/findings.h"
 
 namespace ft::profiler {
@@ -89,9 +90,7 @@ TraceSummary summarize_trace(const Trace& trace, const std::vector<const StepBre
     }
   }
   // CPU operators: total, and self (less the time of the spans nested in them).
-  std::sort(host.begin(), host.end(), [](const Event* a, const Event* b) {
-    return a->ts_ns != b->ts_ns ? a->ts_ns < b->ts_ns : a->dur_ns > b->dur_ns;
-  });
+  sort_outer_first(&host);
   std::vector<std::pair<const Event*, int64_t>> stack;  // span, its self time so far
   auto close = [&](const std::pair<const Event*, int64_t>& s) {
     const Event& e = *s.first;
