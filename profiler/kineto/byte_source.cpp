@@ -377,6 +377,10 @@ std::unique_ptr<ByteSource> memory_byte_source(std::string_view data) {
 std::string read_all_text(const std::string& path, size_t spare) {
   auto src = open_byte_source(path);
   std::string text;
+  // Reserved from the size hint (address space: pages are touched only as the text fills them),
+  // so the text is not copied again as it grows.
+  const uint64_t hint = src->size_hint();
+  if (hint > 0 && hint < (uint64_t{1} << 34)) text.reserve(hint + spare);
   std::vector<char> buf(1 << 20);
   while (const size_t n = src->read(buf.data(), buf.size())) text.append(buf.data(), n);
   text.reserve(text.size() + spare);
