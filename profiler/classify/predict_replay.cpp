@@ -199,8 +199,18 @@ void replay_predictions(const StepReplay& run, std::vector<Finding>* findings,
       }
     }
   }
+  // Equal what-ifs (the first fix alone is also the first "so far") are re-run once.
+  std::vector<replay::WhatIf> distinct;
+  std::vector<size_t> slot(what.size());
+  for (size_t k = 0; k < what.size(); ++k) {
+    const auto it = std::find(distinct.begin(), distinct.end(), what[k]);
+    slot[k] = static_cast<size_t>(it - distinct.begin());
+    if (it == distinct.end()) distinct.push_back(what[k]);
+  }
+  std::vector<double> ran(distinct.size());
+  parallel_for(distinct.size(), [&](size_t k) { ran[k] = run.saving_ms(distinct[k]); });
   std::vector<double> saved(what.size());
-  parallel_for(what.size(), [&](size_t k) { saved[k] = run.saving_ms(what[k]); });
+  for (size_t k = 0; k < what.size(); ++k) saved[k] = ran[slot[k]];
   double so_far = 0, waits_so_far = 0;
   int ranked = 0;
   for (size_t i = 0; i < findings->size(); ++i) {

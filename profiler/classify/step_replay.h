@@ -37,6 +37,7 @@ struct WhatIf {
                                // soon as its stream allows), beside the compute before its consumer
   bool no_cpu_work = false;    // the CPU operators flagged kCpuWork run off the training thread
                                // (loader workers, ahead of the step): they take no time on it
+  bool operator==(const WhatIf&) const = default;
 };
 
 // One device node after another in a CUDA graph replay (a kernel node's launch on the device).
