@@ -5,7 +5,8 @@ usage: /usr/bin/python3 bench/hta_speed.py HTA_SRC BUILD_DIR TRACE ROUNDS
 Each round runs, in turn, HTA (TraceAnalysis load, then its temporal, idle-time, comm/comp
 overlap, kernel, queue-length and launch-statistics analyses on every rank, as in issue 20's
 table), `ft-diagnose TRACE --out TMP` (load, classify, every analysis, reports) and `ft-hta TRACE
---hta-json TMP --no-time-series`, each as a child under /usr/bin/time. Prints per tool the median
+--hta-json TMP --no-time-series`, each as a child under /usr/bin/time (CPU and peak RSS), timed
+from its spawn to its exit. Prints per tool the median
 wall and CPU seconds and peak RSS, ft's ratios to HTA (wall, and per round), and MB/s of
 decompressed JSON per second of CPU.
 """
@@ -15,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HTA_SCRIPT = r"""
 import logging, sys
@@ -48,13 +50,18 @@ def json_bytes(trace):
 
 
 def timed(cmd):
+    """Wall seconds (perf_counter around the run: /usr/bin/time's %e has 10 ms steps), CPU seconds
+    and peak RSS in MiB (from /usr/bin/time: a child of this Python would count Python's pages in
+    its peak, which exec keeps)."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as t:
-        r = subprocess.run(["/usr/bin/time", "-o", t.name, "-f", "%e %U %S %M"] + cmd,
+        t0 = time.perf_counter()
+        r = subprocess.run(["/usr/bin/time", "-o", t.name, "-f", "%U %S %M"] + cmd,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        wall = time.perf_counter() - t0
         if r.returncode != 0:
             sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-2000:]}")
-        wall, user, sys_, rss = t.read().split()
-        return float(wall), float(user) + float(sys_), int(rss) / 1024.0
+        user, sys_, rss = t.read().split()
+        return wall, float(user) + float(sys_), int(rss) / 1024.0
 
 
 def main():
@@ -78,7 +85,7 @@ def main():
     print(f"trace {trace}: {mb:.1f} MB of JSON, {rounds} rounds, {os.cpu_count()} CPUs")
     med = {k: [statistics.median(x[i] for x in v) for i in range(3)] for k, v in runs.items()}
     for k, (wall, cpu, rss) in med.items():
-        line = f"{k:12s} wall {wall:6.2f} s  cpu {cpu:6.2f} s  {mb / cpu:7.1f} MB/s/core  rss {rss:7.1f} MiB"
+        line = f"{k:12s} wall {wall:7.3f} s  cpu {cpu:7.3f} s  {mb / cpu:7.1f} MB/s/core  rss {rss:7.1f} MiB"
         if k != "HTA":
             ratios = [h[0] / f[0] for h, f in zip(runs["HTA"], runs[k])]
             line += (f"  HTA/ft wall {med['HTA'][0] / wall:5.1f}x"
