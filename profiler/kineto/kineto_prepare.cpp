@@ -184,7 +184,7 @@ struct Plan {
   size_t t0_rank = 0, t0_index = 0;  // the earliest event (the classifier's time origin)
   Spans gaps;                        // training-thread gaps that other threads' spans fill
   // Exact sizes, so that no vector grows by doubling.
-  size_t kept = 0, gap_sources = 0, gap_copies = 0, main_steps = 0;
+  size_t kept = 0, gap_copies = 0, main_steps = 0;
   size_t alloc_samples = 0, reserved_samples = 0;
 };
 
@@ -265,9 +265,7 @@ Plan make_plan(const std::vector<KinetoTrace>& ranks, const std::vector<NameFact
       Event e = t.event(i);
       e.track = rank_track(e.track, rank);
       if (!gap_source(p, e, facts[r].is_step(e))) continue;
-      const size_t before = p.gap_copies;
       clip_to_gaps(p.gaps, e.ts_ns, e.end_ns(), [&](int64_t, int64_t) { ++p.gap_copies; });
-      p.gap_sources += p.gap_copies > before;
     }
   }
   return p;
@@ -401,10 +399,23 @@ Trace prepare_matched(std::vector<KinetoTrace> ranks, const Waits& waits,
   size_t total = plan.kept + plan.gap_copies + 2 * plan.main_steps;
   for (const auto& s : splits) total += s.size();
   out.events.reserve(total);
-  // Sources of the training-thread gap copies (linked, merged), which go last: 32-byte records
-  // until then, not the copies themselves; their steps come from their rank's step spans.
-  KinetoTrace gap_sources;
-  std::vector<std::pair<size_t, kineto::StepIndex>> source_steps;  // (first source, its rank's)
+  // The training-thread gap copies: made as their sources are converted (each source's parts
+  // inside the gaps), appended after every rank's events.
+  std::vector<Event> gap_copies;
+  gap_copies.reserve(plan.gap_copies);
+  auto copy_into_gaps = [&](const Event& e, int64_t step) {
+    clip_to_gaps(plan.gaps, e.ts_ns, e.end_ns(), [&](int64_t a, int64_t b) {
+      Event c = e;
+      c.step = step;
+      c.track = plan.main;
+      c.ts_ns = a;
+      c.dur_ns = b - a;
+      // A whole copy stands for its call (the source thread's spans are left out): it keeps
+      // the correlation id that links a launch to its device op; a clipped part does not.
+      if (a != e.ts_ns || b != e.end_ns()) c.id = 0;
+      gap_copies.push_back(c);
+    });
+  };
   MemorySamples mem;
   mem.alloc.reserve(plan.alloc_samples);
   mem.reserved.reserve(plan.reserved_samples);
@@ -417,7 +428,6 @@ Trace prepare_matched(std::vector<KinetoTrace> ranks, const Waits& waits,
     std::vector<uint32_t> remap(t.names.size());
     for (uint32_t i = 0; i < t.names.size(); ++i) remap[i] = out.names.intern(t.names.at(i));
     kineto::StepIndex steps = r == 0 ? std::move(*first_steps) : kineto::StepIndex(t);
-    const size_t first_source = gap_sources.size();
     std::unordered_map<size_t, int64_t> shift;  // split collective -> its wait
     std::vector<Event> added;
     for (const auto& [idx, wait] : splits[r]) {
@@ -440,6 +450,7 @@ Trace prepare_matched(std::vector<KinetoTrace> ranks, const Waits& waits,
       }
       const bool is_memory = nf.memory[e.name], is_reserved = nf.reserved[e.name];
       const bool step = nf.is_step(e);
+      const uint32_t own_name = e.name;
       e.track = rank_track(e.track, rank);
       e.name = remap[e.name];
       if (plan.has_main && !e.track.device && rank_of(e.track) == main_rank) {
@@ -458,10 +469,11 @@ Trace prepare_matched(std::vector<KinetoTrace> ranks, const Waits& waits,
       // "## backward ##"), what the process's other host threads run is what it waits for.
       // Their spans, clipped to those gaps, are copied onto the training thread (nesting is
       // kept: a clipped child stays inside its clipped parent and wins the innermost rule).
+      // A copy's step is its own start's (a split call starts where its wait ended).
       if (!plan.gaps.empty() && gap_source(plan, e, step)) {
-        bool in_gap = false;
-        clip_to_gaps(plan.gaps, e.ts_ns, e.end_ns(), [&](int64_t, int64_t) { in_gap = true; });
-        if (in_gap) gap_sources.append(e);
+        Event own = e;
+        own.name = own_name;
+        copy_into_gaps(e, steps.step_of(own));
       }
       if (classifier_reads(plan, e, step, is_reserved) || (r == plan.t0_rank && i == plan.t0_index))
         out.events.push_back(e);
@@ -470,17 +482,9 @@ Trace prepare_matched(std::vector<KinetoTrace> ranks, const Waits& waits,
     t.release_all();
     // The waiting parts of host collectives (a CPU backend's thread) fill gaps as their
     // collective does.
-    for (const Event& s : added) {
-      if (plan.gaps.empty() || !gap_source(plan, s, false)) continue;
-      bool in_gap = false;
-      clip_to_gaps(plan.gaps, s.ts_ns, s.end_ns(), [&](int64_t, int64_t) { in_gap = true; });
-      if (in_gap) gap_sources.append(s);
-    }
+    for (const Event& s : added)
+      if (!plan.gaps.empty() && gap_source(plan, s, false)) copy_into_gaps(s, s.step);
     Copies().swap(copies[r]);
-    if (gap_sources.size() > first_source) {
-      steps.drop_links();  // the sources are host events
-      source_steps.emplace_back(first_source, std::move(steps));
-    }
     out.events.insert(out.events.end(), added.begin(), added.end());
     for (const auto& [k, v] : t.tracks)
       out.tracks[rank_track(k, rank)] = "rank " + std::to_string(rank) + " " + v;
@@ -502,25 +506,8 @@ Trace prepare_matched(std::vector<KinetoTrace> ranks, const Waits& waits,
   }
   // Before the gap copies below: a clipped copy may have lost its runtime calls.
   kineto::mark_cpu_work(out.events.data(), out.events.size(), out.names);
-  size_t gap_copies = 0, segment = 0;
-  for (size_t i = 0; i < gap_sources.size(); ++i) {
-    while (segment + 1 < source_steps.size() && source_steps[segment + 1].first <= i) ++segment;
-    Event e = gap_sources.event(i);
-    e.step = source_steps[segment].second.step_of(e);
-    clip_to_gaps(plan.gaps, e.ts_ns, e.end_ns(), [&](int64_t a, int64_t b) {
-      Event c = e;
-      c.track = plan.main;
-      c.ts_ns = a;
-      c.dur_ns = b - a;
-      // A whole copy stands for its call (the source thread's spans are left out): it keeps
-      // the correlation id that links a launch to its device op; a clipped part does not.
-      if (a != e.ts_ns || b != e.end_ns()) c.id = 0;
-      out.events.push_back(c);
-      ++gap_copies;
-    });
-    if (((i + 1) & KinetoTrace::kBlockMask) == 0) gap_sources.release_until(i + 1);
-  }
-  out.metadata["run.gap_fill_spans"] = std::to_string(gap_copies);
+  out.events.insert(out.events.end(), gap_copies.begin(), gap_copies.end());
+  out.metadata["run.gap_fill_spans"] = std::to_string(gap_copies.size());
   if (split.ranks > 1) {
     out.metadata["run.comm_collectives"] = std::to_string(split.collectives);
     out.metadata["run.comm_transfer_ns"] = std::to_string(split.transfer_ns);

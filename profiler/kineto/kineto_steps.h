@@ -20,8 +20,6 @@ class StepIndex {
   int64_t step_of(const Event& e) const;
   // Step number a span of this name carries itself (ProfilerStep#N of category kStep), else -1.
   int64_t own_step(const Event& e) const;
-  // Frees the correlation links: step_of stays exact for host events only.
-  void drop_links();
 
  private:
   struct Step {

@@ -181,11 +181,6 @@ StepIndex::StepIndex(const KinetoTrace& t) {
               links.end());
 }
 
-void StepIndex::drop_links() {
-  links_.clear();
-  links_.shrink_to_fit();
-}
-
 int64_t StepIndex::own_step(const Event& e) const {
   if (e.category != Category::kStep || e.name >= name_step_.size()) return -1;
   return name_step_[e.name];
