@@ -42,6 +42,9 @@ struct WhatIf {
 
 // One device node after another in a CUDA graph replay (a kernel node's launch on the device).
 inline constexpr int64_t kGraphNodeGapNs = 1000;
+// An op that starts this soon (or within the launch latency) after an op on another stream ends,
+// later than its launch and stream allow, waits for that op (cudaStreamWaitEvent).
+inline constexpr int64_t kCrossStreamLagNs = 20000;
 
 class StepGraph {
  public:
@@ -126,6 +129,15 @@ class StepGraph {
     bool collective = false;
     bool pageable_upload = false;
   };
+  // The build's steps (step_graph_build.cpp), sharing the device ops and the id maps in Build.
+  struct Build;
+  bool collect_ops(Build& b, uint32_t device_pid, int64_t lo, int64_t hi);
+  void build_pieces(Build& b, const Track& main, int64_t lo, int64_t hi);
+  Piece host_piece(Build& b, const Event* ev, int64_t a, int64_t bnd) const;
+  void link_ops(Build& b);
+  void find_stream_waits(const Build& b);
+  void order_items();
+
   struct State;
   int64_t main_at(State& s, int64_t t) const;
   int64_t start_of(State& s, int32_t piece) const;
