@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ft/core/error.h"
+#include "ft/core/parallel.h"
 #include "json_stream.h"
 
 namespace ft::profiler::kineto {
@@ -363,8 +364,7 @@ std::unique_ptr<ByteSource> open_byte_source(const std::string& path) {
     // Trace JSON compresses 10-20x; the hint only reserves address space, so err high.
     const uint64_t hint = std::max<uint64_t>(isize, std::min<uint64_t>(file_size * 24, 1ull << 36));
     auto gz = std::make_unique<GzipReader>(f, path, hint);
-    if (std::thread::hardware_concurrency() > 1)
-      return std::make_unique<ReadAheadSource>(std::move(gz));
+    if (logical_cpus() > 1) return std::make_unique<ReadAheadSource>(std::move(gz));
     return gz;
   }
   return std::make_unique<FileSource>(f, path, file_size);

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <thread>
 
+#include "ft/core/parallel.h"
+
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -135,8 +137,6 @@ EventPipeline::EventPipeline(std::unique_ptr<ByteSource> src, std::string unread
     : src_(std::move(src)),
       pending_offset_(offset),
       chunk_bytes_(std::max<size_t>(chunk_bytes, 1)),
-      threads_(std::max(2u, std::thread::hardware_concurrency())),  // read once: a sysfs file
-      window_limit_(2 * size_t{threads_} + 1),
       shared_(std::make_unique<Shared>()) {
   pending_.reserve(unread.size() + 1, 0);
   std::memcpy(pending_.data.get() + 1, unread.data(), unread.size());
@@ -155,7 +155,8 @@ EventPipeline::~EventPipeline() {
 }
 
 void EventPipeline::start_workers() {
-  for (unsigned i = 0; i + 1 < threads_; ++i) {
+  // Parser threads: one per logical CPU (at least 2), the calling thread's included.
+  for (unsigned i = 0; i + 1 < std::max(2u, logical_cpus()); ++i) {
     shared_->threads.emplace_back([s = shared_.get()] {
       SimdParserPtr p = make_simd_parser();
       s->serve(*p, nullptr);
@@ -312,7 +313,9 @@ const EventChunk* EventPipeline::next() {
     spare_.push_back(std::move(current_));
   }
   if (failed_) return nullptr;
-  while (window_.size() < window_limit_ && split_one()) {
+  // Chunks in flight: 2 per parser thread + 1.
+  const size_t window = 2 * std::max<size_t>(2, logical_cpus()) + 1;
+  while (window_.size() < window && split_one()) {
   }
   if (window_.empty()) return nullptr;
   std::unique_ptr<EventChunk> c = std::move(window_.front());

@@ -87,9 +87,6 @@ class EventPipeline {
   int64_t depth_ = 0;
   size_t chunk_bytes_;
   bool first_chunk_ = true;
-  // Parser threads (the calling thread's included) and the chunks in flight: 2 per thread + 1.
-  unsigned threads_ = 2;
-  size_t window_limit_ = 5;
   std::deque<std::unique_ptr<EventChunk>> window_;  // submitted, in document order
   std::unique_ptr<EventChunk> current_;             // the chunk next() returned last
   // Chunks handed back by next(), reused by cut() with their buffers' and events' capacity.

@@ -10,6 +10,13 @@
 
 namespace ft {
 
+// The machine's logical CPUs (at least 1), read once: std::thread::hardware_concurrency reads a
+// sysfs file on every call.
+inline unsigned logical_cpus() {
+  static const unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  return n;
+}
+
 // Calls fn(i) for every i in [0, n) on up to min(n, max_threads) threads (0: the logical CPUs),
 // each taking the next index; the calling thread works too. If calls throw, every other call
 // still runs, and the exception of the lowest index is rethrown (as a sequential loop that
@@ -17,7 +24,7 @@ namespace ft {
 template <typename Fn>
 void parallel_for(size_t n, Fn&& fn, size_t max_threads = 0) {
   if (n == 0) return;
-  if (max_threads == 0) max_threads = std::max(1u, std::thread::hardware_concurrency());
+  if (max_threads == 0) max_threads = logical_cpus();
   std::vector<std::exception_ptr> errors(n);
   std::atomic<size_t> next{0};
   auto work = [&] {
