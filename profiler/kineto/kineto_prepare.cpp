@@ -92,25 +92,23 @@ CollectiveSplit match_kineto_collectives(const std::vector<KinetoTrace>& ranks, 
 
 uint32_t rank_of(const Track& k) { return k.device ? k.pid / 256u : k.pid >> 24; }
 
-bool starts_with(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
-
 // What prepare needs to know about a rank's names.
 struct NameFacts {
-  std::vector<uint8_t> step;      // "ProfilerStep#..." (is_step_span by name)
+  const StringTable* names;       // the rank's, which knows its step names
   std::vector<uint8_t> memory;    // "[memory]"
   std::vector<uint8_t> reserved;  // "[memory] Total Reserved"
-  explicit NameFacts(const StringTable& names) {
-    step.resize(names.size());
-    memory.resize(names.size());
-    reserved.resize(names.size());
-    for (uint32_t i = 0; i < names.size(); ++i) {
-      const std::string& n = names.at(i);
-      step[i] = starts_with(n, kProfilerStep);
-      memory[i] = n == "[memory]";
-      reserved[i] = n == "[memory] Total Reserved";
+  explicit NameFacts(const StringTable& n) : names(&n) {
+    memory.resize(n.size());
+    reserved.resize(n.size());
+    for (uint32_t i = 0; i < n.size(); ++i) {
+      memory[i] = n.at(i) == "[memory]";
+      reserved[i] = n.at(i) == "[memory] Total Reserved";
     }
   }
-  bool is_step(const Event& e) const { return e.category == Category::kStep || step[e.name]; }
+  // is_step_span on the rank's records.
+  bool is_step(const Event& e) const {
+    return e.category == Category::kStep || names->is_profiler_step(e.name);
+  }
 };
 
 // A device copy's facts that its host runtime call (cudaMemcpy*) takes over.
@@ -450,7 +448,6 @@ Trace prepare_matched(std::vector<KinetoTrace> ranks, const Waits& waits,
       }
       const bool is_memory = nf.memory[e.name], is_reserved = nf.reserved[e.name];
       const bool step = nf.is_step(e);
-      const uint32_t own_name = e.name;
       e.track = rank_track(e.track, rank);
       e.name = remap[e.name];
       if (plan.has_main && !e.track.device && rank_of(e.track) == main_rank) {
@@ -470,11 +467,8 @@ Trace prepare_matched(std::vector<KinetoTrace> ranks, const Waits& waits,
       // Their spans, clipped to those gaps, are copied onto the training thread (nesting is
       // kept: a clipped child stays inside its clipped parent and wins the innermost rule).
       // A copy's step is its own start's (a split call starts where its wait ended).
-      if (!plan.gaps.empty() && gap_source(plan, e, step)) {
-        Event own = e;
-        own.name = own_name;
-        copy_into_gaps(e, steps.step_of(own));
-      }
+      // (A source is no step span, so only its start decides: the name's id does not matter.)
+      if (!plan.gaps.empty() && gap_source(plan, e, step)) copy_into_gaps(e, steps.step_of(e));
       if (classifier_reads(plan, e, step, is_reserved) || (r == plan.t0_rank && i == plan.t0_index))
         out.events.push_back(e);
       if (((i + 1) & KinetoTrace::kBlockMask) == 0) t.release_until(i + 1);
