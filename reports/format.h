@@ -12,6 +12,10 @@ namespace ft::reports::detail {
 
 // report.json without indentation (for embedding in report.html).
 std::string render_json_compact(const profiler::Diagnosis& d);
+// report.html is html_page(html_body(d), render_json_compact(d)): its body (<header> to </main>)
+// does not depend on the data, so the two are rendered side by side (write_reports).
+std::string html_body(const profiler::Diagnosis& d);
+std::string html_page(const std::string& body, const std::string& json);
 
 // The head of ft's HTML pages (a diagnosis' and a sweep's report.html) up to </style>: doctype,
 // a Content-Security-Policy without network access (scripts only with `script_nonce`), the

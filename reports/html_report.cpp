@@ -272,14 +272,11 @@ std::string html_card(const std::string& key, const std::string& value) {
 
 }  // namespace detail
 
-std::string render_html(const Diagnosis& d) {
+namespace detail {
+
+std::string html_body(const Diagnosis& d) {
   const RunSummary sum = summarize(d);
-  const std::string json = render_json_compact(d);
-  const std::string nonce = fmt::format("ft{:08x}", crc32(json.data(), json.size()));
   std::string out;
-  out.reserve(json.size() * 2 + 65536);
-  out += detail::html_head("ft diagnosis report", nonce);
-  out += fmt::format("<script nonce=\"{}\">{}</script>\n</head>\n<body>\n", nonce, kHookScript);
   out += fmt::format(
       "<header><h1>ft diagnosis report</h1><p class=\"source\">{}</p>{}</header>\n<main>\n",
       h(d.source.empty() ? std::string("(unknown source)") : d.source),
@@ -374,10 +371,27 @@ std::string render_html(const Diagnosis& d) {
   out += "<section id=\"config\"><h2>Configuration</h2>\n" + map_table(d.config, "flag") +
          "<h2>Environment</h2>\n" + map_table(d.environment, "key") + "</section>\n";
   out += "</main>\n";
+  return out;
+}
+
+std::string html_page(const std::string& body, const std::string& json) {
+  // The scripts' nonce: the data's checksum (a page's scripts run only with the page's data).
+  const std::string nonce = fmt::format("ft{:08x}", crc32(json.data(), json.size()));
+  std::string out;
+  out.reserve(body.size() + json.size() * 2 + 65536);
+  out += html_head("ft diagnosis report", nonce);
+  out += fmt::format("<script nonce=\"{}\">{}</script>\n</head>\n<body>\n", nonce, kHookScript);
+  out += body;
   out += "<script id=\"ft-report-data\" type=\"application/json\">" + json_for_script(json) +
          "</script>\n";
   out += fmt::format("<script nonce=\"{}\">{}</script>\n</body>\n</html>\n", nonce, kMainScript);
   return out;
+}
+
+}  // namespace detail
+
+std::string render_html(const Diagnosis& d) {
+  return detail::html_page(detail::html_body(d), render_json_compact(d));
 }
 
 }  // namespace ft::reports

@@ -216,14 +216,26 @@ void write_reports(const Diagnosis& d, const std::filesystem::path& dir) {
   if (ec)
     throw IoError(
         fmt::format("{}: cannot create report directory: {}", dir.string(), ec.message()));
-  // Render all three first (on the machine's cores) so a rendering error leaves no partial set
-  // behind; then each is written (and fsynced) on its own thread.
+  // Render all three first (on the machine's cores), then write them all or none (temps written
+  // and fsynced side by side, then renamed), so that an error leaves no partial set behind.
+  // report.json's tree is built once, for its own text and for report.html's data, while
+  // report.html's body is rendered.
   std::array<std::string, 3> text;
-  parallel_for(3, [&](size_t i) {
-    text[i] = i == 0 ? render_json(d) : i == 1 ? render_markdown(d) : render_html(d);
+  std::string html_body, compact;
+  parallel_for(2, [&](size_t i) {
+    if (i == 0) {
+      const Json j = build_json(d);
+      text[0] = j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+      compact = j.dump(-1, ' ', false, Json::error_handler_t::replace);
+    } else {
+      text[1] = render_markdown(d);
+      html_body = detail::html_body(d);
+    }
   });
-  static const char* const kNames[] = {"report.json", "report.md", "report.html"};
-  parallel_for(3, [&](size_t i) { write_file_atomic(dir / kNames[i], text[i]); });
+  text[2] = detail::html_page(html_body, compact);
+  write_files_atomic({{dir / "report.json", text[0]},
+                      {dir / "report.md", text[1]},
+                      {dir / "report.html", text[2]}});
 }
 
 }  // namespace ft::reports

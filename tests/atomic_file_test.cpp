@@ -108,6 +108,23 @@ TEST_F(AtomicFileTest, MissingDirectoryThrowsIoErrorWithPath) {
   }
 }
 
+TEST_F(AtomicFileTest, SetOfFilesIsWrittenAllOrNone) {
+  const fs::path a = dir_ / "a.txt", b = dir_ / "b.txt";
+  write_files_atomic({{a, "first a"}, {b, "first b"}});
+  EXPECT_EQ(read_file(a), "first a");
+  EXPECT_EQ(read_file(b), "first b");
+  EXPECT_EQ(count_files(), 2u);  // no temps left behind
+  // One file of the set cannot be written: none is replaced, and no temp is left.
+  const fs::path bad = dir_ / "missing" / "c.txt";
+  EXPECT_THROW(write_files_atomic({{a, "second a"}, {bad, "c"}, {b, "second b"}}), IoError);
+  EXPECT_EQ(read_file(a), "first a");
+  EXPECT_EQ(read_file(b), "first b");
+  EXPECT_EQ(count_files(), 2u);
+  write_files_atomic({{b, "third b"}, {a, "third a"}});
+  EXPECT_EQ(read_file(a), "third a");
+  EXPECT_EQ(read_file(b), "third b");
+}
+
 TEST_F(AtomicFileTest, ReadMissingFileThrowsIoError) {
   EXPECT_THROW(read_file(dir_ / "missing"), IoError);
 }

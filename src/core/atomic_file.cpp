@@ -12,8 +12,10 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <memory>
 
 #include "ft/core/error.h"
+#include "ft/core/parallel.h"
 
 namespace ft {
 namespace {
@@ -99,12 +101,20 @@ void AtomicFileWriter::write(const void* data, size_t bytes) {
   }
 }
 
-void AtomicFileWriter::commit() {
+void AtomicFileWriter::sync() {
+  if (fd_ < 0) {
+    throw IoError(fmt::format("cannot sync '{}': writer is committed or failed", tmp_.string()));
+  }
+  fsync_or_throw(fd_, tmp_);
+  synced_ = true;
+}
+
+void AtomicFileWriter::commit(bool sync_dir) {
   if (committed_) return;
   if (fd_ < 0) {
     throw IoError(fmt::format("cannot commit '{}': writer failed earlier", path_.string()));
   }
-  fsync_or_throw(fd_, tmp_);
+  if (!synced_) fsync_or_throw(fd_, tmp_);
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) throw_io("cannot close", tmp_, errno);
@@ -113,13 +123,30 @@ void AtomicFileWriter::commit() {
                               std::strerror(errno)));
   }
   committed_ = true;
-  fsync_dir(path_.parent_path());
+  if (sync_dir) fsync_dir(path_.parent_path());
 }
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents) {
   AtomicFileWriter w(path);
   w.write(contents.data(), contents.size());
   w.commit();
+}
+
+void write_files_atomic(
+    const std::vector<std::pair<std::filesystem::path, std::string_view>>& files) {
+  std::vector<std::unique_ptr<AtomicFileWriter>> writers(files.size());
+  parallel_for(files.size(), [&](size_t i) {
+    writers[i] = std::make_unique<AtomicFileWriter>(files[i].first);
+    writers[i]->write(files[i].second.data(), files[i].second.size());
+    writers[i]->sync();
+  });
+  std::vector<std::filesystem::path> dirs;
+  for (size_t i = 0; i < files.size(); ++i) {
+    writers[i]->commit(/*sync_dir=*/false);
+    const std::filesystem::path dir = files[i].first.parent_path();
+    if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
+  }
+  for (const std::filesystem::path& dir : dirs) fsync_dir(dir);
 }
 
 std::string read_file(const std::filesystem::path& path) {

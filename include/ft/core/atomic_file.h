@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace ft {
 
@@ -22,20 +24,29 @@ class AtomicFileWriter {
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
   void write(const void* data, size_t bytes);  // throws IoError
   size_t bytes_written() const { return written_; }
-  void commit();  // throws IoError
+  void sync();  // fsyncs what was written (commit then does not again); throws IoError
+  // Renames over `path` (after an fsync, unless sync() came first) and, when `sync_dir`, fsyncs
+  // the directory; throws IoError.
+  void commit(bool sync_dir = true);
 
  private:
   std::filesystem::path path_;
   std::filesystem::path tmp_;
   int fd_ = -1;
   size_t written_ = 0;
-  bool committed_ = false;
+  bool synced_ = false, committed_ = false;
 };
 
 // Removes `<path>.tmp.<pid>` files whose process no longer exists; returns how many.
 size_t remove_stale_temp_files(const std::filesystem::path& path);
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
+// Writes each (path, contents) as write_file_atomic does, all or none: every temp file is written
+// and fsynced (side by side, on the machine's cores) before any is renamed, and each directory
+// is fsynced once after the renames. Throws IoError, leaving no file replaced, when a temp
+// cannot be written.
+void write_files_atomic(
+    const std::vector<std::pair<std::filesystem::path, std::string_view>>& files);
 std::string read_file(const std::filesystem::path& path);  // throws IoError
 
 // CRC-32 (zlib polynomial); pass the previous value to continue a running CRC.
