@@ -120,7 +120,7 @@ struct StepGraph::Build {
 
 bool StepGraph::build(const Trace& trace, const Track& main, uint32_t device_pid, int64_t lo,
                       int64_t hi) {
-  pieces_.clear(), ops_.clear(), order_.clear(), ops_by_end_.clear();
+  pieces_.clear(), waits_.clear(), ops_.clear(), order_.clear(), ops_by_end_.clear();
   Build b(trace);
   if (!collect_ops(b, device_pid, lo, hi)) return false;
   build_pieces(b, main, lo, hi);
@@ -179,6 +179,11 @@ void StepGraph::build_pieces(Build& b, const Track& main, int64_t lo, int64_t hi
   const int64_t dev_lo = b.dev.front()->ts_ns, dev_hi = b.dev[ops_by_end_.back()]->end_ns();
   b.launch_of.reserve(b.dev.size());  // one launch per op, as a rule
   thread_range_.clear();
+  // At most 2n + 1 segments a thread, taken as they come (not held): reserved for all threads at
+  // once (a later thread's own reserve would copy the pieces so far), never grown by doubling.
+  size_t most = 0;
+  for (const uint32_t tid : tids) most += 2 * by_tid[tid].size() + 1;
+  pieces_.reserve(most);
   for (size_t t = 0; t < tids.size(); ++t) {
     std::vector<const Event*>& spans = by_tid[tids[t]];
     int64_t from = t == 0 ? std::min(lo, dev_lo) : std::numeric_limits<int64_t>::max();
@@ -194,8 +199,6 @@ void StepGraph::build_pieces(Build& b, const Track& main, int64_t lo, int64_t hi
     }
     const size_t first = pieces_.size();
     bool after_gap = true;
-    // At most 2n + 1 segments, taken as they come (not held): reserved, not grown by doubling.
-    pieces_.reserve(pieces_.size() + 2 * ivs.size() + 1);
     sweep::sweep_spans_each(std::move(ivs), from, to, [&](const sweep::Segment& s) {
       const Event* ev = s.label >= 0 ? spans[s.label] : nullptr;
       if (ev == nullptr && t != 0) {  // another thread's untraced time: it waits
@@ -228,7 +231,7 @@ void StepGraph::build_pieces(Build& b, const Track& main, int64_t lo, int64_t hi
 // the op a blocking call that ends there waited for. A launch or asynchronous copy call over
 // 100 µs that returns right after an op ends waited for a slot in a full launch queue: it blocks
 // on that op.
-StepGraph::Piece StepGraph::host_piece(Build& b, const Event* ev, int64_t a, int64_t bnd) const {
+StepGraph::Piece StepGraph::host_piece(Build& b, const Event* ev, int64_t a, int64_t bnd) {
   const Trace& trace = b.trace;
   Piece p;
   p.a = a, p.b = bnd;
@@ -261,8 +264,8 @@ StepGraph::Piece StepGraph::host_piece(Build& b, const Event* ev, int64_t a, int
   if (w >= 0 && dev[w]->end_ns() >= ev->ts_ns && dev[w]->end_ns() <= ev->end_ns() + slack &&
       (!queue_full || ev->end_ns() - dev[w]->end_ns() <= kCrossStreamLagNs)) {
     p.block = static_cast<uint8_t>(bc + 1);
-    p.wait_op = w;
-    p.ret = std::max<int64_t>(0, ev->end_ns() - dev[w]->end_ns());
+    p.wait = static_cast<int32_t>(waits_.size());
+    waits_.push_back({w, std::max<int64_t>(0, ev->end_ns() - dev[w]->end_ns())});
   }
   return p;
 }

@@ -93,15 +93,15 @@ void StepGraph::replay_piece(State& s, int32_t i, const WhatIf& w) const {
       end = st;
     } else if (bc == cls(WaitClass::kPcie) && w.pinned_copies) {
       end = st + std::min(own, launch_cost_ns_);
-    } else if (bc == cls(WaitClass::kSync) && w.pinned_copies && p.wait_op >= 0 &&
-               ops_[p.wait_op].pageable_upload) {
+    } else if (bc == cls(WaitClass::kSync) && w.pinned_copies &&
+               ops_[waits_[p.wait].op].pageable_upload) {
       // The stream sync a blocking upload adds (PyTorch's copy_ from pageable memory without
       // non_blocking): a non_blocking copy from pinned memory has none.
       end = st;
     } else if (bc == cls(WaitClass::kMemory) && w.no_alloc) {
       end = st;
-    } else if (s.op_end[p.wait_op] != kUnset) {
-      end = std::max(st + std::min(own, p.ret), s.op_end[p.wait_op] + p.ret);
+    } else if (const Wait& on = waits_[p.wait]; s.op_end[on.op] != kUnset) {
+      end = std::max(st + std::min(own, on.ret), s.op_end[on.op] + on.ret);
     }
   } else if ((w.remove_marked && !marked_.empty() && marked_[i]) ||
              (p.cls == cls(WaitClass::kData) && w.no_data) ||

@@ -96,9 +96,7 @@ class StepGraph {
   // 32 bytes: a 54 MB trace's steady steps hold ~150k of them.
   struct Piece {
     int64_t a = 0, b = 0;
-    int64_t ret = 0;       // blocking: from that op's end to the call's return
-    int32_t wait_op = -1;  // blocking: the device op the call waited for (or, for a launch
-                           // into a full queue, whose end freed a slot)
+    int32_t wait = -1;     // blocking: its entry in waits_, else -1
     uint16_t thread = 0;   // 0: the training thread (kMaxThreads chains at most)
     uint8_t cls : 4;       // WaitClass of the innermost span (host for untraced code)
     bool untraced : 1;     // no span covers it
@@ -108,6 +106,13 @@ class StepGraph {
     bool cpu_work : 1;     // under a CPU operator flagged kCpuWork (no device work)
     Piece()
         : cls(0), untraced(false), block(0), burst_first(false), captured(false), cpu_work(false) {}
+  };
+  static_assert(sizeof(Piece) == 24, "a graph holds ~150k pieces: keep them at 24 bytes");
+  // What a blocking piece waited for (few pieces block: kept beside them, not in each).
+  struct Wait {
+    int32_t op;   // the device op the call waited for (or, for a launch into a full queue, whose
+                  // end freed a slot)
+    int64_t ret;  // from that op's end to the call's return
   };
   static_assert(kNumWaitClasses < 16, "Piece::cls holds a WaitClass in 4 bits");
   static_assert(kNumWaitClasses < 31, "Piece::block holds a WaitClass + 1 in 5 bits");
@@ -133,7 +138,7 @@ class StepGraph {
   struct Build;
   bool collect_ops(Build& b, uint32_t device_pid, int64_t lo, int64_t hi);
   void build_pieces(Build& b, const Track& main, int64_t lo, int64_t hi);
-  Piece host_piece(Build& b, const Event* ev, int64_t a, int64_t bnd) const;
+  Piece host_piece(Build& b, const Event* ev, int64_t a, int64_t bnd);
   void link_ops(Build& b);
   void find_stream_waits(const Build& b);
   void order_items();
@@ -146,6 +151,7 @@ class StepGraph {
   int64_t map_time(State& s, int64_t t) const;
 
   std::vector<Piece> pieces_;   // by thread, then time; each thread's pieces contiguous
+  std::vector<Wait> waits_;     // of the blocking pieces, in their order
   std::vector<Op> ops_;         // by start
   std::vector<int32_t> order_;  // processing order: a piece i >= 0 at its end, an op -1 - i at
                                 // its start (a piece first on a tie)
