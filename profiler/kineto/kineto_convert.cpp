@@ -119,7 +119,8 @@ Event split_wait(const KinetoTrace& t, size_t idx, int64_t wait, uint32_t rank) 
 }
 
 // A rank's events are converted in parts [bounds[k], bounds[k + 1]) on the machine's cores, each
-// part writing to places known from the plan's exact counts.
+// part writing to places known from the plan's exact counts and freeing its own record blocks
+// as it passes them (the bounds are whole blocks).
 struct RankPlan {
   std::vector<size_t> bounds;
   std::vector<size_t> kept, gap_copies;  // per part
@@ -127,10 +128,11 @@ struct RankPlan {
 };
 
 std::vector<size_t> part_bounds(size_t n) {
-  constexpr size_t kMinPart = 16384;  // events; a part costs a thread start
-  const size_t parts = std::clamp<size_t>(n / kMinPart, 1, logical_cpus());
+  constexpr size_t kBlock = KinetoTrace::kBlockRecords;
+  const size_t blocks = (n + kBlock - 1) / kBlock;
+  const size_t parts = std::clamp<size_t>(blocks, 1, logical_cpus());
   std::vector<size_t> b(parts + 1);
-  for (size_t k = 0; k <= parts; ++k) b[k] = n * k / parts;
+  for (size_t k = 0; k <= parts; ++k) b[k] = std::min(n, blocks * k / parts * kBlock);
   return b;
 }
 
@@ -346,6 +348,7 @@ struct GapWriter {
 // What converting one rank reads; its parts share it.
 struct RankInput {
   const RankFacts& f;
+  KinetoTrace* records;                // f.trace, whose blocks the parts free (each its own)
   const std::vector<uint32_t>& remap;  // rank name id -> the merged trace's
   const StepIndex& steps;
   bool has_t0;  // the rank holds the earliest event
@@ -397,6 +400,8 @@ void convert_part(const Plan& plan, const RankInput& in, PartOutput* o) {
       if (n == o->kept) throw std::logic_error("kineto prepare: more events kept than planned");
       o->events[n++] = e;
     }
+    if (((i + 1) & KinetoTrace::kBlockMask) == 0)
+      in.records->release_block(i >> KinetoTrace::kBlockShift);
   }
   if (n != o->kept) throw std::logic_error("kineto prepare: fewer events kept than planned");
   gaps.check();
@@ -458,7 +463,16 @@ void convert_ranks(std::vector<KinetoTrace>* ranks, const Waits& waits, Trace* o
     std::vector<uint32_t> remap(t.names.size());
     for (uint32_t i = 0; i < t.names.size(); ++i) remap[i] = out->names.intern(t.names.at(i));
     const StepIndex steps = r == 0 ? std::move(*first_steps) : StepIndex(t);
-    const RankInput in{f, remap, steps, r == plan.t0_rank};
+    // The waiting parts of split collectives, placed after the rank's events (made before the
+    // parts free the records).
+    std::vector<Event> waits_of_rank;
+    for (const auto& [idx, wait] : f.waits) {
+      Event s = split_wait(t, idx, wait, f.rank);
+      s.step = steps.step_of(t.event(idx));
+      s.name = remap[t.names.intern(kCommSyncPrefix + t.names.at(t.name_of(idx)))];
+      waits_of_rank.push_back(s);
+    }
+    const RankInput in{f, &t, remap, steps, r == plan.t0_rank};
     const size_t parts = rp.bounds.size() - 1;
     std::vector<PartOutput> part(parts);
     for (size_t k = 0; k < parts; ++k) {
@@ -474,13 +488,9 @@ void convert_ranks(std::vector<KinetoTrace>* ranks, const Waits& waits, Trace* o
     }
     parallel_for(parts, [&](size_t k) { convert_part(plan, in, &part[k]); });
     for (PartOutput& o : part) mem.append(std::move(o.mem));
-    // The waiting parts of split collectives, after the rank's events; those of host
-    // collectives (a CPU backend's thread) fill gaps as their collective does.
+    // Those of host collectives (a CPU backend's thread) fill gaps as their collective does.
     GapWriter wait_gaps{out->events.data() + gap_at, rp.wait_gap_copies};
-    for (const auto& [idx, wait] : f.waits) {
-      Event s = split_wait(t, idx, wait, f.rank);
-      s.step = steps.step_of(t.event(idx));
-      s.name = remap[t.names.intern(kCommSyncPrefix + t.names.at(t.name_of(idx)))];
+    for (const Event& s : waits_of_rank) {
       out->events[at++] = s;
       if (gap_source(plan, s, false)) wait_gaps.copy(plan, s, s.step);
     }

@@ -134,8 +134,16 @@ void KinetoTrace::release_until(size_t i) {
   }
 }
 
+void KinetoTrace::release_block(size_t b) {
+  if (b >= blocks_.size()) return;
+  unmap_block(blocks_[b]);
+  blocks_[b] = nullptr;
+}
+
 size_t KinetoTrace::resident_bytes() const {
-  return (blocks_.size() - released_blocks_) * kBlockBytes + wide_.capacity() * sizeof(Event);
+  size_t held = 0;
+  for (const KinetoRecord* b : blocks_) held += b != nullptr;
+  return held * kBlockBytes + wide_.capacity() * sizeof(Event);
 }
 
 namespace kineto {

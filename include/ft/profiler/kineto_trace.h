@@ -74,6 +74,9 @@ class KinetoTrace {
   // Frees the blocks that hold only events before `i` (events [0, i) may no longer be read).
   void release_until(size_t i);
   void release_all() { release_until(size_); }
+  // Frees block b alone (its events may no longer be read): threads that convert parts of the
+  // trace, each of whole blocks, free their own blocks as they go.
+  void release_block(size_t b);
   size_t released() const { return released_blocks_ << kBlockShift; }
   size_t resident_bytes() const;  // record blocks and side table currently held
 
