@@ -91,18 +91,10 @@ class ChunkParser {
   }
   bool number(od::value& v, bool want_value, JsonNumber* n) {
     const std::string_view tok = v.raw_json_token();
-    // Most numbers are plain integers of up to 16 digits (timestamps, ids, sizes): read in this
-    // one pass, with parse_json_number's fast-path result.
-    const char* p = tok.data();
-    size_t digits = 0;
-    int64_t iv = 0;
-    while (digits < tok.size() && digits <= 16 && p[digits] >= '0' && p[digits] <= '9')
-      iv = iv * 10 + (p[digits++] - '0');
-    if (digits > 0 && digits <= 16 && (p[0] != '0' || digits == 1) && iv < (int64_t{1} << 53) &&
-        (digits == tok.size() || !is_json_number_char(p[digits]))) {
+    // Most numbers are plain integers (plain_json_integer): read in one pass over the token.
+    if (const size_t digits = plain_json_integer(tok.data(), tok.size(), n)) {
       for (size_t i = digits; i < tok.size(); ++i)
-        if (!is_json_ws(p[i])) return false;
-      *n = JsonNumber{static_cast<double>(iv), true, iv, true, iv * 1000, true};
+        if (!is_json_ws(tok[i])) return false;
       return true;
     }
     size_t len = 0;

@@ -73,6 +73,21 @@ inline char json_simple_escape(int c) {
 // The longest number either reader accepts (characters).
 inline constexpr size_t kMaxNumberChars = 128;
 
+// The common case of a number: a plain non-negative integer of 1-16 digits below 2^53
+// (timestamps, ids, sizes) at the start of `text[0, n)`, not followed by another number
+// character. Returns the digits read (0: not such an integer) and sets *out as
+// parse_json_number would.
+inline size_t plain_json_integer(const char* text, size_t n, JsonNumber* out) {
+  size_t d = 0;
+  int64_t v = 0;
+  while (d < n && d <= 16 && text[d] >= '0' && text[d] <= '9') v = v * 10 + (text[d++] - '0');
+  if (d == 0 || d > 16 || (text[0] == '0' && d > 1) || v >= (int64_t{1} << 53) ||
+      (d < n && is_json_number_char(text[d])))
+    return 0;
+  *out = JsonNumber{static_cast<double>(v), true, v, true, v * 1000, true};
+  return d;
+}
+
 // Parses exactly the characters of one JSON number, `text[0, n)`; false when they break JSON's
 // number grammar or number more than 128. `want_value` as in JsonCursor::read_number.
 bool parse_json_number(const char* text, size_t n, bool want_value, JsonNumber* out);

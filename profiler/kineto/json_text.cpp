@@ -13,22 +13,7 @@ bool parse_json_number(const char* text, size_t n, bool want_value, JsonNumber* 
   JsonNumber& num = *out;
   num = JsonNumber{};
   if (n > kMaxNumberChars) return false;
-  // Fast path: a plain non-negative integer below 2^53 (ids, µs timestamps, sizes); the same
-  // fields as the general path below.
-  if (n > 0 && n <= 16 && (text[0] != '0' || n == 1)) {
-    int64_t iv = 0;
-    size_t k = 0;
-    for (; k < n && text[k] >= '0' && text[k] <= '9'; ++k) iv = iv * 10 + (text[k] - '0');
-    if (k == n && iv < (int64_t{1} << 53)) {
-      num.integral = true;
-      num.int_value = iv;
-      num.int_ok = true;
-      num.micros_to_ns = iv * 1000;
-      num.ns_ok = true;
-      num.value = static_cast<double>(iv);  // exact below 2^53
-      return true;
-    }
-  }
+  if (plain_json_integer(text, n, &num) == n) return true;  // the common case
   // Validate JSON number grammar: -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?
   size_t i = 0;
   const bool neg = i < n && text[i] == '-';
