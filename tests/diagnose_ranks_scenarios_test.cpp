@@ -98,9 +98,29 @@ TEST(DiagnoseRanksScenario, CommBoundTopFindingIsCommunicationWithItsKnobs) {
   if (kUnderAsan) GTEST_SKIP() << "time shares are dominated by ASan's shadow-memory faults";
   const CliRun r = diagnose_ranks("comm", "--dp 2 --no-overlap" + kCommModel);
   const json j = report(r);
-  ASSERT_FALSE(j.at("findings").empty()) << r.out;
-  const json& top = j["findings"][0];
-  EXPECT_EQ(top.at("class"), "comm") << j["findings"].dump(1) << "\n" << j["ranks"].dump(1);
+  const json& findings = j.at("findings");
+  ASSERT_FALSE(findings.empty()) << r.out;
+  // The construct makes comm outweigh compute; it cannot make the host run both ranks alike.
+  // Where the host slowed one rank (once in three fresh-clone CI runs on a 2-core VM: rank 0's
+  // compute 5.48 ms a step against rank 1's 3.96), that rank is a real straggler and its finding
+  // may come first. It must then name the rank whose compute per step was the longer, by the
+  // report's own per-rank figures, and comm must come next.
+  size_t at = 0;
+  if (findings[0].at("class") == "parallel") {
+    ASSERT_EQ(findings[0].at("title").get<std::string>().rfind("Straggler: rank ", 0), 0u)
+        << findings.dump(1);
+    const int s = j.at("parallel").at("straggler").get<int>();
+    ASSERT_TRUE(s == 0 || s == 1) << j["parallel"].dump(1);
+    const auto compute_ms = [&](int rank) {
+      const json& row = j["ranks"][rank];
+      return row.at("totals").at("compute").get<double>() * row.at("step_ms").get<double>();
+    };
+    EXPECT_GT(compute_ms(s), compute_ms(1 - s)) << j["ranks"].dump(1);
+    ASSERT_GT(findings.size(), 1u) << findings.dump(1);
+    at = 1;
+  }
+  const json& top = findings[at];
+  EXPECT_EQ(top.at("class"), "comm") << findings.dump(1) << "\n" << j["ranks"].dump(1);
   EXPECT_TRUE(has_knob(top, "--overlap true"));
   EXPECT_TRUE(has_knob(top, "--bucket-mb"));
   EXPECT_TRUE(has_knob(top, "--grad-accum"));
