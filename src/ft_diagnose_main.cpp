@@ -3,6 +3,9 @@
 // links the trainer that this one does not.
 #include <fmt/format.h>
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <cerrno>
 #include <cstring>
@@ -93,5 +96,11 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(__GLIBC__)
+  // One malloc arena for all threads: memory one thread frees is reused by the others instead of
+  // staying resident in its own arena. Peak RSS on df_index_resolver (54 MB JSON, 2 cores) fell
+  // from 31.3 to 28.6 MiB (medians of 10), wall time unchanged (docs/benchmarks.md).
+  mallopt(M_ARENA_MAX, 1);
+#endif
   return ft::run_command_line("ft-diagnose", [&] { return run(argc, argv); });
 }
