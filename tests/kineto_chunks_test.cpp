@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../profiler/kineto/event_chunks.h"
 #include "ft/core/error.h"
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/kineto_trace.h"
@@ -110,6 +111,53 @@ TEST(KinetoChunks, SameErrorsOnMalformedEvents) {
   for (int i = 0; i < 600; ++i) deep += '[';
   for (int i = 0; i < 600; ++i) deep += ']';
   expect_same(deep + "}}]}", "600 nested arrays");
+}
+
+// `n` events in PyTorch's layout (braces on lines of their own at two spaces), from after the
+// array's '['; `nested` gives every third event an args list of objects written at the events'
+// own indentation, so that "\n  },\n  {" also closes an object inside an event.
+std::string kineto_layout(int n, bool nested) {
+  std::string t = "\n";
+  for (int i = 0; i < n; ++i) {
+    t += i ? ",\n  {\n" : "  {\n";
+    t += R"(    "ph": "X", "cat": "cpu_op", "name": "op{}\"},\n  {", "pid": 1, "tid": 2,)";
+    t += "\n    \"ts\": " + std::to_string(10 * i) + ", \"dur\": 4,\n    \"args\": {\n";
+    t += "      \"External id\": " + std::to_string(i);
+    if (nested && i % 3 == 1)
+      t += ", \"list\": [\n  {\n    \"a\": 1\n  },\n  {\n    \"b\": 2\n  }\n  ]";
+    t += "\n    }\n  }";
+  }
+  return t + "\n]}";
+}
+
+// The events' ends found from the layout, not by a scan: every chunk parses.
+TEST(KinetoChunks, KinetosLayoutIsCutWithoutRefusals) {
+  const std::string body = kineto_layout(400, false);
+  for (size_t chunk : {size_t{1}, size_t{300}, size_t{4096}}) {
+    kineto::EventPipeline pipe(kineto::memory_byte_source(body), "", 0, chunk);
+    size_t events = 0, chunks = 0;
+    while (const kineto::EventChunk* c = pipe.next()) {
+      events += c->events.size();
+      ++chunks;
+      ASSERT_FALSE(c->events.empty());
+      EXPECT_EQ(c->events.back().name, "op{}\"},\n  {") << "chunks of " << chunk;
+    }
+    uint64_t offset = 0;
+    std::unique_ptr<kineto::ByteSource> rest = pipe.rest(&offset);
+    EXPECT_EQ(events, 400u) << "chunks of " << chunk;
+    EXPECT_GT(chunks, chunk < 4096 ? 100u : 5u);
+    // What is left for the streaming reader: the array's end and the object's.
+    char tail[8] = {};
+    EXPECT_EQ(rest->read(tail, sizeof(tail)), 3u);
+    EXPECT_EQ(std::string(tail), "\n]}");
+    EXPECT_EQ(offset, body.size() - 3);
+  }
+}
+
+TEST(KinetoChunks, SameRecordsInKinetosLayoutWithNestedObjectsAtItsIndentation) {
+  for (bool nested : {false, true}) {
+    expect_same("{\"traceEvents\": [" + kineto_layout(60, nested), nested ? "nested" : "plain");
+  }
 }
 
 TEST(KinetoChunks, SameRecordsOnTheRepositorysTracesAndFuzzCorpus) {

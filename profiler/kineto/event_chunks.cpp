@@ -1,6 +1,6 @@
 // event_chunks.cpp: the chunk pipeline: the traceEvents array's bytes split at event boundaries
-// by a string-aware bracket scan, parsed on worker threads (event_chunk_parser.cpp), handed back
-// in document order.
+// (Kineto's layout, else a string-aware bracket scan), parsed on worker threads
+// (event_chunk_parser.cpp), handed back in document order.
 #include "event_chunks.h"
 
 #include <algorithm>
@@ -141,7 +141,6 @@ EventPipeline::EventPipeline(std::unique_ptr<ByteSource> src, std::string unread
   pending_.reserve(unread.size() + 1, 0);
   std::memcpy(pending_.data.get() + 1, unread.data(), unread.size());
   pending_len_ = unread.size();
-  scan();
 }
 
 EventPipeline::~EventPipeline() {
@@ -254,8 +253,9 @@ void EventPipeline::cut() {
   pending_ = std::move(next);
   pending_len_ = rest;
   pending_offset_ += boundary_;
-  scanned_ -= boundary_;
+  scanned_ = layout_ ? 0 : scanned_ - boundary_;  // a layout cut scans nothing
   boundary_ = 0;
+  brace_floor_ = 0;
   // The first chunk starts at its first event; the others at the comma before theirs.
   size_t i = 1;
   while (i <= c->len && is_json_ws(b[i])) ++i;
@@ -286,8 +286,56 @@ void EventPipeline::cut() {
   shared_->work.notify_one();
 }
 
+void EventPipeline::learn_layout() {
+  // The array's first event: '{' on a line of its own after '[', its indentation spaces or tabs.
+  const char* p = pending_.data.get() + 1;
+  size_t i = 0, line = std::string::npos;
+  while (i < pending_len_ && is_json_ws(p[i])) {
+    if (p[i] == '\n') line = i + 1;
+    ++i;
+  }
+  if (i == pending_len_ && !eof_) return;  // not yet known: asked again after the next read
+  layout_known_ = true;
+  if (line == std::string::npos || i == pending_len_ || p[i] != '{') return;
+  const std::string_view ind(p + line, i - line);
+  if (ind.find_first_not_of(" \t") != std::string_view::npos) return;
+  // The candidate: "\n" + indent + "},\n" + indent + "{", the '{' last.
+  pattern_.assign(1, '\n');
+  pattern_.append(ind).append("},\n").append(ind).push_back('{');
+  layout_ = true;
+}
+
+size_t EventPipeline::layout_boundary() {
+  // The last candidate '{' not checked yet whose boundary is at or after chunk_bytes_. With k the
+  // indentation's length, the pattern starts at q + 1 - (2k + 5), its '}' is at q - k - 3 and the
+  // boundary (just after the '}') at q - k - 2.
+  const char* p = pending_.data.get() + 1;
+  const size_t n = pattern_.size(), k = (n - 5) / 2;
+  const size_t floor = std::max({brace_floor_, chunk_bytes_ + k + 2, n - 1});
+  size_t end = pending_len_;
+  while (end > floor) {
+    const void* hit = memrchr(p + floor, '{', end - floor);
+    if (hit == nullptr) break;
+    const size_t q = static_cast<size_t>(static_cast<const char*>(hit) - p);
+    if (std::memcmp(p + q + 1 - n, pattern_.data(), n) == 0) return q - k - 2;
+    end = q;
+  }
+  brace_floor_ = pending_len_;
+  return 0;
+}
+
 bool EventPipeline::split_one() {
   for (;;) {
+    if (layout_ && !eof_) {
+      // Kineto's layout: cut at a candidate without scanning the bytes before it.
+      if (const size_t b = layout_boundary(); b > 0) {
+        boundary_ = b;
+        cut();
+        return true;
+      }
+      if (pending_len_ > chunk_bytes_ + kLayoutLook) layout_ = false;  // not this layout
+      if (!layout_) scan();  // from this chunk's first byte: every state is the initial one
+    }
     if (boundary_ > 0 && (boundary_ >= chunk_bytes_ || array_end_ || eof_)) {
       cut();
       return true;
@@ -296,11 +344,11 @@ bool EventPipeline::split_one() {
     pending_.reserve(1 + pending_len_ + chunk_bytes_ + 2 + 64, 1 + pending_len_);
     const size_t got = src_->read(pending_.data.get() + 1 + pending_len_, chunk_bytes_);
     pending_len_ += got;
-    if (got == 0) {
-      eof_ = true;
-      continue;
-    }
-    scan();
+    if (got == 0) eof_ = true;
+    if (!layout_known_) learn_layout();
+    // At the input's end the rest is scanned (it holds the array's end).
+    if (eof_ && layout_) layout_ = false;
+    if (!layout_) scan();
   }
 }
 

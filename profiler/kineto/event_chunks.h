@@ -45,11 +45,12 @@ SimdParserPtr make_simd_parser();
 // Parses `c`'s events into c->events; false when simdjson or the checks refuse anything.
 bool parse_event_chunk(EventChunk* c, SimdParser& parser);
 
-// Splits the array's bytes at event boundaries (a string-aware scan of brackets) into chunks of
-// about `chunk_bytes`, parses them on worker threads (a lone chunk on the caller's thread) and
-// hands them back in document order. A chunk that simdjson or ft's own checks refuse ends the
-// fast path: the streaming reader reads on from that chunk (and gives the exact error). It is
-// the judge; the fast path accepts only what it accepts and yields the same RawEvents.
+// Splits the array's bytes at event boundaries (Kineto's layout, else a string-aware scan of
+// brackets) into chunks of about `chunk_bytes`, parses them on worker threads (a lone chunk on
+// the caller's thread) and hands them back in document order. A chunk that simdjson or ft's own
+// checks refuse ends the fast path: the streaming reader reads on from that chunk (and gives the
+// exact error). It is the judge; the fast path accepts only what it accepts and yields the same
+// RawEvents.
 class EventPipeline {
  public:
   // The bytes after the array's '[': `unread`, then the rest of `src`; `offset` is unread's
@@ -73,6 +74,17 @@ class EventPipeline {
   void scan();       // scans pending from scanned_
   void scan_byte(char c, size_t pos);
   void cut();  // pending's first boundary_ bytes become a chunk in the window
+  // Kineto's layout (each event's braces on lines of their own at one indentation, as PyTorch
+  // writes it): learn_layout() reads it off the first event; layout_boundary() is then the end
+  // of the last event in pending before a "\n<indent>},\n<indent>{" at or after chunk_bytes_
+  // (0: none), found without scanning the bytes before it. A raw newline is never inside a JSON
+  // string, so that '}' ends an event unless it closes an object nested at the same
+  // indentation; a chunk cut there does not parse (its brackets do not close), and the
+  // streaming reader reads on from it, as from any chunk refused.
+  void learn_layout();
+  size_t layout_boundary();
+  // A layout without a candidate this far past chunk_bytes_ is not Kineto's: scanned from then.
+  static constexpr size_t kLayoutLook = size_t{1} << 20;
   void start_workers();
 
   std::unique_ptr<ByteSource> src_;
@@ -87,6 +99,9 @@ class EventPipeline {
   int64_t depth_ = 0;
   size_t chunk_bytes_;
   bool first_chunk_ = true;
+  bool layout_known_ = false, layout_ = false;
+  std::string pattern_;                             // "\n<indent>},\n<indent>{"
+  size_t brace_floor_ = 0;                          // the '{'s of pending before this were checked
   std::deque<std::unique_ptr<EventChunk>> window_;  // submitted, in document order
   std::unique_ptr<EventChunk> current_;             // the chunk next() returned last
   // Chunks handed back by next(), reused by cut() with their buffers' and events' capacity.
