@@ -216,26 +216,29 @@ void write_reports(const Diagnosis& d, const std::filesystem::path& dir) {
   if (ec)
     throw IoError(
         fmt::format("{}: cannot create report directory: {}", dir.string(), ec.message()));
-  // Render all three first (on the machine's cores), then write them all or none (temps written
-  // and fsynced side by side, then renamed), so that an error leaves no partial set behind.
+  // Rendered on the machine's cores and written all or none (an AtomicFileSet: an error leaves
+  // no partial set behind). Each file is staged (written and fsynced on a thread of its own) as
+  // soon as its text is ready, so that the disk's flushes overlap the rendering of the others.
   // report.json's tree is built once, for its own text and for report.html's data, while
   // report.html's body is rendered.
   std::array<std::string, 3> text;
   std::string html_body, compact;
+  AtomicFileSet files;
   parallel_for(2, [&](size_t i) {
     if (i == 0) {
       const Json j = build_json(d);
       text[0] = j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+      files.stage(dir / "report.json", text[0]);
       compact = j.dump(-1, ' ', false, Json::error_handler_t::replace);
     } else {
       text[1] = render_markdown(d);
+      files.stage(dir / "report.md", text[1]);
       html_body = detail::html_body(d);
     }
   });
   text[2] = detail::html_page(html_body, compact);
-  write_files_atomic({{dir / "report.json", text[0]},
-                      {dir / "report.md", text[1]},
-                      {dir / "report.html", text[2]}});
+  files.stage(dir / "report.html", text[2]);
+  files.commit();
 }
 
 }  // namespace ft::reports

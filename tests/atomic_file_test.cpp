@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "ft/core/error.h"
 
@@ -123,6 +124,33 @@ TEST_F(AtomicFileTest, SetOfFilesIsWrittenAllOrNone) {
   write_files_atomic({{b, "third b"}, {a, "third a"}});
   EXPECT_EQ(read_file(a), "third a");
   EXPECT_EQ(read_file(b), "third b");
+}
+
+// Files staged from several threads while others are still being produced: nothing is replaced
+// before commit, a set dropped uncommitted leaves only the old files, and a committed one
+// replaces them all.
+TEST_F(AtomicFileTest, StagedSetReplacesNothingBeforeCommit) {
+  const fs::path a = dir_ / "a.txt", b = dir_ / "b.txt";
+  write_files_atomic({{a, "old a"}, {b, "old b"}});
+  const std::string new_a(1 << 20, 'a'), new_b = "new b";
+  {
+    AtomicFileSet set;
+    std::thread t([&] { set.stage(a, new_a); });
+    set.stage(b, new_b);
+    t.join();
+    EXPECT_EQ(read_file(a), "old a");
+  }  // dropped uncommitted
+  EXPECT_EQ(read_file(a), "old a");
+  EXPECT_EQ(read_file(b), "old b");
+  EXPECT_EQ(count_files(), 2u);
+  AtomicFileSet set;
+  set.stage(a, new_a);
+  set.stage(b, new_b);
+  set.commit();
+  EXPECT_EQ(read_file(a), new_a);
+  EXPECT_EQ(read_file(b), new_b);
+  EXPECT_EQ(count_files(), 2u);
+  EXPECT_THROW(set.stage(a, "late"), IoError);
 }
 
 TEST_F(AtomicFileTest, ReadMissingFileThrowsIoError) {

@@ -13,9 +13,10 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "ft/core/error.h"
-#include "ft/core/parallel.h"
 
 namespace ft {
 namespace {
@@ -132,21 +133,66 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
   w.commit();
 }
 
-void write_files_atomic(
-    const std::vector<std::pair<std::filesystem::path, std::string_view>>& files) {
-  std::vector<std::unique_ptr<AtomicFileWriter>> writers(files.size());
-  parallel_for(files.size(), [&](size_t i) {
-    writers[i] = std::make_unique<AtomicFileWriter>(files[i].first);
-    writers[i]->write(files[i].second.data(), files[i].second.size());
-    writers[i]->sync();
+struct AtomicFileSet::Staged {
+  std::filesystem::path path;
+  std::unique_ptr<AtomicFileWriter> writer;  // set by the thread when the file is written
+  std::exception_ptr error;
+  std::thread thread;
+};
+
+struct AtomicFileSet::State {
+  std::mutex mu;
+  std::vector<std::unique_ptr<Staged>> files;
+  bool committed = false;
+  void join() {
+    for (auto& f : files)
+      if (f->thread.joinable()) f->thread.join();
+  }
+};
+
+AtomicFileSet::AtomicFileSet() : state_(std::make_unique<State>()) {}
+
+AtomicFileSet::~AtomicFileSet() { state_->join(); }  // the writers then remove their temps
+
+void AtomicFileSet::stage(const std::filesystem::path& path, std::string_view contents) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->committed) throw IoError(fmt::format("cannot stage '{}': committed", path.string()));
+  auto f = std::make_unique<Staged>();
+  f->path = path;
+  Staged* raw = f.get();
+  state_->files.push_back(std::move(f));
+  raw->thread = std::thread([raw, contents] {
+    try {
+      auto w = std::make_unique<AtomicFileWriter>(raw->path);
+      w->write(contents.data(), contents.size());
+      w->sync();
+      raw->writer = std::move(w);
+    } catch (...) {
+      raw->error = std::current_exception();
+    }
   });
+}
+
+void AtomicFileSet::commit() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->join();
+  for (const auto& f : state_->files)
+    if (f->error) std::rethrow_exception(f->error);
+  state_->committed = true;
   std::vector<std::filesystem::path> dirs;
-  for (size_t i = 0; i < files.size(); ++i) {
-    writers[i]->commit(/*sync_dir=*/false);
-    const std::filesystem::path dir = files[i].first.parent_path();
+  for (const auto& f : state_->files) {
+    f->writer->commit(/*sync_dir=*/false);
+    const std::filesystem::path dir = f->path.parent_path();
     if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
   }
   for (const std::filesystem::path& dir : dirs) fsync_dir(dir);
+}
+
+void write_files_atomic(
+    const std::vector<std::pair<std::filesystem::path, std::string_view>>& files) {
+  AtomicFileSet set;
+  for (const auto& [path, contents] : files) set.stage(path, contents);
+  set.commit();
 }
 
 std::string read_file(const std::filesystem::path& path) {

@@ -40,11 +40,32 @@ class AtomicFileWriter {
 // Removes `<path>.tmp.<pid>` files whose process no longer exists; returns how many.
 size_t remove_stale_temp_files(const std::filesystem::path& path);
 
+// Files replaced all or none, each staged as soon as its contents are ready: written and fsynced
+// on a thread of its own, so that the disk's flushes overlap the caller's work. commit() waits
+// for every one, renames them only when all were written, and fsyncs each directory once; it
+// throws the first staging error (as IoError), leaving no file replaced. Destroying an
+// uncommitted set waits for its threads and removes its temp files. stage() may be called from
+// several threads; `contents` must stay alive until commit() or destruction.
+class AtomicFileSet {
+ public:
+  AtomicFileSet();
+  ~AtomicFileSet();
+  AtomicFileSet(const AtomicFileSet&) = delete;
+  AtomicFileSet& operator=(const AtomicFileSet&) = delete;
+  void stage(const std::filesystem::path& path, std::string_view contents);
+  void commit();
+
+ private:
+  struct Staged;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
-// Writes each (path, contents) as write_file_atomic does, all or none: every temp file is written
-// and fsynced (side by side, on the machine's cores) before any is renamed, and each directory
-// is fsynced once after the renames. Throws IoError, leaving no file replaced, when a temp
-// cannot be written.
+// Writes each (path, contents) as write_file_atomic does, all or none (an AtomicFileSet): every
+// temp file is written and fsynced (each on a thread of its own) before any is renamed, and each
+// directory is fsynced once after the renames. Throws IoError, leaving no file replaced, when a
+// temp cannot be written.
 void write_files_atomic(
     const std::vector<std::pair<std::filesystem::path, std::string_view>>& files);
 std::string read_file(const std::filesystem::path& path);  // throws IoError
