@@ -60,10 +60,8 @@ int main(int argc, char** argv) {
     if (seq.operator_name.empty())
       throw ft::ConfigError("ft-hta: --sequence-operator must not be empty");
     if (hta.max_queue_length < 1) throw ft::ConfigError("ft-hta: --max-queue-length must be >= 1");
-    doc[key] = ft::profiler::hta_analyses_of(trace, hta);
     cp.instance_last = cp.instance_first;
-    const nlohmann::json more = ft::profiler::hta_json_analyses(trace, cp, seq);
-    for (const auto& [k, v] : more.items()) doc[key][k] = v;
+    doc[key] = ft::profiler::hta_entry(trace, hta, cp, seq);
     if (!memory.empty()) doc[key]["memory_timeline"] = ft::profiler::hta_memory_timeline(memory);
     ft::write_file_atomic(out,
                           doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");

@@ -13,6 +13,7 @@
 
 #include "critical_path_graph.h"
 #include "ft/core/error.h"
+#include "ft/core/parallel.h"
 #include "json_stream.h"
 #include "kineto_names.h"
 
@@ -324,6 +325,19 @@ json hta_json_analyses(const std::string& trace_path, const CriticalPathOptions&
   for (const CpTrace& t : ranks)
     delays["ranks"][std::to_string(t.rank)] = kineto::aten_op_kernels_and_delay(t);
   return out;
+}
+
+json hta_entry(const std::string& trace_path, const HtaOptions& hta,
+               const CriticalPathOptions& options, const KernelSequenceOptions& sequences) {
+  json entry, rows;
+  parallel_for(2, [&](size_t job) {
+    if (job == 0)
+      entry = hta_analyses_of(trace_path, hta);
+    else
+      rows = hta_json_analyses(trace_path, options, sequences);
+  });
+  for (auto& [k, v] : rows.items()) entry[k] = std::move(v);
+  return entry;
 }
 
 }  // namespace ft::profiler

@@ -93,13 +93,9 @@ std::vector<Trace> load_kineto_ranks(const fs::path& path) {
 
 void write_hta_json(const fs::path& trace_path, const fs::path& out) {
   nlohmann::json doc = nlohmann::json::object();
-  nlohmann::json& entry = doc[hta_entry_key(trace_path.string())];
-  entry = hta_analyses_of(trace_path.string());
-  // The analyses over HTA's rows (critical path, annotation breakdown, kernel sequences, CUPTI
-  // counters), as ft-hta writes them with its defaults: a second read of the file.
-  CriticalPathOptions cp;
-  nlohmann::json rows = hta_json_analyses(trace_path.string(), cp);
-  for (auto& [k, v] : rows.items()) entry[k] = std::move(v);
+  // As ft-hta writes it with its defaults; the analyses over HTA's rows (critical path,
+  // annotation breakdown, kernel sequences, CUPTI counters) read the file a second time.
+  doc[hta_entry_key(trace_path.string())] = hta_entry(trace_path.string(), {}, {});
   // Kernel names are the trace's bytes: invalid UTF-8 is written as U+FFFD, never thrown on.
   write_file_atomic(out, doc.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
