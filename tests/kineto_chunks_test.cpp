@@ -2,14 +2,18 @@
 // tokenizer: the same records, metadata and errors on real traces, the fuzz corpus and edge cases,
 // with chunks from one event to the whole array.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "../profiler/kineto/critical_path_rows.h"
 #include "../profiler/kineto/event_chunks.h"
+#include "../profiler/kineto/json_stream.h"
 #include "ft/core/error.h"
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/kineto_trace.h"
@@ -192,6 +196,126 @@ TEST(KinetoChunks, SameRecordsOnTheSharedGpuTraces) {
       }
     };
     EXPECT_EQ(read(true), read(false)) << e.path();
+    ++n;
+  }
+  EXPECT_GT(n, 0u);
+}
+
+// HTA's rows of a trace (critical_path_rows.h) as fuzz_body.h prints them, or "error: ...".
+std::string cp_fingerprint(const std::function<kineto::CpTrace()>& load) {
+  try {
+    return ft::fuzz::cp_rows_fingerprint(load());
+  } catch (const Error& e) {
+    return std::string("error: ") + e.what();
+  }
+}
+
+// A file's rows read in chunks equal those of its whole text, as HTA's loader reads them, with
+// and without the alignment and last-step cut; `chunked` whether the chunked read took it.
+void expect_same_rows(const fs::path& file, bool chunked) {
+  for (bool align : {true, false}) {
+    const std::string whole = cp_fingerprint(
+        [&] { return kineto::load_cp_trace(kineto::read_all_text(file.string()), align); });
+    EXPECT_EQ(cp_fingerprint([&] { return kineto::load_cp_trace_file(file.string(), align); }),
+              whole)
+        << file;
+    EXPECT_EQ(kineto::load_cp_trace_chunked(kineto::open_byte_source(file.string()), "t", align)
+                  .has_value(),
+              chunked)
+        << file;
+  }
+}
+
+class CpRowsChunked : public ::testing::Test {
+ protected:
+  fs::path write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p, std::ios::binary) << text;
+    return p;
+  }
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ft_cp_rows_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(CpRowsChunked, SameRowsAsTheWholeText) {
+  const std::string head =
+      R"({"schemaVersion": 1, "distributedInfo": {"rank": 3}, "traceEvents": [)";
+  expect_same_rows(write("layout.json", head + kineto_layout(400, false)), true);
+  expect_same_rows(write("nested.json", head + kineto_layout(60, true)), true);
+  expect_same_rows(write("two.json", kTwo), true);
+  // GPU rows, a sync, counters of a range-profiler kernel, a string pid, a dropped "Trace" row,
+  // two steps (the last one cut), a row that is not an object.
+  expect_same_rows(write("gpu.json", R"({"traceEvents": [
+  {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0.5, "dur": 10},
+  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 1.2, "dur": 2, "args": {"correlation": 5}},
+  {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 4, "dur": 3.5, "args": {"stream": 7, "correlation": 5}},
+  {"ph": "X", "cat": "cuda_profiler_range", "name": "r", "pid": 0, "tid": 7, "ts": 8, "dur": 1, "args": {"stream": 7, "correlation": 6, "smsp__inst": 12.5}},
+  {"ph": "X", "cat": "cuda_sync", "name": "Event Sync", "pid": 0, "tid": 7, "ts": 9, "dur": 1, "args": {"wait_on_stream": 7, "wait_on_cuda_event_record_corr_id": 5}},
+  {"ph": "X", "cat": "Trace", "name": "t", "pid": "Spans", "tid": 1, "ts": 0, "dur": 99},
+  7,
+  {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": "p", "tid": 1, "ts": 11, "dur": 10}
+], "traceName": "x"})"),
+                   true);
+  expect_same_rows(write("empty.json", R"({"traceEvents": []})"), true);
+  // simdjson reads a value's type from its first byte: both reads take "tru" for a boolean.
+  expect_same_rows(write("tru.json", R"({"traceEvents": [{"cat": "c", "ts": 1, "dur": tru}]})"),
+                   true);
+}
+
+// What the chunked read leaves to the whole text: the same rows or the same error.
+TEST_F(CpRowsChunked, OddDocumentsAreReadWhole) {
+  const std::string ev =
+      R"({"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1})";
+  expect_same_rows(write("bare.json", "[" + ev + "]"), false);
+  expect_same_rows(write("twice.json", R"({"traceEvents": [)" + ev + R"(], "traceEvents": [)" + ev +
+                                           "," + ev + "]}"),
+                   false);
+  expect_same_rows(write("none.json", R"({"schemaVersion": 1})"), false);
+  expect_same_rows(write("no_comma.json", R"({"traceEvents": [)" + ev + R"( {"ts": 2}]})"), false);
+  expect_same_rows(write("ts_string.json",
+                         R"({"traceEvents": [)" + ev + R"(, {"cat": "c", "ts": "1", "dur": 1}]})"),
+                   false);
+  expect_same_rows(write("tail.json", R"({"traceEvents": [)" + ev + R"(]} x)"), false);
+  expect_same_rows(write("cut.json", R"({"traceEvents": [)" + ev + ", " + ev), false);
+}
+
+TEST_F(CpRowsChunked, SameRowsOnTheRepositorysTracesAndFuzzCorpus) {
+  const fs::path data = fs::path(FT_SOURCE_DIR) / "tests" / "data";
+  size_t n = 0;
+  for (const fs::path& dir : {data / "kineto", data / "fuzz"}) {
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (!e.is_regular_file() || !name.ends_with(".json")) continue;
+      for (bool align : {true, false}) {
+        EXPECT_EQ(
+            cp_fingerprint([&] { return kineto::load_cp_trace_file(e.path().string(), align); }),
+            cp_fingerprint([&] {
+              return kineto::load_cp_trace(kineto::read_all_text(e.path().string()), align);
+            }))
+            << name;
+      }
+      ++n;
+    }
+  }
+  EXPECT_GT(n, 10u);
+}
+
+// Every real trace in ../shared when present (the suite passes without it).
+TEST(CpRowsChunkedShared, SameRowsOnTheSharedGpuTraces) {
+  const fs::path root = fs::path(FT_SOURCE_DIR) / ".." / "shared" / "traces" / "hta";
+  if (!fs::exists(root)) GTEST_SKIP() << "no " << root;
+  size_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file() || !(name.ends_with(".json") || name.ends_with(".json.gz"))) continue;
+    EXPECT_EQ(cp_fingerprint([&] { return kineto::load_cp_trace_file(e.path().string()); }),
+              cp_fingerprint(
+                  [&] { return kineto::load_cp_trace(kineto::read_all_text(e.path().string())); }))
+        << e.path();
     ++n;
   }
   EXPECT_GT(n, 0u);

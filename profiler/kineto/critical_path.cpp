@@ -442,8 +442,7 @@ std::vector<CpTrace> load_cp_traces(const std::string& trace_path, bool align_an
   const std::vector<std::string> files = trace_files(trace_path);
   for (const std::string& f : files) {
     try {
-      out.push_back(
-          load_cp_trace(kineto::read_all_text(f, simdjson::SIMDJSON_PADDING), align_and_cut));
+      out.push_back(load_cp_trace_file(f, align_and_cut));
     } catch (const FormatError& e) {
       if (files.size() == 1 || std::string(e.what()) != "trace has no traceEvents") throw;
     }

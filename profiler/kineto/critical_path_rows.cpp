@@ -8,11 +8,15 @@
 #include <climits>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "event_chunks.h"
 #include "ft/core/error.h"
+#include "json_stream.h"
+#include "simd_parser.h"
 
 namespace ft::profiler::kineto {
 
@@ -157,27 +161,31 @@ void link_partners(std::vector<CpRow>* rows) {
   }
 }
 
-}  // namespace
+// A document's rows and what load_cp_trace takes from beside them, before HTA's loading rules.
+struct CpDocument {
+  std::vector<CpRow> rows;
+  bool has_cuda_sync = false;
+  int64_t rank = 0;
+  int event_arrays = 0;  // traceEvents arrays read (a repeated key: the last one counts)
+};
 
-CpTrace load_cp_trace(std::string text, bool align_and_cut) {
+CpDocument parse_cp_document(std::string& text) {
   // simdjson's On-Demand parser reads the text in place (it needs SIMDJSON_PADDING spare bytes):
   // no DOM of the whole trace is built.
   text.reserve(text.size() + simdjson::SIMDJSON_PADDING);
-  CpTrace t;
-  std::vector<CpRow> rows;
-  bool has_events = false;
+  CpDocument d;
   try {
     od::parser parser;
     od::document doc =
         parser.iterate(simdjson::padded_string_view(text.data(), text.size(), text.capacity()));
     int64_t ev_idx = 0;
     auto read_events = [&](od::array events) {
-      has_events = true;
+      ++d.event_arrays;
       for (auto e : events) {
         CpRow r;
         if (read_row(e.value(), ev_idx++, &r)) {
-          if (r.cat == "cuda_sync") t.has_cuda_sync = true;
-          rows.push_back(std::move(r));
+          if (r.cat == "cuda_sync") d.has_cuda_sync = true;
+          d.rows.push_back(std::move(r));
         }
       }
     };
@@ -188,7 +196,7 @@ CpTrace load_cp_trace(std::string text, bool align_and_cut) {
         const std::string_view key = field.unescaped_key();
         od::value v = field.value();
         if (key == "traceEvents" && v.type() == od::json_type::array) {
-          rows.clear();  // a repeated key: the last one counts, as in a DOM
+          d.rows.clear();  // a repeated key: the last one counts, as in a DOM
           ev_idx = 0;
           read_events(v.get_array());
         } else if (key == "distributedInfo" && v.type() == od::json_type::object) {
@@ -197,7 +205,7 @@ CpTrace load_cp_trace(std::string text, bool align_and_cut) {
               od::value rank = f.value();
               if (rank.type() == od::json_type::number &&
                   rank.get_number_type() != od::number_type::floating_point_number)
-                t.rank = int_of(rank);
+                d.rank = int_of(rank);
             }
           }
         }
@@ -206,16 +214,132 @@ CpTrace load_cp_trace(std::string text, bool align_and_cut) {
   } catch (const simdjson::simdjson_error& e) {
     throw FormatError(std::string("invalid JSON: ") + e.what());
   }
-  if (!has_events) throw FormatError("trace has no traceEvents");
+  if (d.event_arrays == 0) throw FormatError("trace has no traceEvents");
+  return d;
+}
+
+CpTrace finish_cp_trace(CpDocument d, bool align_and_cut) {
+  CpTrace t;
+  t.has_cuda_sync = d.has_cuda_sync;
+  t.rank = d.rank;
   if (align_and_cut) {
     int64_t min_ts = INT64_MAX;
-    for (const CpRow& r : rows) min_ts = std::min(min_ts, r.ts);
-    for (CpRow& r : rows) r.ts -= min_ts;
-    rows = drop_last_step(std::move(rows));
+    for (const CpRow& r : d.rows) min_ts = std::min(min_ts, r.ts);
+    for (CpRow& r : d.rows) r.ts -= min_ts;
+    d.rows = drop_last_step(std::move(d.rows));
   }
-  t.rows = std::move(rows);
+  t.rows = std::move(d.rows);
   link_partners(&t.rows);
   return t;
+}
+
+// One chunk's rows, read as parse_cp_document reads the array's elements (EventPipeline's parse,
+// on its threads), ev_idx counted from the chunk's first element. False on anything refused.
+bool parse_cp_chunk(EventChunk* c, SimdParser& simd) {
+  try {
+    // A chunk's events sit one level higher than in the document (its array is the root).
+    constexpr size_t kDepth = simdjson::DEFAULT_MAX_DEPTH - 1;
+    if (simd.parser.max_depth() != kDepth) {
+      if (simd.parser.allocate(c->len + 2, kDepth)) return false;
+    }
+    od::document doc = simd.parser.iterate(c->buf.data.get(), c->len + 2, c->len + 2 + 64);
+    int64_t idx = 0;
+    for (auto e : doc.get_array()) {
+      CpRow r;
+      if (read_row(e.value(), idx++, &r)) c->rows.push_back(std::move(r));
+    }
+    c->elements = static_cast<size_t>(idx);
+    const char* loc = nullptr;
+    return doc.current_location().get(loc) == simdjson::OUT_OF_BOUNDS;  // nothing follows
+  } catch (...) {  // simdjson's errors, read_row's FormatError, allocation
+    return false;
+  }
+}
+
+// The bytes another source gives, kept as they pass until taken: the document's head.
+class RecordingSource : public ByteSource {
+ public:
+  explicit RecordingSource(std::unique_ptr<ByteSource> in) : in_(std::move(in)) {}
+  size_t read(char* buf, size_t cap) override {
+    const size_t n = in_->read(buf, cap);
+    if (recording_) kept_.append(buf, n);
+    return n;
+  }
+  uint64_t compressed_bytes_read() const override { return in_->compressed_bytes_read(); }
+  uint64_t size_hint() const override { return in_->size_hint(); }
+  std::string take() {
+    recording_ = false;
+    return std::move(kept_);
+  }
+
+ private:
+  std::unique_ptr<ByteSource> in_;
+  std::string kept_;
+  bool recording_ = true;
+};
+
+}  // namespace
+
+// The top level is walked by the streaming tokenizer to traceEvents, the array read by
+// EventPipeline in chunks of rows, and the rest of the document (its head and tail around an
+// empty traceEvents) read by parse_cp_document for distributedInfo, its other keys and its syntax.
+std::optional<CpTrace> load_cp_trace_chunked(std::unique_ptr<ByteSource> src,
+                                             const std::string& label, bool align_and_cut) {
+  constexpr size_t kChunkBytes = 128 << 10;  // as the Kineto reader's
+  try {
+    auto recording = std::make_unique<RecordingSource>(std::move(src));
+    RecordingSource* rec = recording.get();
+    JsonCursor cur(std::move(recording), label);
+    if (cur.peek() != JsonType::kObject) return std::nullopt;
+    cur.begin_object();
+    std::string key;
+    for (;;) {
+      if (!cur.next_key(&key)) return std::nullopt;
+      if (key == "traceEvents") break;
+      cur.skip_value();
+    }
+    if (cur.peek() != JsonType::kArray) return std::nullopt;
+    const uint64_t open_at = cur.offset();  // the array's '['
+    cur.begin_array();
+    const uint64_t offset = cur.offset();
+    std::string unread;
+    std::unique_ptr<ByteSource> events = cur.release(&unread);
+    std::string skeleton = rec->take();
+    skeleton.resize(open_at + 1);
+    EventPipeline pipe(std::move(events), std::move(unread), offset, kChunkBytes, parse_cp_chunk);
+    CpDocument d;
+    size_t elements = 0;
+    while (EventChunk* c = pipe.next()) {
+      for (CpRow& r : c->rows) {
+        r.ev_idx += static_cast<int64_t>(elements);
+        if (r.cat == "cuda_sync") d.has_cuda_sync = true;
+        d.rows.push_back(std::move(r));
+      }
+      elements += c->elements;
+    }
+    if (pipe.failed()) return std::nullopt;
+    uint64_t rest_offset = 0;
+    std::unique_ptr<ByteSource> rest = pipe.rest(&rest_offset);
+    char buf[1 << 16];
+    while (const size_t n = rest->read(buf, sizeof(buf))) skeleton.append(buf, n);
+    const CpDocument around = parse_cp_document(skeleton);
+    if (around.event_arrays != 1 || !around.rows.empty()) return std::nullopt;
+    d.rank = around.rank;
+    d.event_arrays = 1;
+    return finish_cp_trace(std::move(d), align_and_cut);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+CpTrace load_cp_trace(std::string text, bool align_and_cut) {
+  return finish_cp_trace(parse_cp_document(text), align_and_cut);
+}
+
+CpTrace load_cp_trace_file(const std::string& path, bool align_and_cut) {
+  if (std::optional<CpTrace> t = load_cp_trace_chunked(open_byte_source(path), path, align_and_cut))
+    return std::move(*t);
+  return load_cp_trace(read_all_text(path, simdjson::SIMDJSON_PADDING), align_and_cut);
 }
 
 }  // namespace ft::profiler::kineto

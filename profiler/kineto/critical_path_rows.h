@@ -3,10 +3,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "json_stream.h"
 
 namespace ft::profiler::kineto {
 
@@ -70,5 +74,14 @@ nlohmann::json aten_op_kernels_and_delay(const CpTrace& t);
 // drop, CPU/GPU correlation); without `align_and_cut`, as HTA's TraceDiff loads a trace: no
 // shift, every step kept.
 CpTrace load_cp_trace(std::string text, bool align_and_cut = true);
+// The same of a file: read in chunks of rows on the machine's cores when the document is a
+// Kineto object with one traceEvents array and every chunk parses, else its whole text read by
+// load_cp_trace (which gives the exact error); the rows are the same either way.
+CpTrace load_cp_trace_file(const std::string& path, bool align_and_cut = true);
+// That chunked read alone, of a document's bytes (`label` names it): nothing when the document is
+// out of the ordinary (a bare array, no or two traceEvents, a chunk or a byte refused); else what
+// load_cp_trace gives for its text.
+std::optional<CpTrace> load_cp_trace_chunked(std::unique_ptr<ByteSource> src,
+                                             const std::string& label, bool align_and_cut = true);
 
 }  // namespace ft::profiler::kineto

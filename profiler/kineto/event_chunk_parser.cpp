@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "event_chunks.h"
+#include "simd_parser.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -401,10 +402,6 @@ bool ChunkParser::args(od::value& av, RawEvent* ev) {
 }
 
 }  // namespace
-
-struct SimdParser {
-  od::parser parser;
-};
 
 SimdParserPtr make_simd_parser() { return SimdParserPtr(new SimdParser); }
 void SimdParserDeleter::operator()(SimdParser* p) const { delete p; }

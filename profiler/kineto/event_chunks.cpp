@@ -111,6 +111,8 @@ struct EventPipeline::Shared {
   std::vector<std::thread> threads;
   SimdParserPtr parser = make_simd_parser();  // the caller's thread's
 
+  ChunkParse parse = parse_event_chunk;
+
   // Parses queued chunks until `until` is done (nullptr: until stopped).
   void serve(SimdParser& p, EventChunk* until) {
     std::unique_lock<std::mutex> lock(mu);
@@ -123,7 +125,7 @@ struct EventPipeline::Shared {
       EventChunk* c = queue.front();
       queue.pop_front();
       lock.unlock();
-      const bool ok = parse_event_chunk(c, p);
+      const bool ok = parse(c, p);
       lock.lock();
       c->ok = ok;
       c->done = true;
@@ -133,11 +135,13 @@ struct EventPipeline::Shared {
 };
 
 EventPipeline::EventPipeline(std::unique_ptr<ByteSource> src, std::string unread, uint64_t offset,
-                             size_t chunk_bytes)
+                             size_t chunk_bytes, ChunkParse parse)
     : src_(std::move(src)),
       pending_offset_(offset),
       chunk_bytes_(std::max<size_t>(chunk_bytes, 1)),
+      parse_(parse),
       shared_(std::make_unique<Shared>()) {
+  shared_->parse = parse;
   pending_.reserve(unread.size() + 1, 0);
   std::memcpy(pending_.data.get() + 1, unread.data(), unread.size());
   pending_len_ = unread.size();
@@ -352,10 +356,12 @@ bool EventPipeline::split_one() {
   }
 }
 
-const EventChunk* EventPipeline::next() {
+EventChunk* EventPipeline::next() {
   if (current_) {
     current_->events.clear();
     current_->escaped.clear();
+    current_->rows.clear();
+    current_->elements = 0;
     current_->comma = std::string::npos;
     current_->done = current_->ok = false;
     spare_.push_back(std::move(current_));
@@ -370,7 +376,7 @@ const EventChunk* EventPipeline::next() {
   window_.pop_front();
   if (shared_->threads.empty()) {
     if (!c->done) {  // a lone chunk: parsed here
-      c->ok = parse_event_chunk(c.get(), *shared_->parser);
+      c->ok = parse_(c.get(), *shared_->parser);
       c->done = true;
     }
   } else {

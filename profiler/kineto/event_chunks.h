@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "critical_path_rows.h"
 #include "json_stream.h"
 #include "kineto_event_fields.h"
 
@@ -31,6 +32,10 @@ struct EventChunk {
   ByteBuffer buf;
   std::vector<RawEvent> events;
   std::deque<std::string> escaped;  // strings with escapes, decoded
+  // What parse_cp_chunk reads instead (critical_path_rows.cpp): HTA's rows, with ev_idx counted
+  // from the chunk's first element, and the elements read.
+  std::vector<CpRow> rows;
+  size_t elements = 0;
   bool done = false, ok = false;
   std::string text() const;  // the chunk's bytes as read
 };
@@ -44,6 +49,8 @@ using SimdParserPtr = std::unique_ptr<SimdParser, SimdParserDeleter>;
 SimdParserPtr make_simd_parser();
 // Parses `c`'s events into c->events; false when simdjson or the checks refuse anything.
 bool parse_event_chunk(EventChunk* c, SimdParser& parser);
+// A chunk's parse, run on the pipeline's threads: parse_event_chunk, or parse_cp_chunk.
+using ChunkParse = bool (*)(EventChunk* c, SimdParser& parser);
 
 // Splits the array's bytes at event boundaries (Kineto's layout, else a string-aware scan of
 // brackets) into chunks of about `chunk_bytes`, parses them on worker threads (a lone chunk on
@@ -56,14 +63,16 @@ class EventPipeline {
   // The bytes after the array's '[': `unread`, then the rest of `src`; `offset` is unread's
   // document offset.
   EventPipeline(std::unique_ptr<ByteSource> src, std::string unread, uint64_t offset,
-                size_t chunk_bytes);
+                size_t chunk_bytes, ChunkParse parse = parse_event_chunk);
   ~EventPipeline();
   EventPipeline(const EventPipeline&) = delete;
   EventPipeline& operator=(const EventPipeline&) = delete;
 
-  // The next chunk in document order, valid until the next call; nullptr once the fast path
-  // ends: at the array's end, at the input's end, or at the first chunk that did not parse.
-  const EventChunk* next();
+  // The next chunk in document order, valid until the next call (its outputs may be moved
+  // from); nullptr once the fast path ends: at the array's end, at the input's end, or at the
+  // first chunk that did not parse (failed() then).
+  EventChunk* next();
+  bool failed() const { return failed_ != nullptr; }
   // After next() returned nullptr: the document from the first byte no chunk consumed, and the
   // document offset of that byte.
   std::unique_ptr<ByteSource> rest(uint64_t* offset);
@@ -107,6 +116,7 @@ class EventPipeline {
   // Chunks handed back by next(), reused by cut() with their buffers' and events' capacity.
   std::vector<std::unique_ptr<EventChunk>> spare_;
   std::unique_ptr<EventChunk> failed_;              // the chunk that did not parse
+  ChunkParse parse_;
   std::unique_ptr<Shared> shared_;
 };
 

@@ -4,6 +4,8 @@
 //
 // Every input goes through every reader ft has for text it did not write, and whatever a reader
 // accepts goes on through the analyses and every report writer:
+//  - HTA's row loader, on the whole text and in chunks (load_cp_trace, load_cp_trace_chunked),
+//    which must give the same rows when the chunked read takes the input;
 //  - the Kineto reader (read_kineto_records_from_memory, options picked from the input's size),
 //    then hta_analyses (one or two ranks, dumped as ft-hta writes it), prepare_kineto_trace,
 //    diagnose() on the prepared trace and the report writers;
@@ -20,16 +22,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "../../profiler/kineto/critical_path_rows.h"
+#include "../../profiler/kineto/json_stream.h"
 #include "ft/core/error.h"
+#include "ft/profiler/critical_path.h"
 #include "ft/profiler/diagnosis.h"
 #include "ft/profiler/event.h"
 #include "ft/profiler/findings.h"
-#include "ft/profiler/critical_path.h"
 #include "ft/profiler/hta.h"
 #include "ft/profiler/kineto_reader.h"
 #include "ft/profiler/kineto_trace.h"
@@ -92,6 +97,21 @@ inline std::string records_fingerprint(const profiler::KinetoTrace& t) {
   return o;
 }
 
+// HTA's rows of a trace (critical_path_rows.h), every field, as text.
+inline std::string cp_rows_fingerprint(const profiler::kineto::CpTrace& t) {
+  std::string o = "rank " + std::to_string(t.rank) + " sync " + std::to_string(t.has_cuda_sync) +
+                  " rows " + std::to_string(t.rows.size()) + '\n';
+  for (const profiler::kineto::CpRow& r : t.rows) {
+    for (const int64_t v : {r.ev_idx, r.pid, r.tid, r.ts, r.dur, r.stream, r.corr, r.wait_stream,
+                            r.wait_corr, r.partner, static_cast<int64_t>(r.linked_corr)})
+      o += std::to_string(v) + '|';
+    o += r.name + '|' + r.cat;
+    for (const auto& [k, v] : r.counters) o += '|' + k + '=' + std::to_string(v);
+    o += '\n';
+  }
+  return o;
+}
+
 // The records' fingerprint of `text` read with `opt`, or "error: <message>".
 inline std::string kineto_fingerprint(const std::string& text,
                                       const profiler::KinetoReadOptions& opt) {
@@ -135,6 +155,22 @@ inline void fuzz_kineto(const std::string& text, size_t size) {
   }
   // ft-hta and ft-diagnose --hta-json write the analyses so (invalid UTF-8 as U+FFFD).
   (void)profiler::hta_analyses(ranks).dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // HTA's row loader read in chunks gives the whole text's rows, or declines (then the whole
+  // text is read).
+  {
+    const bool align = (size & 512) == 0;
+    std::string whole;
+    try {
+      whole = cp_rows_fingerprint(profiler::kineto::load_cp_trace(text, align));
+    } catch (const Error& e) {
+      whole = std::string("error: ") + e.what();
+    }
+    const std::optional<profiler::kineto::CpTrace> chunked =
+        profiler::kineto::load_cp_trace_chunked(profiler::kineto::memory_byte_source(text), "fuzz",
+                                                align);
+    fuzz_check(!chunked || cp_rows_fingerprint(*chunked) == whole,
+               "HTA's rows read in chunks == those of the whole text");
+  }
   // HTA's row loader (simdjson On-Demand) and critical path over the whole text: a bad input is
   // an ft::Error, never a crash.
   if ((size & 256) != 0) {
