@@ -9,8 +9,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli_main.h"
@@ -68,10 +70,24 @@ int run(int argc, char** argv) {
   if (!kineto && fs::is_directory(trace_path)) trace_path /= "trace.json";
   if (!kineto && !fs::exists(trace_path))
     throw ft::IoError(fmt::format("no trace at '{}'", trace_path.string()));
+  // HTA's analyses (--hta-json) are written beside the diagnosis (each reads the file itself);
+  // their error, if any, is the one reported, as if they had run first.
+  std::exception_ptr hta_error;
+  std::jthread hta;
   if (!a.hta_json.empty()) {
     if (!kineto) throw ft::ConfigError("--hta-json needs a PyTorch profiler (Kineto) trace");
-    ft::profiler::write_hta_json(a.input, a.hta_json);
+    hta = std::jthread([&] {
+      try {
+        ft::profiler::write_hta_json(a.input, a.hta_json);
+      } catch (...) {
+        hta_error = std::current_exception();
+      }
+    });
   }
+  auto hta_written = [&] {
+    if (hta.joinable()) hta.join();
+    if (hta_error) std::rethrow_exception(hta_error);
+  };
   const fs::path out_dir = !a.out.empty()                           ? fs::path(a.out)
                            : kineto && fs::is_directory(trace_path) ? trace_path
                                                                     : trace_path.parent_path();
@@ -84,11 +100,15 @@ int run(int argc, char** argv) {
   }
   ft::profiler::Diagnosis d;
   int rank = 0;
-  {  // the traces are freed before the critical path reads the file again
+  try {  // the traces are freed before the critical path reads the file again
     const std::vector<ft::profiler::Trace> rank_traces = ft::profiler::load_kineto_ranks(a.input);
     d = ft::profiler::diagnose_trace_ranks(rank_traces);
     rank = ft::profiler::trace_rank(rank_traces.front());
+  } catch (...) {
+    hta_written();
+    throw;
   }
+  hta_written();
   if (a.critical_path) ft::profiler::add_critical_path(a.input, rank, &d);
   return finish(d, out_dir.empty() ? fs::path(".") : out_dir, a.gates, a.top);
 }
