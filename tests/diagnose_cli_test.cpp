@@ -285,6 +285,30 @@ TEST(DiagnoseCli, HtaJsonHoldsEveryAnalysis) {
     EXPECT_EQ(e.at(k), f.at(k)) << k;
 }
 
+// HTA's analyses run beside the diagnosis, but their outcome is as if they ran first: a trace
+// both refuse fails with HTA's reader's error, nothing written; a trace HTA reads but ft cannot
+// diagnose (no steps) fails after the HTA file is written.
+TEST(DiagnoseCli, HtaJsonErrorsComeFirst) {
+  const fs::path d = temp_dir("hta_json_errors");
+  const fs::path bad = d / "bad.json", no_steps = d / "no_steps.json";
+  ft::write_file_atomic(bad, R"({"traceEvents": [{"ph": "X", "ts": 1,,}]})");
+  ft::write_file_atomic(no_steps, R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k",
+    "pid": 0, "tid": 7, "ts": 2, "dur": 1, "args": {"stream": 7, "correlation": 3}}]})");
+  const Result r = diagnose(bad.string() + " --out " + (d / "a").string() + " --hta-json " +
+                            (d / "a.json").string());
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("bad.json: byte 37: expected a string key"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d / "a.json"));
+  EXPECT_FALSE(fs::exists(d / "a" / "report.json"));
+  const Result n = diagnose(no_steps.string() + " --out " + (d / "b").string() + " --hta-json " +
+                            (d / "b.json").string());
+  EXPECT_EQ(n.status, 1) << n.out;
+  EXPECT_NE(n.out.find("no training steps"), std::string::npos) << n.out;
+  EXPECT_TRUE(fs::exists(d / "b.json"));
+  EXPECT_FALSE(fs::exists(d / "b" / "report.json"));
+  fs::remove_all(d);
+}
+
 }  // namespace
 
 // A run that runs out of memory still writes its trace and a report whose top finding is the
