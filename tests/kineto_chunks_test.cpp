@@ -158,6 +158,26 @@ TEST(KinetoChunks, KinetosLayoutIsCutWithoutRefusals) {
   }
 }
 
+// Events a line (as bench/kineto_tile.py writes them), two to a line here: cut only at the
+// lines' ends, where "},\n{" is; a bracket scan would cut between every two events.
+TEST(KinetoChunks, EventsALineAreCutAtTheLinesEnds) {
+  std::string body = "\n";
+  for (int i = 0; i < 100; ++i) {
+    const std::string ev = R"({"ph": "X", "name": "a}, {", "pid": 1, "tid": 1, "ts": )" +
+                           std::to_string(i) + R"(, "dur": 1, "args": {"x": {"y": [1]}}})";
+    body += (i ? ",\n" : "") + ev + ", " + ev;
+  }
+  body += "\n]}";
+  kineto::EventPipeline pipe(kineto::memory_byte_source(body), "", 0, 1);
+  size_t chunks = 0;
+  while (const kineto::EventChunk* c = pipe.next()) {
+    EXPECT_EQ(c->events.size(), 2u) << "chunk " << chunks;
+    ++chunks;
+  }
+  EXPECT_EQ(chunks, 100u);
+  expect_same("{\"traceEvents\": [" + body, "two events a line");
+}
+
 TEST(KinetoChunks, SameRecordsInKinetosLayoutWithNestedObjectsAtItsIndentation) {
   for (bool nested : {false, true}) {
     expect_same("{\"traceEvents\": [" + kineto_layout(60, nested), nested ? "nested" : "plain");

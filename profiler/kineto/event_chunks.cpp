@@ -303,18 +303,18 @@ void EventPipeline::learn_layout() {
   if (line == std::string::npos || i == pending_len_ || p[i] != '{') return;
   const std::string_view ind(p + line, i - line);
   if (ind.find_first_not_of(" \t") != std::string_view::npos) return;
-  // The candidate: "\n" + indent + "},\n" + indent + "{", the '{' last.
-  pattern_.assign(1, '\n');
-  pattern_.append(ind).append("},\n").append(ind).push_back('{');
+  // The candidate: "},\n" + indent + "{", the '{' last.
+  pattern_.assign("},\n");
+  pattern_.append(ind).push_back('{');
   layout_ = true;
 }
 
 size_t EventPipeline::layout_boundary() {
   // The last candidate '{' not checked yet whose boundary is at or after chunk_bytes_. With k the
-  // indentation's length, the pattern starts at q + 1 - (2k + 5), its '}' is at q - k - 3 and the
-  // boundary (just after the '}') at q - k - 2.
+  // indentation's length, the pattern starts at q + 1 - (k + 4) with its '}', so the boundary
+  // (just after the '}') is at q - k - 2.
   const char* p = pending_.data.get() + 1;
-  const size_t n = pattern_.size(), k = (n - 5) / 2;
+  const size_t n = pattern_.size(), k = n - 4;
   const size_t floor = std::max({brace_floor_, chunk_bytes_ + k + 2, n - 1});
   size_t end = pending_len_;
   while (end > floor) {

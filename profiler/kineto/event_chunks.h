@@ -83,13 +83,14 @@ class EventPipeline {
   void scan();       // scans pending from scanned_
   void scan_byte(char c, size_t pos);
   void cut();  // pending's first boundary_ bytes become a chunk in the window
-  // Kineto's layout (each event's braces on lines of their own at one indentation, as PyTorch
-  // writes it): learn_layout() reads it off the first event; layout_boundary() is then the end
-  // of the last event in pending before a "\n<indent>},\n<indent>{" at or after chunk_bytes_
-  // (0: none), found without scanning the bytes before it. A raw newline is never inside a JSON
-  // string, so that '}' ends an event unless it closes an object nested at the same
-  // indentation; a chunk cut there does not parse (its brackets do not close), and the
-  // streaming reader reads on from it, as from any chunk refused.
+  // Kineto's layout (each event opening on a line of its own at one indentation, as PyTorch
+  // writes it, or one event a line): learn_layout() reads the indentation off the first event;
+  // layout_boundary() is then the end of the last event in pending before a
+  // "},\n<indent>{" at or after chunk_bytes_ (0: none), found without scanning the bytes before
+  // it. A raw newline is never inside a JSON string, so that '}' ends an event unless it closes
+  // an object nested in one whose next line opens another at the events' indentation; a chunk
+  // cut there does not parse (its brackets do not close), and the streaming reader reads on from
+  // it, as from any chunk refused.
   void learn_layout();
   size_t layout_boundary();
   // A layout without a candidate this far past chunk_bytes_ is not Kineto's: scanned from then.
@@ -109,7 +110,7 @@ class EventPipeline {
   size_t chunk_bytes_;
   bool first_chunk_ = true;
   bool layout_known_ = false, layout_ = false;
-  std::string pattern_;                             // "\n<indent>},\n<indent>{"
+  std::string pattern_;                             // "},\n<indent>{"
   size_t brace_floor_ = 0;                          // the '{'s of pending before this were checked
   std::deque<std::unique_ptr<EventChunk>> window_;  // submitted, in document order
   std::unique_ptr<EventChunk> current_;             // the chunk next() returned last
