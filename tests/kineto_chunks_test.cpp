@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -47,6 +48,32 @@ std::string slurp(const fs::path& p) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// The repository's traces and fuzz corpus (*.json).
+std::vector<fs::path> corpus_files() {
+  const fs::path data = fs::path(FT_SOURCE_DIR) / "tests" / "data";
+  std::vector<fs::path> out;
+  for (const fs::path& dir : {data / "kineto", data / "fuzz"}) {
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_regular_file() && e.path().filename().string().ends_with(".json"))
+        out.push_back(e.path());
+  }
+  return out;
+}
+
+// Every real trace in ../shared (*.json, *.json.gz); none when it is absent (the suite passes
+// without it).
+std::vector<fs::path> shared_trace_files() {
+  const fs::path root = fs::path(FT_SOURCE_DIR) / ".." / "shared" / "traces" / "hta";
+  std::vector<fs::path> out;
+  if (!fs::exists(root)) return out;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && (name.ends_with(".json") || name.ends_with(".json.gz")))
+      out.push_back(e.path());
+  }
+  return out;
 }
 
 constexpr const char* kTwo =
@@ -185,40 +212,27 @@ TEST(KinetoChunks, SameRecordsInKinetosLayoutWithNestedObjectsAtItsIndentation) 
 }
 
 TEST(KinetoChunks, SameRecordsOnTheRepositorysTracesAndFuzzCorpus) {
-  const fs::path data = fs::path(FT_SOURCE_DIR) / "tests" / "data";
-  size_t n = 0;
-  for (const fs::path& dir : {data / "kineto", data / "fuzz"}) {
-    for (const auto& e : fs::directory_iterator(dir)) {
-      const std::string name = e.path().filename().string();
-      if (!e.is_regular_file() || !name.ends_with(".json")) continue;
-      expect_same(slurp(e.path()), name);
-      ++n;
-    }
-  }
-  EXPECT_GT(n, 10u);
+  const std::vector<fs::path> files = corpus_files();
+  for (const fs::path& f : files) expect_same(slurp(f), f.filename().string());
+  EXPECT_GT(files.size(), 10u);
 }
 
 // Every real trace in ../shared when present (the suite passes without it).
 TEST(KinetoChunks, SameRecordsOnTheSharedGpuTraces) {
-  const fs::path root = fs::path(FT_SOURCE_DIR) / ".." / "shared" / "traces" / "hta";
-  if (!fs::exists(root)) GTEST_SKIP() << "no " << root;
-  size_t n = 0;
-  for (const auto& e : fs::recursive_directory_iterator(root)) {
-    const std::string name = e.path().filename().string();
-    if (!e.is_regular_file() || !(name.ends_with(".json") || name.ends_with(".json.gz"))) continue;
+  const std::vector<fs::path> files = shared_trace_files();
+  if (files.empty()) GTEST_SKIP() << "no ../shared/traces/hta";
+  for (const fs::path& f : files) {
     auto read = [&](bool parallel) {
       KinetoReadOptions opt;
       opt.parallel_events = parallel;
       try {
-        return ft::fuzz::records_fingerprint(read_kineto_records(e.path().string(), opt));
+        return ft::fuzz::records_fingerprint(read_kineto_records(f.string(), opt));
       } catch (const FormatError& err) {
         return std::string("error: ") + err.what();
       }
     };
-    EXPECT_EQ(read(true), read(false)) << e.path();
-    ++n;
+    EXPECT_EQ(read(true), read(false)) << f;
   }
-  EXPECT_GT(n, 0u);
 }
 
 // HTA's rows of a trace (critical_path_rows.h) as fuzz_body.h prints them, or "error: ...".
@@ -231,18 +245,21 @@ std::string cp_fingerprint(const std::function<kineto::CpTrace()>& load) {
 }
 
 // A file's rows read in chunks equal those of its whole text, as HTA's loader reads them, with
-// and without the alignment and last-step cut; `chunked` whether the chunked read took it.
-void expect_same_rows(const fs::path& file, bool chunked) {
+// and without the alignment and last-step cut; `chunked` (when given) whether the chunked read
+// took it.
+void expect_same_rows(const fs::path& file, std::optional<bool> chunked = std::nullopt) {
   for (bool align : {true, false}) {
     const std::string whole = cp_fingerprint(
         [&] { return kineto::load_cp_trace(kineto::read_all_text(file.string()), align); });
     EXPECT_EQ(cp_fingerprint([&] { return kineto::load_cp_trace_file(file.string(), align); }),
               whole)
         << file;
-    EXPECT_EQ(kineto::load_cp_trace_chunked(kineto::open_byte_source(file.string()), "t", align)
-                  .has_value(),
-              chunked)
-        << file;
+    if (chunked) {
+      EXPECT_EQ(kineto::load_cp_trace_chunked(kineto::open_byte_source(file.string()), "t", align)
+                    .has_value(),
+                *chunked)
+          << file;
+    }
   }
 }
 
@@ -304,41 +321,16 @@ TEST_F(CpRowsChunked, OddDocumentsAreReadWhole) {
 }
 
 TEST_F(CpRowsChunked, SameRowsOnTheRepositorysTracesAndFuzzCorpus) {
-  const fs::path data = fs::path(FT_SOURCE_DIR) / "tests" / "data";
-  size_t n = 0;
-  for (const fs::path& dir : {data / "kineto", data / "fuzz"}) {
-    for (const auto& e : fs::directory_iterator(dir)) {
-      const std::string name = e.path().filename().string();
-      if (!e.is_regular_file() || !name.ends_with(".json")) continue;
-      for (bool align : {true, false}) {
-        EXPECT_EQ(
-            cp_fingerprint([&] { return kineto::load_cp_trace_file(e.path().string(), align); }),
-            cp_fingerprint([&] {
-              return kineto::load_cp_trace(kineto::read_all_text(e.path().string()), align);
-            }))
-            << name;
-      }
-      ++n;
-    }
-  }
-  EXPECT_GT(n, 10u);
+  const std::vector<fs::path> files = corpus_files();
+  for (const fs::path& f : files) expect_same_rows(f);
+  EXPECT_GT(files.size(), 10u);
 }
 
 // Every real trace in ../shared when present (the suite passes without it).
 TEST(CpRowsChunkedShared, SameRowsOnTheSharedGpuTraces) {
-  const fs::path root = fs::path(FT_SOURCE_DIR) / ".." / "shared" / "traces" / "hta";
-  if (!fs::exists(root)) GTEST_SKIP() << "no " << root;
-  size_t n = 0;
-  for (const auto& e : fs::recursive_directory_iterator(root)) {
-    const std::string name = e.path().filename().string();
-    if (!e.is_regular_file() || !(name.ends_with(".json") || name.ends_with(".json.gz"))) continue;
-    EXPECT_EQ(cp_fingerprint([&] { return kineto::load_cp_trace_file(e.path().string()); }),
-              cp_fingerprint(
-                  [&] { return kineto::load_cp_trace(kineto::read_all_text(e.path().string())); }))
-        << e.path();
-    ++n;
-  }
-  EXPECT_GT(n, 0u);
+  const std::vector<fs::path> files = shared_trace_files();
+  if (files.empty()) GTEST_SKIP() << "no ../shared/traces/hta";
+  for (const fs::path& f : files) expect_same_rows(f);
 }
 
 }  // namespace
