@@ -53,11 +53,12 @@ bool parse_event_chunk(EventChunk* c, SimdParser& parser);
 using ChunkParse = bool (*)(EventChunk* c, SimdParser& parser);
 
 // Splits the array's bytes at event boundaries (Kineto's layout, else a string-aware scan of
-// brackets) into chunks of about `chunk_bytes`, parses them on worker threads (a lone chunk on
-// the caller's thread) and hands them back in document order. A chunk that simdjson or ft's own
-// checks refuse ends the fast path: the streaming reader reads on from that chunk (and gives the
-// exact error). It is the judge; the fast path accepts only what it accepts and yields the same
-// RawEvents.
+// brackets) into chunks of about `chunk_bytes`, parses them with `parse` on worker threads (a
+// lone chunk on the caller's thread) and hands them back in document order. A chunk that the
+// parse refuses ends the fast path, and rest() gives the document from that chunk on: the Kineto
+// reader's streaming tokenizer reads on from it (and gives the exact error). It is the judge;
+// parse_event_chunk accepts only what it accepts and yields the same RawEvents. (HTA's rows,
+// parse_cp_chunk, are read from the whole text again instead: load_cp_trace_chunked.)
 class EventPipeline {
  public:
   // The bytes after the array's '[': `unread`, then the rest of `src`; `offset` is unread's
