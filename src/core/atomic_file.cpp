@@ -161,16 +161,21 @@ void AtomicFileSet::stage(const std::filesystem::path& path, std::string_view co
   f->path = path;
   Staged* raw = f.get();
   state_->files.push_back(std::move(f));
-  raw->thread = std::thread([raw, contents] {
-    try {
-      auto w = std::make_unique<AtomicFileWriter>(raw->path);
-      w->write(contents.data(), contents.size());
-      w->sync();
-      raw->writer = std::move(w);
-    } catch (...) {
-      raw->error = std::current_exception();
-    }
-  });
+  try {
+    raw->thread = std::thread([raw, contents] {
+      try {
+        auto w = std::make_unique<AtomicFileWriter>(raw->path);
+        w->write(contents.data(), contents.size());
+        w->sync();
+        raw->writer = std::move(w);
+      } catch (...) {
+        raw->error = std::current_exception();
+      }
+    });
+  } catch (...) {  // no thread to be had: this file is not staged
+    state_->files.pop_back();
+    throw;
+  }
 }
 
 void AtomicFileSet::commit() {
