@@ -294,18 +294,18 @@ TEST(DiagnoseCli, HtaJsonErrorsComeFirst) {
   ft::write_file_atomic(bad, R"({"traceEvents": [{"ph": "X", "ts": 1,,}]})");
   ft::write_file_atomic(no_steps, R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k",
     "pid": 0, "tid": 7, "ts": 2, "dur": 1, "args": {"stream": 7, "correlation": 3}}]})");
-  const Result r = diagnose(bad.string() + " --out " + (d / "a").string() + " --hta-json " +
-                            (d / "a.json").string());
-  EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_NE(r.out.find("bad.json: byte 37: expected a string key"), std::string::npos) << r.out;
-  EXPECT_FALSE(fs::exists(d / "a.json"));
-  EXPECT_FALSE(fs::exists(d / "a" / "report.json"));
-  const Result n = diagnose(no_steps.string() + " --out " + (d / "b").string() + " --hta-json " +
-                            (d / "b.json").string());
-  EXPECT_EQ(n.status, 1) << n.out;
-  EXPECT_NE(n.out.find("no training steps"), std::string::npos) << n.out;
-  EXPECT_TRUE(fs::exists(d / "b.json"));
-  EXPECT_FALSE(fs::exists(d / "b" / "report.json"));
+  // The trace's error, whether its HTA file and its report were written.
+  auto check = [&](const fs::path& trace, const std::string& name, const std::string& error,
+                   bool hta_written) {
+    const Result r = diagnose(trace.string() + " --out " + (d / name).string() + " --hta-json " +
+                              (d / (name + ".json")).string());
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find(error), std::string::npos) << r.out;
+    EXPECT_EQ(fs::exists(d / (name + ".json")), hta_written) << name;
+    EXPECT_FALSE(fs::exists(d / name / "report.json")) << name;
+  };
+  check(bad, "a", "bad.json: byte 37: expected a string key", false);
+  check(no_steps, "b", "no training steps", true);
   fs::remove_all(d);
 }
 

@@ -2,8 +2,6 @@
 // breakdown by edge type and bounding resource.
 #include "ft/profiler/critical_path.h"
 
-#include <simdjson.h>
-
 #include <algorithm>
 #include <array>
 #include <climits>

@@ -325,7 +325,6 @@ std::optional<CpTrace> load_cp_trace_chunked(std::unique_ptr<ByteSource> src,
     const CpDocument around = parse_cp_document(skeleton);
     if (around.event_arrays != 1 || !around.rows.empty()) return std::nullopt;
     d.rank = around.rank;
-    d.event_arrays = 1;
     return finish_cp_trace(std::move(d), align_and_cut);
   } catch (const Error&) {
     return std::nullopt;
